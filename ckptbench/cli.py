@@ -1,0 +1,47 @@
+"""The ``ckptbench`` command. Subcommands load lazily: the operator's image carries no torch."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+# subcommand -> (module with a ``main(argv) -> int``, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("ckptbench.workload.run_cli", "run a benchmark on this machine (N local ranks)"),
+    "worker": ("ckptbench.workload.worker", "run one rank (the entry point of a benchmark pod)"),
+    "operator": ("ckptbench.operator.main", "run the Kubernetes operator"),
+    "crd": ("ckptbench.operator.crd", "print the CheckpointBenchmark CRD"),
+    "render": ("ckptbench.operator.render_cli", "print the manifests for a CheckpointBenchmark"),
+}
+
+
+def usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = ["usage: ckptbench COMMAND [options]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "Run 'ckptbench COMMAND --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0
+    if args[0] == "--version":
+        from ckptbench import __version__
+
+        print(__version__)
+        return 0
+    command, rest = args[0], args[1:]
+    if command not in COMMANDS:
+        print(f"ckptbench: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[command][0])
+    result: int = module.main(rest)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

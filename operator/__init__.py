@@ -1,0 +1,1 @@
+"""The kopf operator: spec model, rendering, status, metrics and thin handlers."""

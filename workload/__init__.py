@@ -1,0 +1,1 @@
+"""The rank program: config, synthetic state, storage backends, timed loop, results."""

@@ -1,0 +1,215 @@
+"""The workload's configuration: one pydantic model, read from ``CKPTBENCH_*`` environment variables.
+
+The operator renders a :class:`WorkloadConfig` into a pod's environment with :meth:`to_env`; the
+pod parses it back with :meth:`WorkloadConfig.from_env`. The reference benchmark's own variable
+names (``WORLD_SIZE``, ``LAYER_SIZE``, ...) are accepted as aliases so its job files run unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ckptbench.workload import sizes
+
+ENV_PREFIX = "CKPTBENCH_"
+MIB = 1024**2
+
+
+class Backend(enum.StrEnum):
+    FILE = "file"
+    GCS = "gcs"
+    GCSFS = "gcsfs"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or wrong; the message names the variable and the reason."""
+
+
+class WorkloadConfig(BaseModel):
+    """Everything one rank needs to know. Rank is per pod; everything else is the same for all."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+    world_size: int = Field(1, ge=1, le=100_000, description="Number of ranks.")
+    rank: int = Field(0, ge=0, description="This process's rank (per pod; not rendered).")
+    layer_size: int = Field(
+        100_000, ge=1, le=10_000_000, description="Rows of each (layer_size, 1000) tensor."
+    )
+    padding_size: int = Field(196, ge=1, le=1_000_000, description="Number of tensors.")
+    sample_count: int = Field(8, ge=1, le=1000, description="Timed samples of save and load.")
+    warmup_samples: int = Field(1, ge=0, le=100, description="Untimed samples run first.")
+    backend: Backend = Field(Backend.GCS, description="Storage backend.")
+    checkpoint_path: str = Field(
+        ..., min_length=1, description="Base path: a local directory, file://..., or gs://bucket/prefix."
+    )
+    run_id: str = Field(
+        "run",
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="Folder under checkpoint_path for this run's checkpoints and results.",
+    )
+    project: str | None = Field(None, description="GCP project for the storage clients.")
+    async_save: bool = Field(False, description="Save with dcp.async_save.")
+    verify: bool = Field(True, description="Verify every loaded tensor.")
+    keep_checkpoints: bool = Field(False, description="Keep checkpoint objects after the run.")
+    threads: int = Field(8, ge=1, le=256, description="Transfer threads per rank (gcs backend).")
+    part_size_bytes: int = Field(
+        32 * MIB, ge=1 * MIB, le=5 * 1024 * MIB, description="Upload/download part size (gcs)."
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of the synthetic tensor content.")
+    master_addr: str = Field("127.0.0.1", min_length=1, description="Rank 0's host name.")
+    master_port: int = Field(29500, ge=1, le=65535, description="Rank 0's rendezvous port.")
+    rendezvous_timeout_seconds: float = Field(
+        600.0, gt=0, le=86_400, description="How long to wait for rank 0 to resolve and answer."
+    )
+    collective_timeout_seconds: float = Field(
+        1800.0, gt=0, le=86_400, description="gloo timeout for one collective."
+    )
+    termination_log: str | None = Field(
+        "/dev/termination-log",
+        description="Where the compact result goes (Kubernetes termination message); empty: none.",
+    )
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> Self:
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank: {self.rank} must be below world_size {self.world_size}")
+        if self.padding_size < self.world_size:
+            raise ValueError(
+                f"padding_size: {self.padding_size} must be at least world_size {self.world_size}: "
+                "every rank must own at least one tensor"
+            )
+        if self.backend in (Backend.GCS, Backend.GCSFS) and not self.checkpoint_path.startswith(
+            "gs://"
+        ):
+            raise ValueError(
+                f"checkpoint_path: must start with gs:// for backend {self.backend.value}, "
+                f"got {self.checkpoint_path!r}"
+            )
+        if self.backend is Backend.FILE and self.checkpoint_path.startswith("gs://"):
+            raise ValueError("checkpoint_path: is a gs:// URL but backend is file")
+        return self
+
+    # -- derived facts -----------------------------------------------------------------------
+
+    @property
+    def even_shards(self) -> bool:
+        return self.padding_size % self.world_size == 0
+
+    @property
+    def shard_bytes(self) -> int:
+        return sizes.shard_bytes(self.rank, self.world_size, self.layer_size, self.padding_size)
+
+    @property
+    def total_bytes(self) -> int:
+        return sizes.total_bytes(self.layer_size, self.padding_size)
+
+    @property
+    def run_path(self) -> str:
+        """Where this run's checkpoints and results live (no trailing slash)."""
+        base = self.checkpoint_path.removeprefix("file://").rstrip("/")
+        return f"{base}/{self.run_id}"
+
+    def checkpoint_id(self, sample: int) -> str:
+        """A fresh checkpoint id per sample: GCS rate-limits repeated writes to one object name."""
+        return f"{self.run_path}/checkpoints/ckpt_{sample}.ckpt"
+
+    @property
+    def results_path(self) -> str:
+        return f"{self.run_path}/results"
+
+    # -- environment round trip ---------------------------------------------------------------
+
+    def to_env(self) -> dict[str, str]:
+        """The pod environment for this config. Rank is left out: each pod gets its own index."""
+        env: dict[str, str] = {}
+        for name, value in self.model_dump(exclude={"rank"}).items():
+            if value is None:
+                continue
+            env[ENV_PREFIX + name.upper()] = _env_str(value)
+        return env
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> WorkloadConfig:
+        """Parse the environment; a bad value raises :class:`ConfigError` naming its variable."""
+        env = os.environ if environ is None else environ
+        raw: dict[str, Any] = {}
+        source: dict[str, str] = {}
+        for field in cls.model_fields:
+            for var in _env_names(field):
+                if var in env:
+                    value = env[var]
+                    if var == "USE_FSSPEC":
+                        value = _parse_use_fsspec(value)
+                    raw[field] = value
+                    source[field] = var
+                    break
+        if "termination_log" in raw and raw["termination_log"] == "":
+            raw["termination_log"] = None
+        raw.update(overrides)
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            raise ConfigError(_describe(exc, source)) from None
+
+
+# The reference's names come after ours, so ours win when both are set.
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "world_size": ("WORLD_SIZE",),
+    "rank": ("RANK", "JOB_COMPLETION_INDEX"),
+    "layer_size": ("LAYER_SIZE",),
+    "padding_size": ("PADDING_SIZE",),
+    "sample_count": ("SAMPLE_COUNT",),
+    "checkpoint_path": ("CKPT_DIR_PATH",),
+    "project": ("PROJECT",),
+    "backend": ("USE_FSSPEC",),
+    "master_addr": ("MASTER_ADDR",),
+    "master_port": ("MASTER_PORT",),
+}
+
+
+def _env_names(field: str) -> tuple[str, ...]:
+    return (ENV_PREFIX + field.upper(), *_ALIASES.get(field, ()))
+
+
+def _parse_use_fsspec(value: str) -> str:
+    flag = value.strip().lower()
+    if flag in ("1", "true", "yes", "on"):
+        return Backend.GCSFS.value
+    if flag in ("0", "false", "no", "off", ""):
+        return Backend.GCS.value
+    raise ConfigError(f"invalid configuration: USE_FSSPEC (backend): not a boolean (got {value!r})")
+
+
+def _env_str(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    return str(value)
+
+
+def _describe(exc: ValidationError, source: Mapping[str, str]) -> str:
+    lines = []
+    for err in exc.errors():
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        field = str(err["loc"][0]) if err["loc"] else ""
+        if not field and ": " in msg:
+            # Cross-field checks name their field as "field: reason".
+            field, msg = msg.split(": ", 1)
+        if field:
+            var = source.get(field, ENV_PREFIX + field.upper())
+            where = f"{var} ({field})"
+        else:
+            where = "configuration"
+        got = f" (got {err['input']!r})" if err["loc"] and field in source else ""
+        lines.append(f"{where}: {msg}{got}")
+    return "invalid configuration: " + "; ".join(lines)
