@@ -1,0 +1,51 @@
+"""One way to make a google-cloud-storage client, for real GCS and for an emulator alike."""
+
+from __future__ import annotations
+
+import os
+
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+
+from ckptbench.workload.emulator import EMULATOR_ENV
+
+
+def emulator_host() -> str | None:
+    return os.environ.get(EMULATOR_ENV) or None
+
+
+def make_client(project: str | None = None, pool_size: int = 16) -> storage.Client:
+    """A client with Application Default Credentials, or anonymous ones against an emulator.
+
+    ``pool_size`` sizes the HTTP connection pool: parallel transfers need one connection per
+    thread, and requests' default of 10 would make threads queue for a socket.
+    """
+    if emulator_host():
+        client = storage.Client(
+            project=project or "ckptbench", credentials=AnonymousCredentials()
+        )
+    else:
+        client = storage.Client(project=project)
+    _size_pool(client, pool_size)
+    return client
+
+
+def _size_pool(client: storage.Client, pool_size: int) -> None:
+    import requests.adapters
+
+    session = client._http
+    adapter = requests.adapters.HTTPAdapter(
+        pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0
+    )
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+
+
+def split_gs_url(url: str) -> tuple[str, str]:
+    """``gs://bucket/a/b`` -> (``bucket``, ``a/b``); the bucket name is required."""
+    if not url.startswith("gs://"):
+        raise ValueError(f"not a gs:// URL: {url!r}")
+    bucket, _, name = url.removeprefix("gs://").partition("/")
+    if not bucket:
+        raise ValueError(f"gs:// URL has no bucket: {url!r}")
+    return bucket, name.strip("/")
