@@ -129,7 +129,10 @@ class GcsEmulator:
                 pass
         except urllib.error.HTTPError as exc:
             if exc.code != 409:
-                raise EmulatorError(f"creating bucket {name!r} failed: HTTP {exc.code}") from exc
+                detail = exc.read().decode(errors="replace")[:500]
+                raise EmulatorError(
+                    f"creating bucket {name!r} failed: HTTP {exc.code}: {detail}"
+                ) from exc
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
