@@ -1,0 +1,223 @@
+"""The readable table: numbers formatted in honest units, missing operations, failures, ratios."""
+
+from __future__ import annotations
+
+import pytest
+from ckptbench.workload import report
+from ckptbench.workload.results import OpTiming, RankResult, RunSummary, summarize
+
+GIB = 1024**3
+
+
+def _rank(
+    rank: int,
+    save: list[float] | None,
+    load: list[float] | None,
+    *,
+    nbytes: int = GIB,
+    verified: bool | None = True,
+    error: str | None = None,
+    blocked: list[float] | None = None,
+) -> RankResult:
+    return RankResult(
+        rank=rank,
+        host=f"node-{rank}",
+        bytes=nbytes,
+        save=OpTiming.of(save, save, blocked) if save else None,
+        load=OpTiming.of(load, load) if load else None,
+        verified=verified,
+        error=error,
+    )
+
+
+def _two_ranks(save: list[float], load: list[float]) -> RunSummary:
+    # Rank 1 is the slower one on every sample, so the collective duration is rank 1's.
+    return summarize(
+        [_rank(0, [x / 2 for x in save], [x / 2 for x in load]), _rank(1, save, load)],
+        world_size=2,
+        total_bytes=2 * GIB,
+    )
+
+
+def _row(table: str, label: str) -> list[str]:
+    for line in table.splitlines():
+        if line.startswith(label + "  ") or line == label:
+            return line[len(label) :].split()
+    raise AssertionError(f"no row {label!r} in:\n{table}")
+
+
+OK = _two_ranks(save=[2.0, 2.0, 2.0], load=[1.0, 1.0, 4.0])
+
+
+@pytest.mark.parametrize(
+    ("label", "expected"),
+    [
+        ("world size", ["2"]),
+        ("ranks reported", ["2/2"]),
+        ("shard size (GiB)", ["1.00"]),
+        ("total size (GiB)", ["2.00"]),
+        ("save samples", ["3"]),
+        ("save mean (s)", ["2.000"]),
+        ("save stdev (s)", ["0.000"]),
+        ("save max (s)", ["2.000"]),
+        # 2 GiB in 2 s: 1 GiB/s in all; the slowest rank moved its 1 GiB in 2 s.
+        ("save throughput (GiB/s)", ["1.000"]),
+        ("save min per-rank (GiB/s)", ["0.500"]),
+        ("save slowest rank", ["1"]),
+        ("load mean (s)", ["2.000"]),
+        ("load p50 (s)", ["1.000"]),
+        ("load p90 (s)", ["3.400"]),
+        ("load max (s)", ["4.000"]),
+        ("load stdev (s)", ["1.732"]),
+        ("verified", ["yes"]),
+        ("status", ["ok"]),
+    ],
+)
+def test_one_run_rows(label: str, expected: list[str]) -> None:
+    assert _row(report.format_table([("gcs", OK)]), label) == expected
+
+
+def test_one_run_has_no_ratio_column_and_no_async_row() -> None:
+    table = report.format_table([("gcs", OK)])
+    assert table.splitlines()[0].split() == ["gcs"]
+    assert "blocked" not in table
+
+
+def test_missing_load_shows_dash_and_fails() -> None:
+    s = summarize(
+        [
+            _rank(0, [1.0], None, verified=None, error="RuntimeError: bucket vanished"),
+            _rank(1, [1.0], None, verified=None),
+        ],
+        world_size=2,
+        total_bytes=2 * GIB,
+    )
+    table = report.format_table([("gcsfs", s)])
+    assert _row(table, "load mean (s)") == ["-"]
+    assert _row(table, "load throughput (GiB/s)") == ["-"]
+    assert _row(table, "save mean (s)") == ["1.000"]
+    assert _row(table, "status") == ["FAILED"]
+    assert report.failure_lines("gcsfs", s) == [
+        "gcsfs: rank 0 on node-0 failed: RuntimeError: bucket vanished"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("results", "extra", "expected"),
+    [
+        (
+            [_rank(0, [1.0], [1.0]), _rank(1, [1.0], [1.0], verified=False, error="bad tensor 3")],
+            {},
+            [
+                "file: rank 1 on node-1 failed: bad tensor 3",
+                "file: a loaded checkpoint did not verify",
+            ],
+        ),
+        (
+            [_rank(0, None, None, verified=None, error="OSError: disk full")],
+            {"missing_why": {"1": "stopped by the runner after rank 0 failed"}},
+            [
+                "file: rank 0 on node-0 failed: OSError: disk full",
+                "file: rank 1 did not report (stopped by the runner after rank 0 failed)",
+            ],
+        ),
+        (
+            [],
+            {},
+            ["file: rank 0 did not report", "file: rank 1 did not report"],
+        ),
+    ],
+)
+def test_failure_lines(
+    results: list[RankResult], extra: dict[str, object], expected: list[str]
+) -> None:
+    s = summarize(results, world_size=2, total_bytes=2 * GIB).model_copy(update={"extra": extra})
+    assert not s.succeeded
+    assert report.failure_lines("file", s) == expected
+    assert _row(report.format_table([("file", s)]), "status") == ["FAILED"]
+
+
+def test_success_has_no_failure_lines() -> None:
+    assert report.failure_lines("gcs", OK) == []
+
+
+def test_unverified_but_complete_run_says_not_checked() -> None:
+    s = summarize(
+        [_rank(0, [1.0], [1.0], verified=None), _rank(1, [1.0], [1.0], verified=None)],
+        world_size=2,
+        total_bytes=2 * GIB,
+    )
+    assert _row(report.format_table([("file", s)]), "verified") == ["not", "checked"]
+
+
+def test_two_backends_side_by_side_with_ratio() -> None:
+    fast = _two_ranks(save=[1.0, 1.0], load=[0.5, 0.5])
+    slow = _two_ranks(save=[4.0, 4.0], load=[1.0, 1.0])
+    table = report.format_table([("gcs", fast), ("gcsfs", slow)])
+    assert table.splitlines()[0].split() == ["gcs", "gcsfs", "gcs/gcsfs"]
+    assert _row(table, "save mean (s)") == ["1.000", "4.000", "0.25x"]
+    assert _row(table, "save throughput (GiB/s)") == ["2.000", "0.500", "4.00x"]
+    assert _row(table, "load throughput (GiB/s)") == ["4.000", "2.000", "2.00x"]
+    # Sizes are the same on both sides: a ratio there would be noise.
+    assert _row(table, "total size (GiB)") == ["2.00", "2.00"]
+    assert _row(table, "status") == ["ok", "ok"]
+
+
+def test_ratio_column_needs_both_gcs_and_gcsfs() -> None:
+    table = report.format_table([("gcsfs", OK), ("file", OK)])
+    assert table.splitlines()[0].split() == ["gcsfs", "file"]
+
+
+def test_ratio_left_blank_when_one_side_failed() -> None:
+    failed = summarize(
+        [_rank(0, None, None, verified=None, error="x")], world_size=2, total_bytes=2 * GIB
+    )
+    table = report.format_table([("gcs", OK), ("gcsfs", failed)])
+    assert _row(table, "save mean (s)") == ["2.000", "-"]
+
+
+def test_async_save_adds_blocked_row() -> None:
+    s = summarize(
+        [
+            _rank(0, [2.0, 2.0], [1.0, 1.0], blocked=[0.25, 0.25]),
+            _rank(1, [2.0, 2.0], [1.0, 1.0], blocked=[0.5, 0.5]),
+        ],
+        world_size=2,
+        total_bytes=2 * GIB,
+    )
+    table = report.format_table([("gcs", s), ("gcsfs", OK)])
+    # The caller was blocked as long as the most-blocked rank; the sync run has no such figure.
+    assert _row(table, "save blocked mean (s)") == ["0.500", "-"]
+
+
+def test_columns_are_aligned() -> None:
+    table = report.format_table([("gcs", OK), ("gcsfs", OK)])
+    widths = {len(line) for line in table.splitlines() if not line.startswith("ranks")}
+    # Every numeric row ends at the same column (right-aligned); ratio rows are longer.
+    assert len(widths) <= 2
+
+
+def test_bad_input_is_refused() -> None:
+    with pytest.raises(ValueError, match="no runs"):
+        report.format_table([])
+    with pytest.raises(ValueError, match="unique"):
+        report.format_table([("gcs", OK), ("gcs", OK)])
+
+
+def test_report_includes_context_and_failures() -> None:
+    failed = summarize([], world_size=1, total_bytes=GIB).model_copy(
+        update={
+            "extra": {
+                "versions": {"torch": "2.13.0", "python": "3.11.9"},
+                "node": "laptop",
+                "cpu_count": 2,
+                "settings": {"threads": 8, "part_size": "32 MiB"},
+                "missing_why": {"0": "exit code -9 (SIGKILL)"},
+            }
+        }
+    )
+    text = report.format_report([("gcs", failed)])
+    assert "node laptop, 2 CPUs" in text
+    assert "versions: torch 2.13.0, python 3.11.9" in text
+    assert "gcs: threads=8, part_size=32 MiB" in text
+    assert text.endswith("gcs: rank 0 did not report (exit code -9 (SIGKILL))")

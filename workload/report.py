@@ -1,0 +1,229 @@
+"""The readable table of one or more runs: pure functions of :class:`RunSummary`, no I/O.
+
+Units are 1024-based and labelled as such (GiB, GiB/s), as in the reference's published table.
+With several backends the runs are printed side by side, one column each, and when both ``gcs``
+and ``gcsfs`` are present a ratio column ``gcs/gcsfs`` is added: above 1 on a throughput row
+means ``gcs`` moved more bytes per second; below 1 on a seconds row means it took less time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ckptbench.workload.results import OpSummary, RunSummary
+from ckptbench.workload.sizes import GIB
+
+MISSING = "-"
+RATIO_PAIR = ("gcs", "gcsfs")
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    value: Callable[[RunSummary], float | int | str | None]
+    fmt: Callable[[float], str]
+    ratio: bool = False  # whether a gcs/gcsfs ratio means something on this row
+
+
+def fmt_seconds(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def fmt_gib(n: float) -> str:
+    return f"{n / GIB:.2f}"
+
+
+def fmt_gib_per_second(n: float) -> str:
+    return f"{n / GIB:.3f}"
+
+
+def fmt_int(x: float) -> str:
+    return str(int(x))
+
+
+def fmt_ratio(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+def _op(name: str, get: Callable[[OpSummary], float | int | None]) -> Callable[[RunSummary], Any]:
+    def value(s: RunSummary) -> float | int | None:
+        op: OpSummary | None = getattr(s, name)
+        return None if op is None else get(op)
+
+    return value
+
+
+def _op_rows(name: str) -> list[Row]:
+    return [
+        Row(f"{name} samples", _op(name, lambda o: o.samples), fmt_int),
+        Row(f"{name} mean (s)", _op(name, lambda o: o.mean_seconds), fmt_seconds, ratio=True),
+        Row(f"{name} stdev (s)", _op(name, lambda o: o.stdev_seconds), fmt_seconds),
+        Row(f"{name} p50 (s)", _op(name, lambda o: o.p50_seconds), fmt_seconds, ratio=True),
+        Row(f"{name} p90 (s)", _op(name, lambda o: o.p90_seconds), fmt_seconds, ratio=True),
+        Row(f"{name} max (s)", _op(name, lambda o: o.max_seconds), fmt_seconds, ratio=True),
+        Row(
+            f"{name} throughput (GiB/s)",
+            _op(name, lambda o: o.throughput_bytes_per_second),
+            fmt_gib_per_second,
+            ratio=True,
+        ),
+        Row(
+            f"{name} min per-rank (GiB/s)",
+            _op(name, lambda o: o.min_rank_throughput_bytes_per_second),
+            fmt_gib_per_second,
+            ratio=True,
+        ),
+        Row(f"{name} slowest rank", _op(name, lambda o: o.slowest_rank), fmt_int),
+    ]
+
+
+def _blocked_row() -> Row:
+    return Row(
+        "save blocked mean (s)",
+        _op("save", lambda o: o.blocked_mean_seconds),
+        fmt_seconds,
+        ratio=True,
+    )
+
+
+def _verified(s: RunSummary) -> str:
+    if s.verified is None:
+        return "not checked" if s.succeeded else "unknown"
+    return "yes" if s.verified else "NO"
+
+
+def _status(s: RunSummary) -> str:
+    return "ok" if s.succeeded else "FAILED"
+
+
+def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
+    """The table's rows; the async save row appears only when some run measured it."""
+    rows = [
+        Row("world size", lambda s: s.world_size, fmt_int),
+        Row("ranks reported", lambda s: f"{s.ranks_reported}/{s.world_size}", str),
+        Row("shard size (GiB)", lambda s: s.shard_bytes, fmt_gib),
+        Row("total size (GiB)", lambda s: s.total_bytes, fmt_gib),
+    ]
+    save_rows = _op_rows("save")
+    if any(s.save is not None and s.save.blocked_mean_seconds is not None for s in runs):
+        save_rows.insert(2, _blocked_row())
+    rows += save_rows + _op_rows("load")
+    rows += [Row("verified", _verified, str), Row("status", _status, str)]
+    return rows
+
+
+def _cell(row: Row, s: RunSummary) -> str:
+    v = row.value(s)
+    if v is None:
+        return MISSING
+    if isinstance(v, str):
+        return v
+    return row.fmt(float(v))
+
+
+def _ratio_cell(row: Row, a: RunSummary, b: RunSummary) -> str:
+    if not row.ratio:
+        return ""
+    va, vb = row.value(a), row.value(b)
+    if not isinstance(va, int | float) or not isinstance(vb, int | float) or vb == 0:
+        return ""
+    return fmt_ratio(float(va) / float(vb))
+
+
+def format_table(runs: Sequence[tuple[str, RunSummary]]) -> str:
+    """Runs side by side: one column per backend label, plus ``gcs/gcsfs`` when both are there."""
+    if not runs:
+        raise ValueError("format_table: no runs to show")
+    labels = [label for label, _ in runs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"format_table: backend labels must be unique, got {labels}")
+    summaries = [s for _, s in runs]
+    by_label = dict(runs)
+    pair = (by_label.get(RATIO_PAIR[0]), by_label.get(RATIO_PAIR[1]))
+    header = ["", *labels]
+    if pair[0] is not None and pair[1] is not None:
+        header.append("/".join(RATIO_PAIR))
+    body: list[list[str]] = []
+    for row in rows_for(summaries):
+        line = [row.label, *(_cell(row, s) for s in summaries)]
+        if pair[0] is not None and pair[1] is not None:
+            line.append(_ratio_cell(row, pair[0], pair[1]))
+        body.append(line)
+    return _align([header, *body])
+
+
+def _align(lines: list[list[str]]) -> str:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    out = []
+    for line in lines:
+        first = line[0].ljust(widths[0])
+        rest = [cell.rjust(w) for cell, w in zip(line[1:], widths[1:], strict=True)]
+        out.append("  ".join([first, *rest]).rstrip())
+    return "\n".join(out)
+
+
+def failure_lines(label: str, s: RunSummary) -> list[str]:
+    """Why a run failed: each rank's own error, then the ranks that never reported."""
+    lines = [f"{label}: rank {e.rank}{_on(e.host)} failed: {e.error}" for e in s.errors]
+    if s.error_count > len(s.errors):
+        lines.append(f"{label}: ... and {s.error_count - len(s.errors)} more failed ranks")
+    if s.missing_rank_count:
+        # The local runner knows why a rank is silent (its exit status); the operator may not.
+        why: Mapping[str, Any] = s.extra.get("missing_why", {})
+        for rank in s.missing_ranks:
+            reason = why.get(str(rank))
+            lines.append(
+                f"{label}: rank {rank} did not report" + (f" ({reason})" if reason else "")
+            )
+        more = s.missing_rank_count - len(s.missing_ranks)
+        if more > 0:
+            lines.append(f"{label}: ... and {more} more ranks did not report")
+    if s.verified is False:
+        lines.append(f"{label}: a loaded checkpoint did not verify")
+    if not lines and not s.succeeded:
+        missing = [op for op in ("save", "load") if getattr(s, op) is None]
+        lines.append(f"{label}: no {' or '.join(missing) or 'result'} timings were reported")
+    return lines
+
+
+def _on(host: str) -> str:
+    return f" on {host}" if host else ""
+
+
+def format_context(runs: Sequence[tuple[str, RunSummary]]) -> str:
+    """What the figures depend on, taken from the first run's ``extra`` (same machine for all)."""
+    if not runs:
+        return ""
+    extra: Mapping[str, Any] = runs[0][1].extra
+    versions: Mapping[str, Any] = extra.get("versions", {})
+    parts = [f"{name} {ver}" for name, ver in versions.items()]
+    host = extra.get("node")
+    cpus = extra.get("cpu_count")
+    where = ", ".join(
+        p for p in (f"node {host}" if host else "", f"{cpus} CPUs" if cpus else "") if p
+    )
+    lines = []
+    if where:
+        lines.append(where)
+    if parts:
+        lines.append("versions: " + ", ".join(parts))
+    for label, s in runs:
+        settings: Mapping[str, Any] = s.extra.get("settings", {})
+        if settings:
+            text = ", ".join(f"{k}={v}" for k, v in settings.items())
+            lines.append(f"{label}: {text}")
+    return "\n".join(lines)
+
+
+def format_report(runs: Sequence[tuple[str, RunSummary]]) -> str:
+    """The table, then context, then one line per failure (if any)."""
+    parts = [format_table(runs)]
+    context = format_context(runs)
+    if context:
+        parts.append(context)
+    failures = [line for label, s in runs for line in failure_lines(label, s)]
+    if failures:
+        parts.append("\n".join(failures))
+    return "\n\n".join(parts)
