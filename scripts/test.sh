@@ -2,7 +2,7 @@
 # The test command the README shows and CI runs. pytest's exit 5 (nothing collected) is a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest "$@"
+.venv/bin/pytest "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing" >&2

@@ -1,4 +1,4 @@
-"""The workload's configuration: one pydantic model, read from ``CKPTBENCH_*`` environment variables.
+"""The workload configuration: one pydantic model, read from ``CKPTBENCH_*`` variables.
 
 The operator renders a :class:`WorkloadConfig` into a pod's environment with :meth:`to_env`; the
 pod parses it back with :meth:`WorkloadConfig.from_env`. The reference benchmark's own variable
@@ -45,7 +45,9 @@ class WorkloadConfig(BaseModel):
     warmup_samples: int = Field(1, ge=0, le=100, description="Untimed samples run first.")
     backend: Backend = Field(Backend.GCS, description="Storage backend.")
     checkpoint_path: str = Field(
-        ..., min_length=1, description="Base path: a local directory, file://..., or gs://bucket/prefix."
+        ...,
+        min_length=1,
+        description="Base path: a local directory, file://..., or gs://bucket/prefix.",
     )
     run_id: str = Field(
         "run",
@@ -131,14 +133,15 @@ class WorkloadConfig(BaseModel):
         env: dict[str, str] = {}
         for name, value in self.model_dump(exclude={"rank"}).items():
             if value is None:
-                continue
+                # An empty value means "none"; leaving it out would bring back a non-None default.
+                if type(self).model_fields[name].default is None:
+                    continue
+                value = ""
             env[ENV_PREFIX + name.upper()] = _env_str(value)
         return env
 
     @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, **overrides: Any
-    ) -> WorkloadConfig:
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkloadConfig:
         """Parse the environment; a bad value raises :class:`ConfigError` naming its variable."""
         env = os.environ if environ is None else environ
         raw: dict[str, Any] = {}
@@ -152,8 +155,9 @@ class WorkloadConfig(BaseModel):
                     raw[field] = value
                     source[field] = var
                     break
-        if "termination_log" in raw and raw["termination_log"] == "":
-            raw["termination_log"] = None
+        for field in _OPTIONAL_STRINGS:
+            if raw.get(field) == "":
+                raw[field] = None
         raw.update(overrides)
         try:
             return cls.model_validate(raw)
@@ -174,6 +178,9 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "master_addr": ("MASTER_ADDR",),
     "master_port": ("MASTER_PORT",),
 }
+
+
+_OPTIONAL_STRINGS = ("project", "termination_log")
 
 
 def _env_names(field: str) -> tuple[str, ...]:

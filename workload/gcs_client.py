@@ -21,9 +21,7 @@ def make_client(project: str | None = None, pool_size: int = 16) -> storage.Clie
     thread, and requests' default of 10 would make threads queue for a socket.
     """
     if emulator_host():
-        client = storage.Client(
-            project=project or "ckptbench", credentials=AnonymousCredentials()
-        )
+        client = storage.Client(project=project or "ckptbench", credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
     else:
         client = storage.Client(project=project)
     _size_pool(client, pool_size)

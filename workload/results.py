@@ -102,7 +102,7 @@ class RankResult(BaseModel):
     error: str | None = None
 
     def to_termination_message(self, limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
-        """Compact JSON of at most ``limit`` bytes: samples are dropped first, then the error cut."""
+        """Compact JSON of at most ``limit`` bytes: samples go first, then the error is cut."""
         text = self._compact()
         if len(text.encode()) <= limit:
             return text
@@ -208,9 +208,7 @@ _MISSING_LISTED = 20
 _ERRORS_LISTED = 10
 
 
-def summarize(
-    results: Sequence[RankResult], world_size: int, total_bytes: int
-) -> RunSummary:
+def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) -> RunSummary:
     """Aggregate the ranks' results. Pure: the operator calls it on termination messages."""
     by_rank = {r.rank: r for r in results if 0 <= r.rank < world_size}
     missing = [rank for rank in range(world_size) if rank not in by_rank]

@@ -1,4 +1,4 @@
-"""Pure statistics over timing samples; shared by the workload's summary and the operator's status."""
+"""Pure statistics over timing samples, shared by the workload summary and the operator status."""
 
 from __future__ import annotations
 

@@ -1,0 +1,144 @@
+"""The workload configuration: env round trip, reference aliases, errors naming the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptbench.workload.config import Backend, ConfigError, WorkloadConfig
+
+GS = {"CKPTBENCH_CHECKPOINT_PATH": "gs://bucket/prefix"}
+
+
+def test_defaults_match_the_reference() -> None:
+    cfg = WorkloadConfig.from_env(GS)
+    assert (cfg.layer_size, cfg.padding_size, cfg.sample_count) == (100_000, 196, 8)
+    assert cfg.backend is Backend.GCS
+    assert cfg.part_size_bytes == 32 * 1024**2 and cfg.threads == 8
+
+
+def test_env_round_trip_keeps_everything_but_rank() -> None:
+    cfg = WorkloadConfig(
+        world_size=4,
+        rank=2,
+        layer_size=123,
+        padding_size=8,
+        sample_count=3,
+        warmup_samples=0,
+        backend=Backend.GCSFS,
+        checkpoint_path="gs://b/p",
+        run_id="bench-1",
+        project="proj",
+        async_save=True,
+        verify=False,
+        keep_checkpoints=True,
+        threads=4,
+        part_size_bytes=8 * 1024**2,
+        seed=7,
+        master_addr="r0.svc",
+        master_port=1234,
+        rendezvous_timeout_seconds=12.5,
+        collective_timeout_seconds=99.0,
+        termination_log=None,
+    )
+    env = cfg.to_env()
+    assert "CKPTBENCH_RANK" not in env
+    assert all(isinstance(v, str) for v in env.values())
+    back = WorkloadConfig.from_env({**env, "JOB_COMPLETION_INDEX": "2"})
+    assert back == cfg
+
+
+def test_reference_aliases() -> None:
+    cfg = WorkloadConfig.from_env(
+        {
+            "WORLD_SIZE": "4",
+            "RANK": "1",
+            "LAYER_SIZE": "1000",
+            "PADDING_SIZE": "8",
+            "SAMPLE_COUNT": "2",
+            "CKPT_DIR_PATH": "gs://bkt/dir",
+            "PROJECT": "my-proj",
+            "USE_FSSPEC": "True",
+        }
+    )
+    assert (cfg.world_size, cfg.rank, cfg.layer_size, cfg.padding_size) == (4, 1, 1000, 8)
+    assert cfg.checkpoint_path == "gs://bkt/dir" and cfg.project == "my-proj"
+    assert cfg.backend is Backend.GCSFS
+    assert WorkloadConfig.from_env({**GS, "USE_FSSPEC": "false"}).backend is Backend.GCS
+
+
+def test_our_names_win_over_the_reference_names() -> None:
+    cfg = WorkloadConfig.from_env(
+        {**GS, "CKPTBENCH_WORLD_SIZE": "2", "WORLD_SIZE": "8", "PADDING_SIZE": "8"}
+    )
+    assert cfg.world_size == 2
+
+
+def test_rank_sources_in_order() -> None:
+    env = {**GS, "CKPTBENCH_WORLD_SIZE": "4", "JOB_COMPLETION_INDEX": "3"}
+    assert WorkloadConfig.from_env(env).rank == 3
+    assert WorkloadConfig.from_env({**env, "RANK": "1"}).rank == 1
+    assert WorkloadConfig.from_env({**env, "CKPTBENCH_RANK": "0"}).rank == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "names"),
+    [
+        ({"CKPTBENCH_WORLD_SIZE": "abc"}, ["CKPTBENCH_WORLD_SIZE", "integer", "'abc'"]),
+        ({"WORLD_SIZE": "0"}, ["WORLD_SIZE", "greater than or equal to 1"]),
+        ({"LAYER_SIZE": "-1"}, ["LAYER_SIZE"]),
+        ({"SAMPLE_COUNT": "0"}, ["SAMPLE_COUNT"]),
+        ({"CKPTBENCH_BACKEND": "s3"}, ["CKPTBENCH_BACKEND", "'s3'"]),
+        ({"USE_FSSPEC": "maybe"}, ["USE_FSSPEC", "not a boolean"]),
+        ({"CKPTBENCH_THREADS": "0"}, ["CKPTBENCH_THREADS"]),
+        ({"CKPTBENCH_PART_SIZE_BYTES": "1024"}, ["CKPTBENCH_PART_SIZE_BYTES"]),
+        ({"CKPTBENCH_MASTER_PORT": "70000"}, ["CKPTBENCH_MASTER_PORT"]),
+        ({"CKPTBENCH_ASYNC_SAVE": "perhaps"}, ["CKPTBENCH_ASYNC_SAVE"]),
+        ({"CKPTBENCH_RUN_ID": "../escape"}, ["CKPTBENCH_RUN_ID"]),
+        ({"CKPTBENCH_WORLD_SIZE": "4", "RANK": "4"}, ["RANK", "below world_size"]),
+        ({"CKPTBENCH_WORLD_SIZE": "8", "PADDING_SIZE": "4"}, ["PADDING_SIZE", "at least"]),
+        ({"CKPTBENCH_BACKEND": "file"}, ["CKPTBENCH_CHECKPOINT_PATH", "backend is file"]),
+    ],
+)
+def test_bad_values_name_the_variable(env: dict[str, str], names: list[str]) -> None:
+    with pytest.raises(ConfigError) as err:
+        WorkloadConfig.from_env({**GS, **env})
+    for name in names:
+        assert name in str(err.value)
+
+
+def test_missing_checkpoint_path_is_named() -> None:
+    with pytest.raises(ConfigError, match="CKPTBENCH_CHECKPOINT_PATH"):
+        WorkloadConfig.from_env({})
+
+
+def test_gcs_backend_needs_a_gs_url() -> None:
+    with pytest.raises(ConfigError, match=r"CKPT_DIR_PATH.*gs://"):
+        WorkloadConfig.from_env({"CKPT_DIR_PATH": "/data"})
+
+
+def test_empty_termination_log_disables_it() -> None:
+    assert WorkloadConfig.from_env({**GS, "CKPTBENCH_TERMINATION_LOG": ""}).termination_log is None
+
+
+def test_paths() -> None:
+    cfg = WorkloadConfig.from_env(
+        {
+            "CKPTBENCH_BACKEND": "file",
+            "CKPTBENCH_CHECKPOINT_PATH": "file:///data/",
+            "CKPTBENCH_RUN_ID": "r1",
+        }
+    )
+    assert cfg.run_path == "/data/r1"
+    assert cfg.checkpoint_id(3) == "/data/r1/checkpoints/ckpt_3.ckpt"
+    assert cfg.results_path == "/data/r1/results"
+    gcs = WorkloadConfig.from_env({**GS, "CKPTBENCH_RUN_ID": "r1"})
+    assert gcs.checkpoint_id(0) == "gs://bucket/prefix/r1/checkpoints/ckpt_0.ckpt"
+
+
+def test_derived_sizes() -> None:
+    cfg = WorkloadConfig.from_env(
+        {**GS, "WORLD_SIZE": "4", "RANK": "3", "LAYER_SIZE": "10", "PADDING_SIZE": "6"}
+    )
+    assert not cfg.even_shards
+    assert cfg.shard_bytes == 10 * 4000
+    assert cfg.total_bytes == 6 * 10 * 4000
