@@ -1,0 +1,356 @@
+"""Start N ranks as local processes, the way a JobSet starts N pods, and supervise them.
+
+Each rank runs the pod's own entry point (``python -m ckptbench.cli worker``) configured only by
+environment, and writes its compact result to its own termination-log file. Each rank is the
+leader of its own process group, so stopping it also stops anything it started, and a Ctrl-C in
+the terminal reaches only the runner, which then stops the ranks in order. When one rank fails,
+the others are stopped after a short grace instead of waiting for gloo's collective timeout.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from pydantic import ValidationError
+
+from ckptbench.workload.config import WorkloadConfig
+from ckptbench.workload.emulator import free_port
+from ckptbench.workload.results import RankResult
+
+WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ckptbench.cli", "worker")
+# After the first rank fails, the others get this long to end (and report) on their own: a
+# failure that hits every rank (a dead bucket, a corrupt checkpoint) is then reported by all.
+FAILURE_GRACE_SECONDS = 2.0
+# SIGTERM first so a rank can write its result; SIGKILL if it has not ended after this.
+KILL_GRACE_SECONDS = 5.0
+_TAIL_LINES = 40
+_POLL_SECONDS = 0.05
+# Lines from ranks other than 0 that are worth showing while the run goes on.
+_ERROR_LINE = re.compile(
+    r"^(Traceback \(most recent call last\)"
+    r"|\w+(Error|Exception)\b"
+    r"|\[rank \d+\].*\b(error|failed)\b)",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class RankExit:
+    rank: int
+    pid: int
+    returncode: int
+    stopped_by_runner: bool
+    peak_rss_bytes: int | None
+
+    def describe(self) -> str:
+        if self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"killed by {name}"
+        return f"exit code {self.returncode}"
+
+
+@dataclass
+class RanksOutcome:
+    """How the ranks ended and what they reported."""
+
+    results: list[RankResult]
+    exits: list[RankExit]
+    unreadable: dict[int, str] = field(default_factory=dict)
+    first_failure: int | None = None
+    timed_out: bool = False
+    interrupted: bool = False
+    timeout_seconds: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def all_exited_zero(self) -> bool:
+        return all(e.returncode == 0 for e in self.exits)
+
+    def missing_why(self) -> dict[str, str]:
+        """For each rank with no result: why (its exit, and what made the runner stop it)."""
+        reported = {r.rank for r in self.results}
+        why: dict[str, str] = {}
+        for e in self.exits:
+            if e.rank in reported:
+                continue
+            parts = [e.describe()]
+            if e.stopped_by_runner:
+                parts.append(self._stop_reason())
+            if e.rank in self.unreadable:
+                parts.append(self.unreadable[e.rank])
+            why[str(e.rank)] = "; ".join(parts)
+        return why
+
+    def _stop_reason(self) -> str:
+        if self.interrupted:
+            return "stopped by the runner on interrupt"
+        if self.timed_out:
+            return f"stopped by the runner after the {self.timeout_seconds:g} s timeout"
+        if self.first_failure is not None:
+            return f"stopped by the runner after rank {self.first_failure} failed"
+        return "stopped by the runner"
+
+    def peak_rss_bytes(self) -> list[int | None]:
+        return [e.peak_rss_bytes for e in sorted(self.exits, key=lambda e: e.rank)]
+
+
+class _Rank:
+    def __init__(self, rank: int, proc: subprocess.Popen[bytes], result_file: Path) -> None:
+        self.rank = rank
+        self.proc = proc
+        self.result_file = result_file
+        self.tail: collections.deque[tuple[str, bool]] = collections.deque(maxlen=_TAIL_LINES)
+        self.reader: threading.Thread | None = None
+        self.stopped = False
+        self.peak_rss_bytes: int | None = None
+
+    def poll(self) -> int | None:
+        """Reap with wait4 rather than Popen.poll: it also gives the rank's peak resident memory."""
+        if self.proc.returncode is not None:
+            return self.proc.returncode
+        try:
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            return self.proc.poll()
+        if pid == 0:
+            return None
+        # Linux reports ru_maxrss in KiB.
+        self.peak_rss_bytes = usage.ru_maxrss * 1024
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        return self.proc.returncode
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        # The rank leads its own session, so its process-group id is its pid; the group outlives
+        # the leader only if it started children, and those must stop too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+
+class _Printer:
+    """Serialises lines from the reader threads onto one stream."""
+
+    def __init__(self, out: IO[str], label: str) -> None:
+        self._out = out
+        self._label = label
+        self._lock = threading.Lock()
+
+    def line(self, rank: int, text: str) -> None:
+        tagged = text if text.startswith("[rank ") else f"[rank {rank}] {text}"
+        with self._lock:
+            self._out.write(f"{self._label}: {tagged}\n")
+            self._out.flush()
+
+
+def rank_env(
+    config: WorkloadConfig,
+    rank: int,
+    result_file: Path,
+    master_port: int,
+    base_env: Mapping[str, str],
+    extra_env: Mapping[str, str],
+) -> dict[str, str]:
+    """One rank's environment: the pod's variables, plus what a pod would get from Kubernetes."""
+    env = dict(base_env)
+    env.update(config.to_env())
+    env.update(extra_env)
+    env["CKPTBENCH_RANK"] = str(rank)
+    env["CKPTBENCH_TERMINATION_LOG"] = str(result_file)
+    env["CKPTBENCH_MASTER_ADDR"] = "127.0.0.1"
+    env["CKPTBENCH_MASTER_PORT"] = str(master_port)
+    # N ranks share this machine's cores: without this each would start one intra-op thread per
+    # core and they would fight over them (torchrun makes the same choice).
+    cpus = os.cpu_count() or 1
+    env.setdefault("OMP_NUM_THREADS", str(max(1, cpus // config.world_size)))
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def run_ranks(
+    config: WorkloadConfig,
+    *,
+    stop: threading.Event,
+    out: IO[str],
+    label: str,
+    timeout: float,
+    extra_env: Mapping[str, str] | None = None,
+    base_env: Mapping[str, str] | None = None,
+    command: Sequence[str] = WORKER_COMMAND,
+    failure_grace: float = FAILURE_GRACE_SECONDS,
+    kill_grace: float = KILL_GRACE_SECONDS,
+    on_started: Callable[[list[int]], None] | None = None,
+) -> RanksOutcome:
+    """Run ``config.world_size`` ranks to the end; ``stop`` (set by a signal handler) ends them."""
+    if timeout <= 0:
+        raise ValueError(f"timeout: must be positive, got {timeout}")
+    env_base = os.environ if base_env is None else base_env
+    printer = _Printer(out, label)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ckptbench-ranks-") as tmp:
+        port = free_port()
+        ranks: list[_Rank] = []
+        try:
+            for rank in range(config.world_size):
+                result_file = Path(tmp) / f"rank-{rank}.json"
+                env = rank_env(config, rank, result_file, port, env_base, extra_env or {})
+                proc = subprocess.Popen(
+                    list(command),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                ranks.append(_Rank(rank, proc, result_file))
+            if on_started is not None:
+                on_started([r.proc.pid for r in ranks])
+            for r in ranks:
+                r.reader = threading.Thread(
+                    target=_read_lines, args=(r, printer), name=f"rank-{r.rank}-output", daemon=True
+                )
+                r.reader.start()
+            outcome = _supervise(ranks, stop, timeout, failure_grace, kill_grace, started)
+        finally:
+            # Whatever happened above (an exception, a second signal), no rank outlives this call.
+            _stop_all(ranks, kill_grace)
+        for r in ranks:
+            if r.reader is not None:
+                r.reader.join(timeout=2.0)
+            # Rank 0's output was shown live; ranks the runner stopped after another's failure
+            # only say they were interrupted, unless nobody failed and the run hung.
+            if r.rank != 0 and r.proc.returncode != 0 and (not r.stopped or outcome.timed_out):
+                _print_tail(r, printer)
+        outcome.results, outcome.unreadable = _read_results(ranks)
+        outcome.exits = [
+            RankExit(
+                rank=r.rank,
+                pid=r.proc.pid,
+                returncode=r.proc.returncode if r.proc.returncode is not None else -9,
+                stopped_by_runner=r.stopped,
+                peak_rss_bytes=r.peak_rss_bytes,
+            )
+            for r in ranks
+        ]
+        outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def _supervise(
+    ranks: list[_Rank],
+    stop: threading.Event,
+    timeout: float,
+    failure_grace: float,
+    kill_grace: float,
+    started: float,
+) -> RanksOutcome:
+    outcome = RanksOutcome(results=[], exits=[], timeout_seconds=timeout)
+    deadline = started + timeout
+    terminate_at: float | None = None  # when the survivors get SIGTERM
+    kill_at: float | None = None  # when they get SIGKILL
+    while True:
+        codes = [r.poll() for r in ranks]
+        if all(c is not None for c in codes):
+            return outcome
+        now = time.monotonic()
+        if outcome.first_failure is None:
+            for r, code in zip(ranks, codes, strict=True):
+                if code is not None and code != 0:
+                    outcome.first_failure = r.rank
+                    terminate_at = now + failure_grace
+                    break
+        if stop.is_set() and not outcome.interrupted:
+            outcome.interrupted = True
+            terminate_at = now
+        if now >= deadline and not outcome.timed_out and not outcome.interrupted:
+            outcome.timed_out = True
+            terminate_at = now
+        if terminate_at is not None and now >= terminate_at and kill_at is None:
+            for r, code in zip(ranks, codes, strict=True):
+                if code is None:
+                    r.stopped = True
+                    r.signal_group(signal.SIGTERM)
+            kill_at = now + kill_grace
+        if kill_at is not None and now >= kill_at:
+            for r in ranks:
+                if r.poll() is None:
+                    r.signal_group(signal.SIGKILL)
+        time.sleep(_POLL_SECONDS)
+
+
+def _stop_all(ranks: list[_Rank], kill_grace: float) -> None:
+    """Terminate, then kill, every rank still running (and its group); reap them all."""
+    running = [r for r in ranks if r.poll() is None]
+    for r in running:
+        r.stopped = True
+        r.signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + kill_grace
+    while running and time.monotonic() < deadline:
+        running = [r for r in running if r.poll() is None]
+        time.sleep(_POLL_SECONDS)
+    for r in running:
+        r.signal_group(signal.SIGKILL)
+    for r in running:
+        while r.poll() is None:
+            time.sleep(_POLL_SECONDS)
+    # A rank that ended on its own may have left children in its group.
+    for r in ranks:
+        r.signal_group(signal.SIGKILL)
+
+
+def _read_lines(r: _Rank, printer: _Printer) -> None:
+    stream = r.proc.stdout
+    if stream is None:
+        return
+    for raw in iter(stream.readline, b""):
+        text = raw.decode(errors="replace").rstrip()
+        if not text:
+            continue
+        show = r.rank == 0 or bool(_ERROR_LINE.match(text))
+        if show:
+            printer.line(r.rank, text)
+        r.tail.append((text, show))
+    stream.close()
+
+
+def _print_tail(r: _Rank, printer: _Printer) -> None:
+    unseen = [text for text, shown in r.tail if not shown]
+    if not unseen:
+        return
+    printer.line(r.rank, f"--- last output of rank {r.rank} ({len(unseen)} lines) ---")
+    for text in unseen:
+        printer.line(r.rank, text)
+
+
+def _read_results(ranks: list[_Rank]) -> tuple[list[RankResult], dict[int, str]]:
+    results: list[RankResult] = []
+    unreadable: dict[int, str] = {}
+    for r in ranks:
+        try:
+            text = r.result_file.read_text()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            unreadable[r.rank] = f"its result file could not be read: {exc}"
+            continue
+        if not text.strip():
+            continue
+        try:
+            results.append(RankResult.from_termination_message(text))
+        except ValidationError as exc:
+            unreadable[r.rank] = f"its result is not valid JSON of a rank result: {exc}"[:500]
+    return results, unreadable
