@@ -1,0 +1,246 @@
+"""CheckpointBenchmark -> JobSet, as a pure function of data (no kopf, no Kubernetes client).
+
+One replicated job ``rank`` with one replica: an Indexed Job whose completion index is the rank.
+JobSet gives every pod the hostname ``<name>-rank-0-<index>`` under the headless Service
+``<name>``, so rank 0's fully qualified address is known before any pod exists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ckptbench.operator.spec import (
+    API_VERSION,
+    KIND,
+    REPLICATED_JOB,
+    CheckpointBenchmarkSpec,
+    validate_name,
+)
+from ckptbench.workload.config import WorkloadConfig
+
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+JOBSET_KIND = "JobSet"
+CONTAINER_NAME = "worker"
+WORKER_COMMAND = ("ckptbench", "worker")
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_BENCHMARK = "ckptbench.dev/benchmark"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+SPEC_HASH_ANNOTATION = "ckptbench.dev/spec-hash"
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+
+APP_NAME = "ckptbench"
+MANAGED_BY = "ckptbench-operator"
+
+
+class RenderError(ValueError):
+    """The benchmark cannot be rendered; the message names the field and the reason."""
+
+
+@dataclass(frozen=True)
+class RenderDefaults:
+    """What the operator fills in when the spec leaves it out."""
+
+    image: str | None = None
+    image_pull_policy: str = "IfNotPresent"
+
+
+def jobset_name(name: str) -> str:
+    """The JobSet of benchmark ``name`` (also its headless Service and pods' subdomain)."""
+    return name
+
+
+def benchmark_labels(name: str) -> dict[str, str]:
+    """Labels on everything rendered for benchmark ``name``; watches select pods by them."""
+    return {LABEL_NAME: APP_NAME, LABEL_MANAGED_BY: MANAGED_BY, LABEL_BENCHMARK: name}
+
+
+def benchmark_selector(name: str) -> str:
+    """A label selector string matching the pods and JobSet of benchmark ``name``."""
+    return ",".join(f"{key}={value}" for key, value in benchmark_labels(name).items())
+
+
+def master_addr(name: str, namespace: str) -> str:
+    """Rank 0's fully qualified host name: short names do not resolve across namespaces."""
+    jobset = jobset_name(name)
+    return f"{jobset}-{REPLICATED_JOB}-0-0.{jobset}.{namespace}.svc"
+
+
+def run_id(name: str, uid: str) -> str:
+    """The run's folder under checkpointPath: stable per benchmark, fresh when it is recreated."""
+    return f"{name}-{uid}"
+
+
+def spec_hash(spec: CheckpointBenchmarkSpec) -> str:
+    """A digest of the spec as rendered, so a changed spec can be told from the one that ran."""
+    canonical = json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def owner_reference(name: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def render_jobset(
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: CheckpointBenchmarkSpec,
+    defaults: RenderDefaults,
+    *,
+    owner: bool = True,
+) -> dict[str, Any]:
+    """The JobSet that runs benchmark ``name``. ``owner=False`` leaves out the owner reference
+    (for manifests applied without their CheckpointBenchmark)."""
+    problem = validate_name(name)
+    if problem:
+        raise RenderError(problem)
+    if not namespace:
+        raise RenderError("metadata.namespace: must not be empty")
+    if not uid:
+        raise RenderError("metadata.uid: must not be empty")
+    image = spec.image or defaults.image
+    if not image:
+        raise RenderError("spec.image: not set, and the operator has no default image")
+
+    labels = benchmark_labels(name)
+    jobset_labels = dict(labels)
+    if spec.queue_name is not None:
+        jobset_labels[KUEUE_QUEUE_LABEL] = spec.queue_name
+    if spec.workload_priority_class_name is not None:
+        jobset_labels[KUEUE_PRIORITY_LABEL] = spec.workload_priority_class_name
+
+    metadata: dict[str, Any] = {
+        "name": jobset_name(name),
+        "namespace": namespace,
+        "labels": jobset_labels,
+        "annotations": {SPEC_HASH_ANNOTATION: spec_hash(spec)},
+    }
+    if owner:
+        metadata["ownerReferences"] = [owner_reference(name, uid)]
+
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "parallelism": spec.world_size,
+        "completions": spec.world_size,
+        # A rank that fails fails the attempt; JobSet's maxRestarts decides about another one,
+        # restarting all ranks together (a lone restarted rank could not rejoin the collective).
+        "backoffLimit": 0,
+        "template": {
+            "metadata": {"labels": dict(labels)},
+            "spec": _pod_spec(name, namespace, uid, spec, image, defaults),
+        },
+    }
+    if spec.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = spec.active_deadline_seconds
+
+    jobset_spec: dict[str, Any] = {
+        "network": {
+            "enableDNSHostnames": True,
+            "subdomain": jobset_name(name),
+            # Ranks resolve rank 0 before it is ready: that is what they wait for.
+            "publishNotReadyAddresses": True,
+        },
+        "failurePolicy": {"maxRestarts": spec.max_restarts},
+        "successPolicy": {"operator": "All", "targetReplicatedJobs": [REPLICATED_JOB]},
+        "replicatedJobs": [
+            {
+                "name": REPLICATED_JOB,
+                "replicas": 1,
+                "template": {"metadata": {"labels": dict(labels)}, "spec": job_spec},
+            }
+        ],
+    }
+    if spec.queue_name is not None:
+        # Kueue admits the workload by unsuspending it; the operator never touches suspend again.
+        jobset_spec["suspend"] = True
+
+    return {
+        "apiVersion": JOBSET_API_VERSION,
+        "kind": JOBSET_KIND,
+        "metadata": metadata,
+        "spec": jobset_spec,
+    }
+
+
+def workload_config(
+    name: str, namespace: str, uid: str, spec: CheckpointBenchmarkSpec
+) -> WorkloadConfig:
+    """What every rank of the benchmark runs with; each pod sets its own rank."""
+    return spec.to_workload_config(
+        run_id=run_id(name, uid), master_addr=master_addr(name, namespace)
+    )
+
+
+def _pod_spec(
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: CheckpointBenchmarkSpec,
+    image: str,
+    defaults: RenderDefaults,
+) -> dict[str, Any]:
+    config = workload_config(name, namespace, uid, spec)
+    env: list[dict[str, Any]] = [
+        {"name": key, "value": value} for key, value in sorted(config.to_env().items())
+    ]
+    env += [
+        # JOB_COMPLETION_INDEX carries the same number; naming it explicitly keeps the rank
+        # visible in the pod spec and independent of the Job controller's env injection.
+        _field_env("CKPTBENCH_RANK", f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"),
+        _field_env("NODE_NAME", "spec.nodeName"),
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+    ]
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": image,
+        "imagePullPolicy": spec.image_pull_policy or defaults.image_pull_policy,
+        "command": list(WORKER_COMMAND),
+        "env": env,
+        "ports": [{"name": "rendezvous", "containerPort": config.master_port, "protocol": "TCP"}],
+        "terminationMessagePath": config.termination_log or TERMINATION_MESSAGE_PATH,
+        # A rank that crashes before writing its result still leaves the tail of its log.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if spec.resources is not None:
+        container["resources"] = spec.resources
+    if spec.volume_mounts:
+        container["volumeMounts"] = list(spec.volume_mounts)
+
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        # Workers need no Kubernetes API access; GKE Workload Identity does not need the token.
+        "automountServiceAccountToken": False,
+    }
+    if spec.service_account_name is not None:
+        pod["serviceAccountName"] = spec.service_account_name
+    if spec.priority_class_name is not None:
+        pod["priorityClassName"] = spec.priority_class_name
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = list(spec.tolerations)
+    if spec.affinity is not None:
+        pod["affinity"] = spec.affinity
+    if spec.volumes:
+        pod["volumes"] = list(spec.volumes)
+    return pod
+
+
+def _field_env(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
