@@ -1,0 +1,168 @@
+"""The synthetic sharded state: the reference's ``dummy_tensor_{i}``, fast to make and check.
+
+Shapes and ownership are the reference's: ``padding_size`` float32 tensors of shape
+``(layer_size, 1000)``, tensor ``i`` on rank ``i % world_size``. The content is ours: every
+``BLOCK``-element chunk of a tensor is one seeded random block plus an offset hashed from
+``(seed, tensor index, chunk number)``. Writing a chunk is one vectorised add from a block that
+stays in cache, so building runs at memory speed (``randn`` over gigabytes would take seconds),
+and any rank can recompute what it should have loaded. Every value is an integer below 2**23,
+so float32 holds it exactly and comparisons can be bitwise.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from ckptbench.workload import sizes
+from ckptbench.workload.config import WorkloadConfig
+
+BLOCK = 1 << 18  # elements: 1 MiB of float32, small enough to stay in cache while we stream
+_BASE_LIMIT = 1 << 20  # block values are in [1, 2**20)
+_OFFSET_LIMIT = 1 << 22  # chunk offsets are in [0, 2**22): sums stay below 2**23, exact in float32
+_MASK64 = (1 << 64) - 1
+_REPORTED_PER_TENSOR = 1
+
+
+class VerificationError(AssertionError):
+    """Loaded tensors differ from what was saved. Names the rank and every tensor at fault."""
+
+    def __init__(self, rank: int, tensors: Sequence[str], details: Sequence[str]) -> None:
+        self.rank = rank
+        self.tensors = list(tensors)
+        self.details = list(details)
+        shown = ", ".join(self.tensors[:8]) + (" ..." if len(self.tensors) > 8 else "")
+        super().__init__(f"{shown} on rank {rank}: " + "; ".join(self.details[:8]))
+
+
+def tensor_name(index: int) -> str:
+    return f"dummy_tensor_{index}"
+
+
+def owned_names(config: WorkloadConfig) -> list[str]:
+    return [
+        tensor_name(i)
+        for i in sizes.owned_indices(config.rank, config.world_size, config.padding_size)
+    ]
+
+
+def tensor_shape(config: WorkloadConfig) -> tuple[int, int]:
+    return (config.layer_size, sizes.COLUMNS)
+
+
+@functools.lru_cache(maxsize=4)
+def _base_block(seed: int) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    ints = torch.randint(1, _BASE_LIMIT, (BLOCK,), generator=gen, dtype=torch.int32)
+    return ints.to(torch.float32)
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _chunk_offset(seed: int, index: int, chunk: int) -> float:
+    # Distinct offsets per chunk make a misplaced chunk (or a tensor saved under another name)
+    # show up, which a plain tiling of one block would hide.
+    h = _splitmix64(_splitmix64(_splitmix64(seed) ^ index) ^ chunk)
+    return float(h % _OFFSET_LIMIT)
+
+
+def _chunks(numel: int) -> range:
+    return range(0, numel, BLOCK)
+
+
+def fill_expected(out: torch.Tensor, seed: int, index: int) -> torch.Tensor:
+    """Write tensor ``index``'s expected content into the contiguous float32 tensor ``out``."""
+    flat = out.view(-1)
+    base = _base_block(seed)
+    numel = flat.numel()
+    for start in _chunks(numel):
+        stop = min(start + BLOCK, numel)
+        torch.add(
+            base[: stop - start], _chunk_offset(seed, index, start // BLOCK), out=flat[start:stop]
+        )
+    return out
+
+
+def expected_tensor(config: WorkloadConfig, index: int) -> torch.Tensor:
+    return fill_expected(torch.empty(tensor_shape(config), dtype=torch.float32), config.seed, index)
+
+
+def build_state(config: WorkloadConfig) -> dict[str, torch.Tensor]:
+    """This rank's shard: its own tensors, in index order."""
+    return {
+        tensor_name(i): expected_tensor(config, i)
+        for i in sizes.owned_indices(config.rank, config.world_size, config.padding_size)
+    }
+
+
+def empty_template(config: WorkloadConfig) -> dict[str, torch.Tensor]:
+    """Uninitialised tensors of this rank's keys, for DCP to load into in place."""
+    shape = tensor_shape(config)
+    return {name: torch.empty(shape, dtype=torch.float32) for name in owned_names(config)}
+
+
+def verify(state: Mapping[str, torch.Tensor], config: WorkloadConfig) -> None:
+    """Check every one of this rank's tensors bit for bit; raise :class:`VerificationError`."""
+    bad: list[str] = []
+    details: list[str] = []
+    shape = tensor_shape(config)
+    expected_names = set(owned_names(config))
+    for name in sorted(set(state) - expected_names):
+        bad.append(name)
+        details.append(f"{name}: not a key of this rank")
+    scratch = torch.empty(BLOCK, dtype=torch.float32)
+    for i in sizes.owned_indices(config.rank, config.world_size, config.padding_size):
+        name = tensor_name(i)
+        problem = _check_tensor(state.get(name), name, shape, config.seed, i, scratch)
+        if problem is not None:
+            bad.append(name)
+            details.append(problem)
+    if bad:
+        raise VerificationError(config.rank, bad, details)
+
+
+def _check_tensor(
+    tensor: torch.Tensor | None,
+    name: str,
+    shape: tuple[int, int],
+    seed: int,
+    index: int,
+    scratch: torch.Tensor,
+) -> str | None:
+    if tensor is None:
+        return f"{name}: missing"
+    if tensor.dtype != torch.float32 or tuple(tensor.shape) != shape:
+        return f"{name}: expected float32 {shape}, got {tensor.dtype} {tuple(tensor.shape)}"
+    flat = tensor.reshape(-1)
+    base = _base_block(seed)
+    numel = flat.numel()
+    differing = 0
+    first: str | None = None
+    for start in _chunks(numel):
+        stop = min(start + BLOCK, numel)
+        want = scratch[: stop - start]
+        torch.add(base[: stop - start], _chunk_offset(seed, index, start // BLOCK), out=want)
+        got = flat[start:stop]
+        # Bitwise, so NaN payloads and -0.0 count as differences too.
+        if torch.equal(got.view(torch.int32), want.view(torch.int32)):
+            continue
+        wrong = (got.view(torch.int32) != want.view(torch.int32)).nonzero().view(-1)
+        differing += wrong.numel()
+        if first is None:
+            k = int(wrong[0])
+            element = start + k
+            row, col = divmod(element, sizes.COLUMNS)
+            first = (
+                f"first at element {element} (row {row}, column {col}): "
+                f"expected {float(want[k])!r}, got {float(got[k])!r}"
+            )
+    if differing == 0:
+        return None
+    return f"{name}: {differing} of {numel} elements differ, {first}"
