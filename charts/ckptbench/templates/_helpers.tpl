@@ -1,0 +1,106 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "ckptbench.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name: release-chart unless the release name already contains the chart name. */}}
+{{- define "ckptbench.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "ckptbench.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels every object of the release carries, whatever its component. */}}
+{{- define "ckptbench.commonLabels" -}}
+helm.sh/chart: {{ include "ckptbench.chart" . }}
+app.kubernetes.io/name: {{ include "ckptbench.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Selector labels. app.kubernetes.io/component keeps the operator apart from benchmark pods,
+which carry app.kubernetes.io/name: ckptbench too. */}}
+{{- define "ckptbench.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "ckptbench.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Labels of the operator's own objects. */}}
+{{- define "ckptbench.labels" -}}
+{{ include "ckptbench.commonLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "ckptbench.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "ckptbench.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "ckptbench.operatorImage" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "ckptbench.workloadImage" -}}
+{{- printf "%s:%s" .Values.workload.image.repository (default .Chart.AppVersion .Values.workload.image.tag) }}
+{{- end }}
+
+{{/* The namespaces the operator watches, as a JSON list (empty when it watches all of them).
+fromJsonArray turns it back into a list where a template needs one. */}}
+{{- define "ckptbench.watchedNamespaces" -}}
+{{- if .Values.watch.allNamespaces }}
+{{- list | toJson }}
+{{- else if .Values.watch.namespaces }}
+{{- .Values.watch.namespaces | uniq | toJson }}
+{{- else }}
+{{- list .Release.Namespace | toJson }}
+{{- end }}
+{{- end }}
+
+{{/* Namespaces that get per-namespace objects (LocalQueue, workload ServiceAccount): the
+watched ones, or the release namespace when the operator watches the whole cluster. */}}
+{{- define "ckptbench.benchmarkNamespaces" -}}
+{{- if .Values.watch.allNamespaces }}
+{{- list .Release.Namespace | toJson }}
+{{- else }}
+{{- include "ckptbench.watchedNamespaces" . }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's namespaced permissions: exactly what it calls, no wildcards. */}}
+{{- define "ckptbench.rbacRules" -}}
+- apiGroups: ["ckptbench.dev"]
+  resources: ["checkpointbenchmarks"]
+  verbs: ["get", "list", "watch", "patch", "update"]
+- apiGroups: ["ckptbench.dev"]
+  resources: ["checkpointbenchmarks/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["get", "list", "watch", "create"]
+# Read-only: the results come from the pods' termination messages.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
