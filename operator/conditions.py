@@ -1,0 +1,80 @@
+"""metav1-style status conditions, merged the way Kubernetes controllers (JobSet's among them) do.
+
+A condition's ``lastTransitionTime`` records when its ``status`` last changed, so it is kept while
+the status stays the same even if the reason or message move on. Pure: no clock is read here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+Condition = dict[str, Any]
+
+
+def timestamp(moment: datetime) -> str:
+    """RFC 3339 in UTC with second precision, as the API server writes metav1.Time."""
+    if moment.tzinfo is None:
+        raise ValueError("timestamp: a timezone-aware datetime is required")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition_status(value: bool | None) -> ConditionStatus:
+    if value is None:
+        return "Unknown"
+    return "True" if value else "False"
+
+
+def make_condition(
+    type_: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    now: datetime,
+    observed_generation: int | None = None,
+) -> Condition:
+    if not reason or not reason[0].isalpha() or not reason.replace("_", "").isalnum():
+        # metav1.Condition requires CamelCase reasons; a bad one would be rejected by the API.
+        raise ValueError(f"condition reason: must be CamelCase letters and digits, got {reason!r}")
+    condition: Condition = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": timestamp(now),
+    }
+    if observed_generation is not None:
+        condition["observedGeneration"] = observed_generation
+    return condition
+
+
+def find_condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
+    for condition in conditions:
+        if condition.get("type") == type_:
+            return condition
+    return None
+
+
+def is_true(conditions: Iterable[Mapping[str, Any]], type_: str) -> bool:
+    found = find_condition(conditions, type_)
+    return found is not None and found.get("status") == "True"
+
+
+def merge_conditions(
+    previous: Sequence[Mapping[str, Any]] | None, desired: Sequence[Condition]
+) -> list[Condition]:
+    """The desired conditions, each keeping its previous ``lastTransitionTime`` when its status
+    did not change. Conditions absent from ``desired`` are dropped; the order is ``desired``'s."""
+    merged: list[Condition] = []
+    for condition in desired:
+        before = find_condition(previous or (), condition["type"])
+        if (
+            before is not None
+            and before.get("status") == condition["status"]
+            and isinstance(before.get("lastTransitionTime"), str)
+        ):
+            condition = {**condition, "lastTransitionTime": before["lastTransitionTime"]}
+        merged.append(condition)
+    return merged

@@ -1,0 +1,405 @@
+"""Status aggregation: phase, conditions, aggregates and failure reasons from JobSet and pods."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from ckptbench.operator import status as st
+from ckptbench.operator.spec import CheckpointBenchmarkSpec
+from ckptbench.workload import sizes
+from ckptbench.workload.results import OpTiming, RankResult
+
+NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
+LATER = NOW + timedelta(minutes=3)
+LAYER, PADDING = 10, 8
+TOTAL = sizes.total_bytes(LAYER, PADDING)
+
+
+def spec(world_size: int = 4, **extra: Any) -> CheckpointBenchmarkSpec:
+    padding = max(PADDING, world_size)
+    return CheckpointBenchmarkSpec(
+        world_size=world_size,
+        layer_size=LAYER,
+        padding_size=padding,
+        checkpoint_path="gs://bucket/bench",
+        **extra,
+    )
+
+
+def jobset(suspend: bool = False, conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "bench", "namespace": "ns"},
+        "spec": {"suspend": suspend},
+        "status": {"conditions": conditions or []},
+    }
+
+
+def result(
+    rank: int,
+    save: float = 1.0,
+    load: float = 0.5,
+    error: str | None = None,
+    verified: bool | None = True,
+    shard: int = TOTAL // 4,
+) -> RankResult:
+    return RankResult(
+        rank=rank,
+        host=f"node-{rank}",
+        bytes=shard,
+        save=OpTiming.of([save, save * 1.5], [save * 0.9, save * 1.4]),
+        load=OpTiming.of([load, load], [load * 0.8, load * 0.8]),
+        verified=verified,
+        error=error,
+    )
+
+
+def pod(
+    rank: int,
+    phase: str = "Succeeded",
+    message: str | None = None,
+    exit_code: int | None = None,
+    reason: str | None = None,
+    attempt: int = 0,
+    waiting: str | None = None,
+) -> dict[str, Any]:
+    state: dict[str, Any] = {}
+    if phase in ("Succeeded", "Failed"):
+        terminated: dict[str, Any] = {
+            "exitCode": exit_code if exit_code is not None else (0 if phase == "Succeeded" else 1),
+            "reason": reason or ("Completed" if phase == "Succeeded" else "Error"),
+            "finishedAt": f"2025-03-01T11:5{rank % 10}:00Z",
+        }
+        if message is not None:
+            terminated["message"] = message
+        state["terminated"] = terminated
+    elif phase == "Running":
+        state["running"] = {"startedAt": "2025-03-01T11:40:00Z"}
+    elif waiting:
+        state["waiting"] = {"reason": waiting, "message": "back-off pulling image"}
+    return {
+        "metadata": {
+            "name": f"bench-rank-0-{rank}-x{attempt}",
+            "labels": {st.RESTART_ATTEMPT: str(attempt), "ckptbench.dev/benchmark": "bench"},
+            "annotations": {st.COMPLETION_INDEX: str(rank)},
+        },
+        "status": {
+            "phase": phase,
+            "startTime": f"2025-03-01T11:4{rank % 10}:00Z",
+            "containerStatuses": [{"name": "worker", "state": state}],
+        },
+    }
+
+
+def done(rank: int, **kw: Any) -> dict[str, Any]:
+    return pod(rank, "Succeeded", result(rank, **kw).to_termination_message())
+
+
+ALL_DONE = [done(r, save=1.0 + r) for r in range(4)]
+
+
+@pytest.mark.parametrize(
+    ("name", "the_spec", "the_jobset", "pods", "phase", "reason", "in_message"),
+    [
+        ("no-jobset", spec(), None, [], "Pending", "JobSetNotCreated", "not been created"),
+        ("no-pods", spec(), jobset(), [], "Pending", "PodsPending", "waiting"),
+        (
+            "image-pull",
+            spec(),
+            jobset(),
+            [pod(0, "Pending", waiting="ImagePullBackOff")],
+            "Pending",
+            "PodsPending",
+            "ImagePullBackOff",
+        ),
+        (
+            "kueue-suspended",
+            spec(queue_name="lq"),
+            jobset(suspend=True),
+            [],
+            "Queued",
+            "WaitingForAdmission",
+            "Kueue has not admitted it to LocalQueue lq",
+        ),
+        ("running", spec(), jobset(), [pod(0, "Running")], "Running", "RanksRunning", "1 rank"),
+        (
+            "partial-report",
+            spec(),
+            jobset(),
+            [*ALL_DONE[:2], pod(2, "Running"), pod(3, "Running")],
+            "Running",
+            "RanksRunning",
+            "2/4 ranks reported",
+        ),
+        ("all-succeeded", spec(), jobset(), ALL_DONE, "Succeeded", "AllRanksSucceeded", "4/4"),
+        (
+            "jobset-completed-missing-messages",
+            spec(),
+            jobset(conditions=[{"type": "Completed", "status": "True"}]),
+            ALL_DONE[:3],
+            "Succeeded",
+            "JobSetCompleted",
+            "3/4",
+        ),
+        (
+            "rendezvous-timeout",
+            spec(),
+            jobset(),
+            [
+                *ALL_DONE[:2],
+                pod(
+                    2,
+                    "Failed",
+                    RankResult(
+                        rank=2,
+                        error="RendezvousTimeout: bench-rank-0-0.bench.ns.svc did not answer",
+                    ).to_termination_message(),
+                    exit_code=3,
+                ),
+            ],
+            "Failed",
+            "RendezvousTimeout",
+            "rank 2 pod bench-rank-0-2-x0 failed with exit code 3: RendezvousTimeout",
+        ),
+        (
+            "verification-failed",
+            spec(),
+            jobset(),
+            [pod(1, "Failed", result(1, verified=False).to_termination_message(), exit_code=4)],
+            "Failed",
+            "VerificationFailed",
+            "rank 1",
+        ),
+        (
+            "oom-no-message",
+            spec(),
+            jobset(),
+            [pod(0, "Failed", None, exit_code=137, reason="OOMKilled")],
+            "Failed",
+            "OutOfMemory",
+            "resources.limits.memory",
+        ),
+        (
+            "garbage-message",
+            spec(),
+            jobset(),
+            [pod(3, "Failed", "panic: not json", exit_code=2)],
+            "Failed",
+            "PodFailed",
+            "rank 3 pod bench-rank-0-3-x0 failed with exit code 2",
+        ),
+        (
+            "failure-with-restarts-left",
+            spec(max_restarts=2),
+            jobset(),
+            [pod(0, "Failed", None, exit_code=1), pod(1, "Running")],
+            "Running",
+            "RanksRunning",
+            "1 rank",
+        ),
+        (
+            "jobset-failed",
+            spec(max_restarts=2),
+            jobset(
+                conditions=[
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "ReachedMaxRestarts",
+                        "message": "jobset failed",
+                    }
+                ]
+            ),
+            [],
+            "Failed",
+            "JobSetFailed",
+            "ReachedMaxRestarts",
+        ),
+        (
+            "rank-error-all-reported",
+            spec(),
+            jobset(),
+            [*ALL_DONE[:3], done(3, error="OSError: disk full")],
+            "Failed",
+            "RankError",
+            "rank 3 reported: OSError: disk full",
+        ),
+        (
+            "old-attempt-ignored",
+            spec(),
+            jobset(),
+            [
+                pod(0, "Failed", None, attempt=0),
+                *(
+                    pod(r, "Succeeded", result(r).to_termination_message(), attempt=1)
+                    for r in range(4)
+                ),
+            ],
+            "Succeeded",
+            "AllRanksSucceeded",
+            "4/4",
+        ),
+    ],
+)
+def test_phase_and_reason(
+    name: str,
+    the_spec: CheckpointBenchmarkSpec,
+    the_jobset: dict[str, Any] | None,
+    pods: list[dict[str, Any]],
+    phase: str,
+    reason: str,
+    in_message: str,
+) -> None:
+    status = st.compute_status(the_spec, the_jobset, pods, None, NOW)
+    assert (status["phase"], status["reason"]) == (phase, reason), status["message"]
+    assert in_message in status["message"]
+    assert ("failureReason" in status) is (phase == "Failed")
+    types = {c["type"]: c["status"] for c in status["conditions"]}
+    assert types["Complete"] == ("True" if phase == "Succeeded" else "False")
+    assert types["Failed"] == ("True" if phase == "Failed" else "False")
+    assert types["JobSetCreated"] == ("False" if the_jobset is None else "True")
+    assert (
+        types["Admitted"]
+        == {None: "Unknown", True: "False", False: "True"}[
+            None if the_jobset is None else the_jobset["spec"]["suspend"]
+        ]
+    )
+    json.dumps(status)  # it must be JSON as it is patched
+
+
+def test_succeeded_aggregates_match_summarize() -> None:
+    status = st.compute_status(spec(), jobset(), ALL_DONE, None, NOW, generation=3)
+    assert status["ranksReported"] == status["ranksExpected"] == 4
+    assert status["ranksSummary"] == "4/4"
+    assert status["checkpointBytes"] == TOTAL
+    assert status["checkpointSize"] == sizes.format_bytes(TOTAL)
+    assert status["observedGeneration"] == 3
+    assert status["verified"] is True
+    save = status["save"]
+    # Collective per-sample duration is the max over ranks: rank 3 saves in 4.0 and 6.0 s.
+    assert save["meanSeconds"] == pytest.approx(5.0)
+    assert save["maxSeconds"] == pytest.approx(6.0)
+    assert save["p50Seconds"] == pytest.approx(5.0)
+    assert save["throughputBytesPerSecond"] == pytest.approx(TOTAL / 5.0, rel=1e-6)
+    assert save["throughput"].endswith("/s")
+    assert save["slowestRank"] == 3
+    assert save["slowestRankPod"] == "bench-rank-0-3-x0"
+    assert status["load"]["meanSeconds"] == pytest.approx(0.5)
+    assert status["slowestRank"] == 3
+    assert status["startTime"] == "2025-03-01T11:40:00Z"
+    assert status["completionTime"] == "2025-03-01T11:53:00Z"
+    assert "missingRanks" not in status
+
+
+def test_missing_ranks_are_named() -> None:
+    status = st.compute_status(spec(), jobset(), [ALL_DONE[0], ALL_DONE[2]], None, NOW)
+    assert status["missingRanks"] == [1, 3]
+    assert status["missingRankCount"] == 2
+
+
+def test_unparseable_message_is_reported_not_raised() -> None:
+    pods = [*ALL_DONE[:3], pod(3, "Succeeded", '{"rank": "three"}')]
+    status = st.compute_status(spec(), jobset(), pods, None, NOW)
+    assert status["unreadableResultCount"] == 1
+    (entry,) = status["unreadableResults"]
+    assert entry["pod"] == "bench-rank-0-3-x0"
+    assert entry["rank"] == 3
+    assert "rank" in entry["problem"]
+    assert status["missingRanks"] == [3]
+
+
+def test_result_claiming_another_rank_is_unreadable() -> None:
+    impostor = pod(1, "Succeeded", result(2).to_termination_message())
+    status = st.compute_status(spec(), jobset(), [impostor], None, NOW)
+    assert "reported rank 2 but runs as rank 1" in status["unreadableResults"][0]["problem"]
+    assert status["ranksReported"] == 0
+
+
+def test_failed_pod_details() -> None:
+    message = RankResult(rank=2, error="RendezvousTimeout: no answer").to_termination_message()
+    status = st.compute_status(spec(), jobset(), [pod(2, "Failed", message, 3)], None, NOW)
+    assert status["failedPods"] == [
+        {
+            "pod": "bench-rank-0-2-x0",
+            "rank": 2,
+            "exitCode": 3,
+            "reason": "Error",
+            "error": "RendezvousTimeout: no answer",
+        }
+    ]
+    assert "rendezvousTimeoutSeconds" in status["failureReason"]
+
+
+def test_invalid_spec_status_names_the_field() -> None:
+    status = st.invalid_spec_status("spec.worldSize: must be >= 1", None, NOW, generation=2)
+    assert status["phase"] == "Failed"
+    assert status["failureReason"] == "spec.worldSize: must be >= 1"
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"], failed["observedGeneration"]) == (
+        "True",
+        "InvalidSpec",
+        2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("ran", "current", "expected"),
+    [
+        ({"worldSize": 4}, {"worldSize": 4}, None),
+        ({"worldSize": 4}, {"worldSize": 8}, "worldSize"),
+        ({"a": 1, "b": 2}, {"b": 3, "c": 4}, "a, b, c"),
+    ],
+)
+def test_describe_spec_change(
+    ran: dict[str, Any], current: dict[str, Any], expected: str | None
+) -> None:
+    described = st.describe_spec_change(ran, current)
+    if expected is None:
+        assert described is None
+    else:
+        assert described is not None
+        assert f"changed after the run started: {expected};" in described
+
+
+def test_spec_change_condition_appears_and_clears() -> None:
+    first = st.compute_status(spec(), jobset(), [], None, NOW, spec_change="worldSize changed")
+    rejected = next(c for c in first["conditions"] if c["type"] == "SpecChangeRejected")
+    assert (rejected["status"], rejected["reason"]) == ("True", "SpecImmutable")
+    second = st.compute_status(spec(), jobset(), [], first, LATER)
+    cleared = next(c for c in second["conditions"] if c["type"] == "SpecChangeRejected")
+    assert cleared["status"] == "False"
+    assert cleared["lastTransitionTime"] == "2025-03-01T12:03:00Z"
+    third = st.compute_status(spec(), jobset(), [], None, LATER)
+    assert all(c["type"] != "SpecChangeRejected" for c in third["conditions"])
+
+
+def test_deterministic_and_transition_times_kept() -> None:
+    pods = [ALL_DONE[0], pod(1, "Running")]
+    first = st.compute_status(spec(), jobset(), pods, None, NOW)
+    again = st.compute_status(spec(), jobset(), pods, first, LATER)
+    assert again == first  # nothing changed: the handler skips the patch
+    finished = st.compute_status(spec(), jobset(), ALL_DONE, first, LATER)
+    times = {c["type"]: c["lastTransitionTime"] for c in finished["conditions"]}
+    assert times["JobSetCreated"] == "2025-03-01T12:00:00Z"
+    assert times["Complete"] == "2025-03-01T12:03:00Z"
+    # A terminal status is stable: its completion time does not move on later reconciles.
+    assert (
+        st.compute_status(spec(), jobset(), ALL_DONE, finished, LATER + timedelta(hours=1))
+        == finished
+    )
+
+
+@pytest.mark.parametrize("world_size", [1, 4, 64, 1000])
+def test_status_size_is_bounded(world_size: int) -> None:
+    the_spec = spec(world_size)
+    pods = [done(r, shard=1) for r in range(world_size // 2)]
+    pods += [pod(r, "Failed", "not json", exit_code=1) for r in range(world_size // 2, world_size)]
+    status = st.compute_status(the_spec, jobset(), pods, None, NOW)
+    size = len(json.dumps(status))
+    assert size < 16 * 1024, size  # far under 256 KiB: no per-rank lists
+    assert len(status.get("missingRanks", [])) <= st.MISSING_LISTED
+    assert len(status.get("failedPods", [])) <= st.LISTED
+    assert len(status.get("unreadableResults", [])) <= st.LISTED
