@@ -17,8 +17,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import ErrorDetails
 
 from ckptbench.workload import sizes
 from ckptbench.workload.config import MIB, Backend, WorkloadConfig
@@ -483,6 +492,39 @@ class CheckpointBenchmarkSpec(BaseModel):
             master_addr=master_addr,
             rendezvous_timeout_seconds=float(self.rendezvous_timeout_seconds),
         )
+
+
+class SpecError(ValueError):
+    """A CheckpointBenchmark spec is invalid; the message names each bad field (spec.<field>)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def parse_spec(raw: object) -> CheckpointBenchmarkSpec:
+    """Validate ``raw`` (the object's ``spec``) or raise :class:`SpecError`; never anything else."""
+    try:
+        return CheckpointBenchmarkSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise SpecError([_describe(error) for error in exc.errors()]) from None
+
+
+def _describe(error: ErrorDetails) -> str:
+    path = "spec"
+    for part in error["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "value_error" and not error["loc"]:
+        # Cross-field rules start with the field they are about.
+        return f"{path}.{message}"
+    if message.startswith("["):
+        return f"{path}{message}"
+    value = error.get("input")
+    got = ""
+    if isinstance(value, str | int | float | bool) or value is None:
+        got = f" (got {value!r:.80})"
+    return f"{path}: {message}{got}"
 
 
 def _check_dns_label(name: object, where: str) -> None:
