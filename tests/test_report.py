@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from ckptbench.workload import report
 from ckptbench.workload.results import OpTiming, RankResult, RunSummary, summarize
 

@@ -416,8 +416,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         p = plan(args)
     except UsageError as exc:
-        parser.print_usage(sys.stderr)
-        print(f"ckptbench run: error: {exc}", file=sys.stderr)
+        print(f"ckptbench run: error: {exc}\n(see: ckptbench run --help)", file=sys.stderr)
         return EXIT_USAGE
     stop = threading.Event()
     with stop_on_signals(stop):
