@@ -1,0 +1,166 @@
+"""The operator's Prometheus metrics, on a registry of its own (not the process-global one).
+
+Per benchmark: labels namespace, name, backend; no rank label (cardinality grows with world size).
+A deleted benchmark's series are removed with :func:`remove_benchmark`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from ckptbench.operator.status import PHASES
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+_LABELS = ("namespace", "name", "backend")
+OPERATIONS = ("save", "load")
+STATISTICS = {"mean": "meanSeconds", "p50": "p50Seconds", "p90": "p90Seconds", "max": "maxSeconds"}
+THROUGHPUTS = {
+    "aggregate": "throughputBytesPerSecond",
+    "min_rank": "minRankThroughputBytesPerSecond",
+}
+
+CHECKPOINT_BYTES = Gauge(
+    "ckptbench_benchmark_checkpoint_bytes",
+    "Bytes in one checkpoint of the benchmark (all ranks).",
+    _LABELS,
+    registry=REGISTRY,
+)
+RANKS = Gauge(
+    "ckptbench_benchmark_ranks",
+    "Ranks of the benchmark: expected (world size) and reported (results read).",
+    (*_LABELS, "state"),
+    registry=REGISTRY,
+)
+PHASE = Gauge(
+    "ckptbench_benchmark_phase",
+    "1 for the benchmark's current phase, 0 for the others.",
+    (*_LABELS, "phase"),
+    registry=REGISTRY,
+)
+DURATION = Gauge(
+    "ckptbench_benchmark_duration_seconds",
+    "Collective duration of a checkpoint operation (max over ranks per sample), by statistic.",
+    (*_LABELS, "operation", "statistic"),
+    registry=REGISTRY,
+)
+THROUGHPUT = Gauge(
+    "ckptbench_benchmark_throughput_bytes_per_second",
+    "Checkpoint throughput: aggregate (total bytes / mean duration) or the slowest rank's own.",
+    (*_LABELS, "operation", "kind"),
+    registry=REGISTRY,
+)
+RECONCILES = Counter(
+    "ckptbench_operator_reconciles_total",
+    "Reconciles run by the operator, by handler.",
+    ("handler",),
+    registry=REGISTRY,
+)
+RECONCILE_ERRORS = Counter(
+    "ckptbench_operator_reconcile_errors_total",
+    "Reconciles that raised, by handler.",
+    ("handler",),
+    registry=REGISTRY,
+)
+RECONCILE_DURATION = Histogram(
+    "ckptbench_operator_reconcile_duration_seconds",
+    "Wall time of one reconcile, by handler.",
+    ("handler",),
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+    registry=REGISTRY,
+)
+
+_BENCHMARK_GAUGES: tuple[Gauge, ...] = (CHECKPOINT_BYTES, RANKS, PHASE, DURATION, THROUGHPUT)
+# Which label values each benchmark has series under, so removal takes away exactly those.
+_series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
+_lock = threading.Lock()
+
+
+def metric_names() -> list[str]:
+    """Every series name PromQL can query: gauges as named, counters with ``_total``, histograms
+    with ``_bucket``, ``_sum`` and ``_count`` (and their base names, as the contract lists them)."""
+    names: set[str] = set()
+    for metric in REGISTRY.collect():
+        if metric.type == "counter":
+            names.add(metric.name + "_total")
+        elif metric.type == "histogram":
+            names.add(metric.name)
+            names.update(metric.name + suffix for suffix in ("_bucket", "_sum", "_count"))
+        else:
+            names.add(metric.name)
+    return sorted(names)
+
+
+def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[str, Any]) -> None:
+    """Set the benchmark's series from its status; series it no longer has are removed."""
+    base = (namespace, name, backend)
+    values: list[tuple[Gauge, tuple[str, ...], float]] = []
+    if isinstance(status.get("checkpointBytes"), int):
+        values.append((CHECKPOINT_BYTES, base, float(status["checkpointBytes"])))
+    for state, key in (("expected", "ranksExpected"), ("reported", "ranksReported")):
+        if isinstance(status.get(key), int):
+            values.append((RANKS, (*base, state), float(status[key])))
+    current = status.get("phase")
+    if current in PHASES:
+        values += [(PHASE, (*base, p), 1.0 if p == current else 0.0) for p in PHASES]
+    for operation in OPERATIONS:
+        op = status.get(operation)
+        if not isinstance(op, Mapping):
+            continue
+        for statistic, key in STATISTICS.items():
+            if isinstance(op.get(key), int | float):
+                values.append((DURATION, (*base, operation, statistic), float(op[key])))
+        for kind, key in THROUGHPUTS.items():
+            if isinstance(op.get(key), int | float):
+                values.append((THROUGHPUT, (*base, operation, kind), float(op[key])))
+    with _lock:
+        # A backend change (a re-created benchmark) must not leave the old series behind.
+        stale = _series.get((namespace, name), set()) - {(g, labels) for g, labels, _ in values}
+        for gauge, labels in stale:
+            _remove(gauge, labels)
+        for gauge, labels, value in values:
+            gauge.labels(*labels).set(value)
+        _series[(namespace, name)] = {(g, labels) for g, labels, _ in values}
+
+
+def remove_benchmark(namespace: str, name: str) -> None:
+    """Remove every series of the benchmark (it was deleted)."""
+    with _lock:
+        for gauge, labels in _series.pop((namespace, name), set()):
+            _remove(gauge, labels)
+
+
+def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:
+    with suppress(KeyError):  # already gone
+        gauge.remove(*labels)
+
+
+@contextmanager
+def observe_reconcile(handler: str) -> Iterator[None]:
+    """Count and time one reconcile; an exception is counted as an error and re-raised."""
+    RECONCILES.labels(handler).inc()
+    with RECONCILE_DURATION.labels(handler).time():
+        try:
+            yield
+        except Exception:
+            RECONCILE_ERRORS.labels(handler).inc()
+            raise
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> Any:
+    """Serve /metrics of :data:`REGISTRY` in a background thread; returns (server, thread)."""
+    return start_http_server(port, addr, registry=REGISTRY)
+
+
+__all__ = [
+    "REGISTRY",
+    "metric_names",
+    "observe_reconcile",
+    "remove_benchmark",
+    "serve",
+    "update_benchmark",
+]

@@ -1,0 +1,159 @@
+"""Operator metrics: contract names and labels, series follow the status, deletion removes them."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from ckptbench.operator import metrics
+
+CONTRACT_NAMES = {
+    "ckptbench_benchmark_checkpoint_bytes",
+    "ckptbench_benchmark_ranks",
+    "ckptbench_benchmark_phase",
+    "ckptbench_benchmark_duration_seconds",
+    "ckptbench_benchmark_throughput_bytes_per_second",
+    "ckptbench_operator_reconciles_total",
+    "ckptbench_operator_reconcile_errors_total",
+    "ckptbench_operator_reconcile_duration_seconds",
+}
+
+OP = {
+    "meanSeconds": 2.0,
+    "p50Seconds": 1.5,
+    "p90Seconds": 3.0,
+    "maxSeconds": 4.0,
+    "throughputBytesPerSecond": 100.0,
+    "minRankThroughputBytesPerSecond": 20.0,
+}
+SUCCEEDED = {
+    "phase": "Succeeded",
+    "checkpointBytes": 200,
+    "ranksExpected": 4,
+    "ranksReported": 4,
+    "save": OP,
+    "load": {**OP, "meanSeconds": 1.0},
+}
+
+
+@pytest.fixture(autouse=True)
+def clean() -> Iterator[None]:
+    yield
+    for key in list(metrics._series):
+        metrics.remove_benchmark(*key)
+
+
+def value(metric: str, /, **labels: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value(metric, labels)
+
+
+def base(name: str = "b1", backend: str = "gcs") -> dict[str, str]:
+    return {"namespace": "ns", "name": name, "backend": backend}
+
+
+def test_metric_names_cover_the_contract() -> None:
+    assert set(metrics.metric_names()) >= CONTRACT_NAMES
+    assert "ckptbench_operator_reconcile_duration_seconds_bucket" in metrics.metric_names()
+
+
+@pytest.mark.parametrize(
+    ("name", "labels", "expected"),
+    [
+        ("ckptbench_benchmark_checkpoint_bytes", {}, 200.0),
+        ("ckptbench_benchmark_ranks", {"state": "expected"}, 4.0),
+        ("ckptbench_benchmark_ranks", {"state": "reported"}, 4.0),
+        ("ckptbench_benchmark_phase", {"phase": "Succeeded"}, 1.0),
+        ("ckptbench_benchmark_phase", {"phase": "Running"}, 0.0),
+        ("ckptbench_benchmark_duration_seconds", {"operation": "save", "statistic": "mean"}, 2.0),
+        ("ckptbench_benchmark_duration_seconds", {"operation": "save", "statistic": "p50"}, 1.5),
+        ("ckptbench_benchmark_duration_seconds", {"operation": "save", "statistic": "p90"}, 3.0),
+        ("ckptbench_benchmark_duration_seconds", {"operation": "load", "statistic": "mean"}, 1.0),
+        ("ckptbench_benchmark_duration_seconds", {"operation": "load", "statistic": "max"}, 4.0),
+        (
+            "ckptbench_benchmark_throughput_bytes_per_second",
+            {"operation": "save", "kind": "aggregate"},
+            100.0,
+        ),
+        (
+            "ckptbench_benchmark_throughput_bytes_per_second",
+            {"operation": "load", "kind": "min_rank"},
+            20.0,
+        ),
+    ],
+)
+def test_update_sets_series(name: str, labels: dict[str, str], expected: float) -> None:
+    metrics.update_benchmark("ns", "b1", "gcs", SUCCEEDED)
+    assert value(name, **base(), **labels) == expected
+
+
+def test_remove_takes_every_series_away_and_keeps_others() -> None:
+    metrics.update_benchmark("ns", "b1", "gcs", SUCCEEDED)
+    metrics.update_benchmark("ns", "b2", "gcsfs", SUCCEEDED)
+    metrics.remove_benchmark("ns", "b1")
+    text = generate_latest(metrics.REGISTRY).decode()
+    assert 'name="b1"' not in text
+    assert 'name="b2"' in text
+    metrics.remove_benchmark("ns", "b1")  # twice is harmless
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "gone"),
+    [
+        (
+            SUCCEEDED,
+            {"phase": "Running", "ranksExpected": 4},
+            "ckptbench_benchmark_checkpoint_bytes",
+        ),
+        (SUCCEEDED, {**SUCCEEDED, "load": None}, "ckptbench_benchmark_duration_seconds"),
+    ],
+)
+def test_series_the_status_no_longer_has_are_removed(
+    before: dict[str, Any], after: dict[str, Any], gone: str
+) -> None:
+    metrics.update_benchmark("ns", "b1", "gcs", before)
+    metrics.update_benchmark("ns", "b1", "gcs", after)
+    labels = {"operation": "load", "statistic": "mean"} if "duration" in gone else {}
+    assert value(gone, **base(), **labels) is None
+
+
+def test_backend_change_leaves_no_stale_series() -> None:
+    metrics.update_benchmark("ns", "b1", "gcs", SUCCEEDED)
+    metrics.update_benchmark("ns", "b1", "file", SUCCEEDED)
+    assert value("ckptbench_benchmark_checkpoint_bytes", **base()) is None
+    assert value("ckptbench_benchmark_checkpoint_bytes", **base(backend="file")) == 200.0
+
+
+def test_observe_reconcile_counts_errors() -> None:
+    def count(name: str) -> float:
+        return value(name, handler="unit") or 0.0
+
+    runs, errors = (
+        count("ckptbench_operator_reconciles_total"),
+        count("ckptbench_operator_reconcile_errors_total"),
+    )
+    with metrics.observe_reconcile("unit"):
+        pass
+    with pytest.raises(RuntimeError), metrics.observe_reconcile("unit"):
+        raise RuntimeError("boom")
+    assert count("ckptbench_operator_reconciles_total") == runs + 2
+    assert count("ckptbench_operator_reconcile_errors_total") == errors + 1
+    assert count("ckptbench_operator_reconcile_duration_seconds_count") >= 2
+
+
+def test_serve_exposes_the_dedicated_registry() -> None:
+    metrics.update_benchmark("ns", "served", "gcs", SUCCEEDED)
+    server, thread = metrics.serve(0, "127.0.0.1")
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        assert 'ckptbench_benchmark_checkpoint_bytes{backend="gcs",name="served"' in text
+        assert "python_gc_objects_collected_total" not in text  # not the global registry
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
