@@ -1,0 +1,189 @@
+"""``ckptbench render``: the JobSet the operator would create, for dry runs and GitOps.
+
+Input: one or more CheckpointBenchmark YAML documents (files, or ``-`` for standard input).
+Output: the JobSets as a multi-document YAML stream. Nothing is printed unless every document
+is valid; each problem names its file, document and field, and the exit status is 2.
+
+An owner reference needs the benchmark's uid, which only the API server assigns. Unless the
+document carries ``metadata.uid`` or ``--uid`` is given, the placeholder :data:`DRY_RUN_UID`
+(all zeros, deterministic, so output is reproducible) stands in and the output says so; the
+operator always uses the real uid. ``--no-owner-reference`` leaves the reference out instead, for
+a JobSet applied on its own. The uid is also part of the run's folder under checkpointPath.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ckptbench.operator import manifests
+from ckptbench.operator.render import RenderDefaults, RenderError, render_jobset
+from ckptbench.operator.spec import (
+    API_VERSION,
+    IMAGE_PULL_POLICIES,
+    KIND,
+    SpecError,
+    parse_spec,
+    validate_name,
+)
+
+DRY_RUN_UID = "00000000-0000-0000-0000-000000000000"
+DEFAULT_NAMESPACE = "default"
+EXIT_INVALID = 2
+
+
+@dataclass(frozen=True)
+class Options:
+    defaults: RenderDefaults
+    uid: str | None
+    owner: bool
+
+
+def render_documents(
+    documents: list[Any], source: str, options: Options
+) -> tuple[list[dict[str, Any]], list[str], bool]:
+    """JobSets for ``documents``, the problems found, and whether the placeholder uid was used."""
+    jobsets: list[dict[str, Any]] = []
+    problems: list[str] = []
+    placeholder = False
+    for number, document in enumerate(documents, start=1):
+        where = f"{source} (document {number})"
+        if not isinstance(document, dict):
+            problems.append(f"{where}: not a mapping but {type(document).__name__}")
+            continue
+        found = _check_document(document)
+        try:
+            spec = parse_spec(document.get("spec"))
+        except SpecError as exc:
+            found += exc.problems
+        if found:
+            problems += [f"{where}: {problem}" for problem in found]
+            continue
+        metadata = document["metadata"]
+        name: str = metadata["name"]
+        namespace: str = metadata.get("namespace") or DEFAULT_NAMESPACE
+        where = f"{source} ({namespace}/{name})"
+        uid = metadata.get("uid") or options.uid
+        if not uid:
+            uid, placeholder = DRY_RUN_UID, placeholder or options.owner
+        try:
+            jobsets.append(
+                render_jobset(name, namespace, uid, spec, options.defaults, owner=options.owner)
+            )
+        except RenderError as exc:
+            problems.append(f"{where}: {exc}")
+    return jobsets, problems, placeholder
+
+
+def _check_document(document: dict[str, Any]) -> list[str]:
+    problems = []
+    if document.get("apiVersion") != API_VERSION:
+        problems.append(f"apiVersion: expected {API_VERSION}, got {document.get('apiVersion')!r}")
+    if document.get("kind") != KIND:
+        problems.append(f"kind: expected {KIND}, got {document.get('kind')!r}")
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict):
+        return [*problems, "metadata: missing or not a mapping"]
+    name = metadata.get("name")
+    reason = validate_name(name) if isinstance(name, str) else "metadata.name: missing"
+    if reason:
+        problems.append(reason)
+    namespace = metadata.get("namespace")
+    if namespace is not None and (not isinstance(namespace, str) or not namespace):
+        problems.append(f"metadata.namespace: must be a non-empty string, got {namespace!r}")
+    uid = metadata.get("uid")
+    if uid is not None and not isinstance(uid, str):
+        problems.append(f"metadata.uid: must be a string, got {uid!r}")
+    return problems
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    return Path(path).read_text()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ckptbench render",
+        description="Print the JobSet the operator creates for each CheckpointBenchmark.",
+        epilog=f"Without metadata.uid or --uid, owner references carry the placeholder uid "
+        f"{DRY_RUN_UID}; the operator fills in the benchmark's real one.",
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="CheckpointBenchmark YAML (one or more documents); '-' reads standard input. "
+        "Repeatable.",
+    )
+    parser.add_argument(
+        "--default-image",
+        default=os.environ.get("CKPTBENCH_DEFAULT_IMAGE") or None,
+        help="Image for benchmarks without spec.image (env CKPTBENCH_DEFAULT_IMAGE).",
+    )
+    parser.add_argument(
+        "--default-image-pull-policy",
+        default=os.environ.get("CKPTBENCH_DEFAULT_IMAGE_PULL_POLICY") or "IfNotPresent",
+        choices=IMAGE_PULL_POLICIES,
+        help="Pull policy for benchmarks without spec.imagePullPolicy (default IfNotPresent).",
+    )
+    owner = parser.add_mutually_exclusive_group()
+    owner.add_argument("--uid", help="The benchmark's uid, for the owner reference and run path.")
+    owner.add_argument(
+        "--no-owner-reference",
+        action="store_true",
+        help="Leave out the owner reference (a JobSet applied without its CheckpointBenchmark).",
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    options = Options(
+        defaults=RenderDefaults(
+            image=args.default_image, image_pull_policy=args.default_image_pull_policy
+        ),
+        uid=args.uid,
+        owner=not args.no_owner_reference,
+    )
+    jobsets: list[dict[str, Any]] = []
+    problems: list[str] = []
+    placeholder = False
+    for path in args.filename:
+        source = "<stdin>" if path == "-" else path
+        try:
+            documents = manifests.load_all(_read(path))
+        except OSError as exc:
+            problems.append(f"{source}: cannot read: {exc.strerror or exc}")
+            continue
+        except yaml.YAMLError as exc:
+            problems.append(f"{source}: not valid YAML: {exc}")
+            continue
+        if not documents:
+            problems.append(f"{source}: no documents")
+            continue
+        rendered, found, used = render_documents(documents, source, options)
+        jobsets += rendered
+        problems += found
+        placeholder = placeholder or used
+    if problems:
+        for problem in problems:
+            print(f"ckptbench render: {problem}", file=sys.stderr)
+        return EXIT_INVALID
+    header = "# Rendered by `ckptbench render`.\n"
+    if placeholder:
+        header += (
+            f"# ownerReferences[].uid {DRY_RUN_UID} is a dry-run placeholder: the operator uses "
+            "the benchmark's real uid (pass --uid, or --no-owner-reference).\n"
+        )
+    sys.stdout.write(header + manifests.dump_all(jobsets))
+    return 0
