@@ -1,0 +1,482 @@
+"""The Helm chart with a real helm binary: lint, render, schema-validate, refuse bad values.
+
+helm comes from scripts/install-helm.sh (.tools/bin/helm) or PATH. Without it these tests skip
+on a developer's machine and fail in CI (CI=true), so a broken install cannot pass silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.k8s_schemas import validate
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "ckptbench"
+DASHBOARD = CHART / "dashboards" / "ckptbench.json"
+CRD_FILE = "checkpointbenchmarks.ckptbench.dev.yaml"
+RELEASE, NAMESPACE = "bench", "ckptbench-system"
+
+# Value sets rendered once per module. Each optional part on, alone and together, both watch modes.
+VALUE_SETS: dict[str, list[str]] = {
+    "default": [],
+    "service-monitor": ["serviceMonitor.enabled=true"],
+    "dashboard": ["dashboard.enabled=true"],
+    "kueue": ["kueue.enabled=true"],
+    "workload-sa": ["workloadServiceAccount.create=true"],
+    "namespaces": ["watch.namespaces={team-a,team-b}", "kueue.enabled=true"],
+    "cluster-wide": ["watch.allNamespaces=true", "kueue.enabled=true"],
+    "everything": [
+        "serviceMonitor.enabled=true",
+        "dashboard.enabled=true",
+        "kueue.enabled=true",
+        "workloadServiceAccount.create=true",
+        "watch.namespaces={team-a,team-b}",
+        "metrics.port=9090",
+        "health.port=9091",
+    ],
+}
+
+# The operator contract (notes/operator-contract.md): what the operator calls, nothing more.
+NAMESPACED_RULES = {
+    ("ckptbench.dev", "checkpointbenchmarks", verb)
+    for verb in ("get", "list", "watch", "patch", "update")
+} | {
+    *{("ckptbench.dev", "checkpointbenchmarks/status", v) for v in ("get", "patch", "update")},
+    *{("jobset.x-k8s.io", "jobsets", v) for v in ("get", "list", "watch", "create")},
+    *{("", "pods", v) for v in ("get", "list", "watch")},
+    *{("", "events", v) for v in ("create", "patch")},
+    *{("events.k8s.io", "events", v) for v in ("create", "patch")},
+}
+CLUSTER_ONLY_RULES = {
+    ("", "namespaces", "list"),
+    ("", "namespaces", "watch"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+}
+
+# The contract's metrics: each must have a panel. The names the dashboard may use come from the
+# operator's registry (ckptbench.operator.metrics.metric_names), this list only stands in for it
+# while that module does not exist.
+CONTRACT_METRICS = {
+    "ckptbench_benchmark_checkpoint_bytes": "gauge",
+    "ckptbench_benchmark_ranks": "gauge",
+    "ckptbench_benchmark_phase": "gauge",
+    "ckptbench_benchmark_duration_seconds": "gauge",
+    "ckptbench_benchmark_throughput_bytes_per_second": "gauge",
+    "ckptbench_operator_reconciles_total": "counter",
+    "ckptbench_operator_reconcile_errors_total": "counter",
+    "ckptbench_operator_reconcile_duration_seconds": "histogram",
+}
+
+
+def find_helm() -> str:
+    local = ROOT / ".tools" / "bin" / "helm"
+    if local.exists():
+        return str(local)
+    on_path = shutil.which("helm")
+    if on_path:
+        return on_path
+    reason = "helm not found in .tools/bin or PATH: run scripts/install-helm.sh"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return find_helm()
+
+
+def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [helm, *args], capture_output=True, text=True, timeout=60, check=False, cwd=ROOT
+    )
+
+
+def template_args(sets: list[str]) -> list[str]:
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    for item in sets:
+        args += ["--set", item]
+    return args
+
+
+@pytest.fixture(scope="module")
+def render(helm: str) -> Iterator[Any]:
+    """render(name) -> the objects `helm template` prints for VALUE_SETS[name], cached."""
+
+    @functools.cache
+    def _render(name: str) -> tuple[dict[str, Any], ...]:
+        result = run_helm(helm, *template_args(VALUE_SETS[name]))
+        assert result.returncode == 0, f"helm template ({name}) failed:\n{result.stderr}"
+        return tuple(doc for doc in yaml.safe_load_all(result.stdout) if doc)
+
+    yield _render
+
+
+def of_kind(objects: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def operator_container(objects: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    (deployment,) = of_kind(objects, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert isinstance(container, dict)
+    return container
+
+
+# ---- lint and schema validation -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["default", "everything", "cluster-wide"])
+def test_helm_lint_strict_passes_without_warnings(helm: str, name: str) -> None:
+    args = ["lint", "--strict", str(CHART), "--namespace", NAMESPACE]
+    for item in VALUE_SETS[name]:
+        args += ["--set", item]
+    result = run_helm(helm, *args)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "0 chart(s) failed" in output
+    assert "[WARNING]" not in output and "[ERROR]" not in output, output
+
+
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_every_rendered_object_validates_against_its_schema(render: Any, name: str) -> None:
+    objects = render(name)
+    assert objects, f"{name}: nothing rendered"
+    for obj in objects:
+        validate(obj)
+
+
+EXPECTED_KINDS = {
+    "default": {"ServiceAccount", "Role", "RoleBinding", "Service", "Deployment"},
+    "service-monitor": {"ServiceMonitor"},
+    "dashboard": {"ConfigMap"},
+    "kueue": {"ResourceFlavor", "ClusterQueue", "LocalQueue"},
+    "cluster-wide": {"ClusterRole", "ClusterRoleBinding", "LocalQueue"},
+}
+
+
+@pytest.mark.parametrize("name", list(EXPECTED_KINDS))
+def test_each_optional_part_renders_its_objects(render: Any, name: str) -> None:
+    kinds = {o["kind"] for o in render(name)}
+    assert EXPECTED_KINDS[name] <= kinds
+
+
+def test_optional_parts_are_off_by_default(render: Any) -> None:
+    kinds = {o["kind"] for o in render("default")}
+    optional = {"ServiceMonitor", "ConfigMap", "ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    assert not kinds & optional
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+
+
+# ---- values.schema.json refuses bad values --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "field"),
+    [
+        ("replicaCount=-1", "replicaCount"),
+        ("image.pullPolicy=Sometimes", "image.pullPolicy"),
+        ("workload.image.pullPolicy=Often", "workload.image.pullPolicy"),
+        ("metrics.port=0", "metrics.port"),
+        ("metrics.port=70000", "metrics.port"),
+        ("health.port=70000", "health.port"),
+        ("watch.namespaces={Not_A_Namespace}", "watch.namespaces"),
+        ("kueue.clusterQueue.queueingStrategy=LIFO", "kueue.clusterQueue.queueingStrategy"),
+        ("replicaCuont=1", "replicaCuont"),
+    ],
+)
+def test_values_schema_refuses_bad_values(helm: str, setting: str, field: str) -> None:
+    result = run_helm(helm, *template_args([setting]))
+    assert result.returncode != 0, f"--set {setting} was accepted"
+    message = result.stderr
+    assert "values don't meet the specifications of the schema" in message, message
+    # helm 4 (and 3.18+) print a JSON pointer (/metrics/port); older helm 3 a dotted path.
+    pointer, dotted = "/" + field.replace(".", "/"), field
+    assert pointer in message or dotted in message, f"{field} not named in:\n{message}"
+
+
+# ---- CRD copy -------------------------------------------------------------------------------
+
+
+def test_chart_crds_are_byte_identical_to_the_generated_crds() -> None:
+    top, chart = ROOT / "crds", CHART / "crds"
+    resync = (
+        "charts/ckptbench/crds/ must equal crds/ (the CRD generated from the spec model). "
+        "Resync with: .venv/bin/ckptbench crd > crds/" + CRD_FILE + " && "
+        "cp crds/*.yaml charts/ckptbench/crds/"
+    )
+    top_files = sorted(p.name for p in top.glob("*.yaml"))
+    assert CRD_FILE in top_files, f"crds/{CRD_FILE} is missing. {resync}"
+    assert sorted(p.name for p in chart.glob("*.yaml")) == top_files, resync
+    for name in top_files:
+        assert (top / name).read_bytes() == (chart / name).read_bytes(), f"{name}: {resync}"
+
+
+def test_chart_crd_is_a_valid_crd() -> None:
+    crd = yaml.safe_load((CHART / "crds" / CRD_FILE).read_text())
+    validate(crd)
+    assert crd["spec"]["group"] == "ckptbench.dev"
+    assert crd["spec"]["names"]["shortNames"] == ["ckb"]
+
+
+# ---- RBAC -----------------------------------------------------------------------------------
+
+
+def rule_triples(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    triples = set()
+    for rule in rules:
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule.get(key, []), f"wildcard in {key}: {rule}"
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule, rule
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    triples.add((group, resource, verb))
+    return triples
+
+
+def test_namespaced_rbac_grants_exactly_the_contract_in_each_watched_namespace(
+    render: Any,
+) -> None:
+    objects = render("namespaces")
+    assert not of_kind(objects, "ClusterRole") and not of_kind(objects, "ClusterRoleBinding")
+    roles = {r["metadata"]["namespace"]: r for r in of_kind(objects, "Role")}
+    bindings = {b["metadata"]["namespace"]: b for b in of_kind(objects, "RoleBinding")}
+    assert set(roles) == set(bindings) == {"team-a", "team-b"}
+    (account,) = of_kind(objects, "ServiceAccount")
+    for namespace, role in roles.items():
+        assert rule_triples(role["rules"]) == NAMESPACED_RULES, namespace
+        binding = bindings[namespace]
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role["metadata"]["name"],
+        }
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": account["metadata"]["name"],
+                "namespace": NAMESPACE,
+            }
+        ]
+    args = operator_container(objects)["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args
+    assert "--all-namespaces" not in args
+
+
+def test_default_watches_only_the_release_namespace(render: Any) -> None:
+    objects = render("default")
+    assert [r["metadata"]["namespace"] for r in of_kind(objects, "Role")] == [NAMESPACE]
+    assert f"--namespace={NAMESPACE}" in operator_container(objects)["args"]
+
+
+def test_cluster_wide_rbac_adds_only_kopf_scanning(render: Any) -> None:
+    objects = render("cluster-wide")
+    assert not of_kind(objects, "Role") and not of_kind(objects, "RoleBinding")
+    (role,) = of_kind(objects, "ClusterRole")
+    (binding,) = of_kind(objects, "ClusterRoleBinding")
+    assert rule_triples(role["rules"]) == NAMESPACED_RULES | CLUSTER_ONLY_RULES
+    assert binding["roleRef"]["kind"] == "ClusterRole"
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"][0]["namespace"] == NAMESPACE
+    args = operator_container(objects)["args"]
+    assert "--all-namespaces" in args
+    assert not [a for a in args if a.startswith("--namespace")]
+
+
+# ---- Deployment -----------------------------------------------------------------------------
+
+
+def test_deployment_runs_restricted(render: Any) -> None:
+    objects = render("default")
+    (deployment,) = of_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    container = operator_container(objects)
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["runAsNonRoot"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    # A read-only root still needs a writable /tmp for Python's tempfile.
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(container["resources"][kind]), kind
+    (account,) = of_kind(objects, "ServiceAccount")
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("name", "metrics", "health"), [("default", 8080, 8081), ("everything", 9090, 9091)]
+)
+def test_ports_probe_and_flags_follow_values(
+    render: Any, name: str, metrics: int, health: int
+) -> None:
+    objects = render(name)
+    container = operator_container(objects)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": metrics, "health": health}
+    probe = container["livenessProbe"]["httpGet"]
+    assert probe["path"] == "/healthz" and ports[probe["port"]] == health
+    args = container["args"]
+    assert f"--metrics-port={metrics}" in args and f"--health-port={health}" in args
+    assert "--default-image=ckptbench-workload:0.1.0" in args
+    assert "--default-image-pull-policy=IfNotPresent" in args
+    (service,) = of_kind(objects, "Service")
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"
+    (deployment,) = of_kind(objects, "Deployment")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+
+
+def test_service_monitor_scrapes_the_metrics_service(render: Any) -> None:
+    objects = render("service-monitor")
+    (monitor,) = of_kind(objects, "ServiceMonitor")
+    (service,) = of_kind(objects, "Service")
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+
+
+def test_kueue_queues_cover_the_watched_namespaces(render: Any) -> None:
+    objects = render("namespaces")
+    (flavor,) = of_kind(objects, "ResourceFlavor")
+    (queue,) = of_kind(objects, "ClusterQueue")
+    locals_ = of_kind(objects, "LocalQueue")
+    assert {q["metadata"]["namespace"] for q in locals_} == {"team-a", "team-b"}
+    assert {q["spec"]["clusterQueue"] for q in locals_} == {queue["metadata"]["name"]}
+    (group,) = queue["spec"]["resourceGroups"]
+    assert group["flavors"][0]["name"] == flavor["metadata"]["name"]
+    (expression,) = queue["spec"]["namespaceSelector"]["matchExpressions"]
+    assert sorted(expression["values"]) == ["team-a", "team-b"]
+
+
+# ---- Grafana dashboard ----------------------------------------------------------------------
+
+PROMQL_WORDS = {
+    # aggregations, functions and keywords the dashboard may use
+    "sum", "min", "max", "avg", "count", "topk", "bottomk", "quantile", "stddev", "group",
+    "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
+    "bool", "offset", "rate", "irate", "increase", "delta", "histogram_quantile",
+    "label_values", "max_over_time", "min_over_time", "avg_over_time", "last_over_time",
+    "clamp_min", "clamp_max", "abs", "time", "vector", "scalar", "sort", "sort_desc",
+}  # fmt: skip
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The metric names an expression selects (labels, strings and keywords removed)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
+    text = re.sub(r"\$\{?\w+\}?", "", text)  # Grafana variables such as $__rate_interval
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # range selectors
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
+    words = set(re.findall(r"(?<![\w.])[A-Za-z_:][\w:]*", text))
+    return words - PROMQL_WORDS
+
+
+def dashboard_expressions(dashboard: dict[str, Any]) -> list[str]:
+    exprs: list[str] = []
+
+    def walk(panels: list[dict[str, Any]]) -> None:
+        for panel in panels:
+            exprs.extend(t["expr"] for t in panel.get("targets", []))
+            walk(panel.get("panels", []))
+
+    walk(dashboard["panels"])
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            query = variable["query"]
+            query = query["query"] if isinstance(query, dict) else query
+            # Grafana's label_values(selector, label): the second argument is a label name.
+            label_values = re.fullmatch(r"\s*label_values\((.*),\s*\w+\s*\)\s*", query)
+            exprs.append(label_values.group(1) if label_values else query)
+    return exprs
+
+
+def exported_series_names() -> set[str]:
+    """Series names the operator exports: from its registry once the module exists."""
+    if importlib.util.find_spec("ckptbench.operator.metrics") is not None:
+        metrics = importlib.import_module("ckptbench.operator.metrics")
+        return set(metrics.metric_names())
+    names = set()
+    for name, kind in CONTRACT_METRICS.items():
+        if kind == "counter":
+            names.add(name if name.endswith("_total") else name + "_total")
+        elif kind == "histogram":
+            names |= {name, name + "_bucket", name + "_sum", name + "_count"}
+        else:
+            names.add(name)
+    return names
+
+
+def test_promql_metric_name_parser() -> None:
+    expr = (
+        'histogram_quantile(0.9, sum by (le, handler) (rate(a_seconds_bucket{x=~"$ns"}'
+        "[$__rate_interval]))) / on(name) group_left b_total"
+    )
+    assert promql_metric_names(expr) == {"a_seconds_bucket", "b_total"}
+
+
+def test_dashboard_uses_only_metrics_the_operator_exports() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = dashboard_expressions(dashboard)
+    assert len(exprs) >= 10
+    exported = exported_series_names()
+    used: set[str] = set()
+    for expr in exprs:
+        names = promql_metric_names(expr)
+        assert names, f"no metric in {expr!r}"
+        assert names <= exported, f"{expr!r} uses {sorted(names - exported)}, not exported"
+        used |= names
+    # Every contract metric has a panel (histograms through their _bucket series).
+    for name in CONTRACT_METRICS:
+        assert any(u == name or u.startswith(name + "_") for u in used), f"{name} not shown"
+
+
+def test_dashboard_configmap_carries_the_dashboard_for_the_grafana_sidecar(render: Any) -> None:
+    (configmap,) = of_kind(render("dashboard"), "ConfigMap")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(configmap["data"]["ckptbench.json"]) == json.loads(DASHBOARD.read_text())
+
+
+# ---- values.yaml documentation --------------------------------------------------------------
+
+
+def test_every_value_is_documented() -> None:
+    """Each key has a comment above it, or sits under a key documented with `# --` (helm-docs)."""
+    undocumented = []
+    stack: list[tuple[int, bool]] = []  # (indent, documented-as-a-whole) of the enclosing keys
+    comment: list[str] = []  # the comment block right above the current line
+    for line in (CHART / "values.yaml").read_text().splitlines():
+        stripped = line.strip()
+        match = re.match(r"^( *)([A-Za-z_][\w]*):", line)
+        if match:
+            indent = len(match.group(1))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            if not comment and not any(whole for _, whole in stack):
+                undocumented.append(match.group(2))
+            stack.append((indent, bool(comment) and comment[0].startswith("# --")))
+        if stripped.startswith("#"):
+            comment.append(stripped)
+        elif stripped:
+            comment = []
+    assert not undocumented, f"values without a comment: {undocumented}"
