@@ -1,0 +1,309 @@
+"""Workload figures on this machine, each printed beside its target.
+
+1. State build: GiB/s of :func:`ckptbench.workload.state.build_state` for one rank's shard, with
+   the intra-op threads the local runner gives a rank (cores / world size).
+2. ``file`` backend: save and load throughput of ``ckptbench run --storage file://...`` as a ratio
+   to a raw sequential write and read of the same bytes, one thread per rank as DCP's
+   FileSystemWriter uses. Both sides fsync what they write (FileSystemWriter's ``sync_files``
+   default), so writes are durable on both. Reads are NOT cold on either side: the workload loads
+   right after saving, so its reads hit the page cache, and the raw read does the same (it reads
+   right after its own write). The ratio is like for like; the absolute read figures are memory
+   speed, not disk speed.
+3. ``gcs`` vs ``gcsfs`` save and load throughput on the embedded emulator (fake-gcs-server on
+   127.0.0.1, filesystem backend), as ratios. The emulator is one local process sharing the cores
+   with the ranks, so the ratio says how the clients compare, not what real GCS would give.
+4. Peak resident memory of each rank (its ``ru_maxrss``, reported by the runner from ``wait4``)
+   as a ratio to its shard bytes; the baseline of a rank that only imported torch and the
+   workload is printed beside it, because for small shards it dominates.
+
+Run: ``.venv/bin/python bench/bench_workload.py`` (a few minutes with the defaults).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from ckptbench.workload import sizes
+
+GIB = 1024**3
+TARGET_BUILD_GIBPS = 1.0
+TARGET_FILE_RATIO = 0.9
+TARGET_GCS_RATIO = 1.0
+TARGET_MEMORY_RATIO = 1.5
+
+
+def verdict(ok: bool) -> str:
+    return "meets target" if ok else "MISSES target"
+
+
+def line(name: str, value: str, target: str, ok: bool | None) -> None:
+    status = "" if ok is None else verdict(ok)
+    print(f"{name:<44} {value:>14}   target {target:<12} {status}", flush=True)
+
+
+# -- 1. state build ---------------------------------------------------------------------------
+
+
+def bench_build(world_size: int, layer_size: int, padding_size: int, repeats: int) -> float:
+    import torch
+
+    from ckptbench.workload import state
+    from ckptbench.workload.config import Backend, WorkloadConfig
+
+    threads = max(1, (os.cpu_count() or 1) // world_size)
+    torch.set_num_threads(threads)
+    config = WorkloadConfig(
+        world_size=world_size,
+        rank=0,
+        layer_size=layer_size,
+        padding_size=padding_size,
+        backend=Backend.FILE,
+        checkpoint_path="/unused",
+    )
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        built = state.build_state(config)
+        best = min(best, time.perf_counter() - t0)
+        del built
+    gibps = config.shard_bytes / GIB / best
+    print(
+        f"  state build: {sizes.format_bytes(config.shard_bytes)} shard, {threads} thread(s), "
+        f"best of {repeats}: {best:.3f} s",
+        flush=True,
+    )
+    return gibps
+
+
+# -- 2. raw sequential I/O of the same bytes --------------------------------------------------
+
+
+def _raw_write(path: Path, chunk: memoryview, chunks: int) -> None:
+    with path.open("wb", buffering=0) as f:
+        for _ in range(chunks):
+            f.write(chunk)
+        os.fsync(f.fileno())
+
+
+def _raw_read(path: Path, into: bytearray, chunks: int) -> None:
+    with path.open("rb", buffering=0) as f:
+        view = memoryview(into)
+        for _ in range(chunks):
+            n = 0
+            while n < len(view):
+                got = f.readinto(view[n:])
+                if not got:
+                    raise EOFError(f"{path}: short read")
+                n += got
+
+
+def bench_raw(
+    root: Path, world_size: int, layer_size: int, padding_size: int, samples: int
+) -> tuple[float, float]:
+    """Mean write and read throughput (bytes/s) of world_size threads, each writing its shard."""
+    tensor = sizes.tensor_bytes(layer_size)
+    pattern = bytes(range(256)) * (tensor // 256) + bytes(tensor % 256)
+    chunk = memoryview(pattern)
+    per_rank = [sizes.tensors_on_rank(r, world_size, padding_size) for r in range(world_size)]
+    total = sizes.total_bytes(layer_size, padding_size)
+    buffers = [bytearray(tensor) for _ in range(world_size)]
+    write_s: list[float] = []
+    read_s: list[float] = []
+    for sample in range(samples):
+        folder = root / f"raw-{sample}"
+        folder.mkdir(parents=True)
+        paths = [folder / f"rank-{r}.bin" for r in range(world_size)]
+        writes = [partial(_raw_write, paths[r], chunk, per_rank[r]) for r in range(world_size)]
+        reads = [partial(_raw_read, paths[r], buffers[r], per_rank[r]) for r in range(world_size)]
+        write_s.append(_parallel(writes))
+        read_s.append(_parallel(reads))
+        shutil.rmtree(folder)
+    return total / (sum(write_s) / samples), total / (sum(read_s) / samples)
+
+
+def _parallel(jobs: Sequence[Callable[[], None]]) -> float:
+    """Run the jobs on one thread each; the duration is the slowest's, as DCP's barriers make it."""
+    errors: list[BaseException] = []
+
+    def guard(job: Callable[[], None]) -> None:
+        try:
+            job()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guard, args=(j,)) for j in jobs]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - t0
+
+
+# -- runs of the real command -----------------------------------------------------------------
+
+
+def ckptbench_run(argv: list[str], out: Path) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "ckptbench.cli", "run", *argv, "--json", str(out)]
+    print(f"  $ ckptbench run {' '.join(argv)}", flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-4000:] + proc.stdout[-4000:])
+        raise SystemExit(f"ckptbench run failed with exit code {proc.returncode}")
+    doc: dict[str, Any] = json.loads(out.read_text())
+    return doc
+
+
+def throughputs(run: dict[str, Any]) -> tuple[float, float]:
+    return (
+        float(run["save"]["throughput_bytes_per_second"]),
+        float(run["load"]["throughput_bytes_per_second"]),
+    )
+
+
+def peak_ratio(run: dict[str, Any]) -> tuple[float, int]:
+    peaks = [p for p in run["extra"]["peak_rss_bytes"] if p]
+    peak = max(peaks)
+    return peak / run["shard_bytes"], peak
+
+
+def baseline_rss() -> int:
+    """Peak RSS of a process that imports what a rank imports and does nothing else."""
+    code = (
+        "import torch, torch.distributed.checkpoint, "
+        "ckptbench.workload.state, ckptbench.workload.backends, ckptbench.workload.worker"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit("could not import the workload to measure the baseline memory")
+    return usage.ru_maxrss * 1024
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--layer-size", type=int, default=32768, help="default 32768: 125 MiB tensors")
+    p.add_argument("--padding-size", type=int, default=8)
+    p.add_argument("--samples", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--dir", type=Path, help="folder for the file runs (default: a temp folder)")
+    p.add_argument("--skip-file", action="store_true")
+    p.add_argument("--skip-gcs", action="store_true")
+    a = p.parse_args()
+
+    size = sizes.checkpoint_size(a.world_size, a.layer_size, a.padding_size)
+    shard = size.largest_shard_bytes
+    print(
+        f"ckptbench workload bench: {a.world_size} ranks, {a.padding_size} tensors of "
+        f"({a.layer_size}, 1000) float32 = {sizes.format_bytes(size.total_bytes)} in all, "
+        f"{sizes.format_bytes(shard)} a shard; {a.samples} samples + {a.warmup} warm-up; "
+        f"{os.cpu_count()} CPUs. Units: GiB = 1024^3 bytes.",
+        flush=True,
+    )
+    common = [
+        "--world-size", str(a.world_size),
+        "--layer-size", str(a.layer_size),
+        "--padding-size", str(a.padding_size),
+        "--samples", str(a.samples),
+        "--warmup", str(a.warmup),
+    ]  # fmt: skip
+    results: list[tuple[str, str, str, bool | None]] = []
+
+    build = bench_build(a.world_size, a.layer_size, a.padding_size, repeats=3)
+    results.append(
+        (
+            "state build per rank (GiB/s)",
+            f"{build:.2f}",
+            f">= {TARGET_BUILD_GIBPS}",
+            build >= TARGET_BUILD_GIBPS,
+        )
+    )
+    base = baseline_rss()
+    peaks: list[tuple[str, float, int]] = []
+
+    with tempfile.TemporaryDirectory(prefix="ckptbench-bench-", dir=a.dir) as tmp:
+        root = Path(tmp)
+        if not a.skip_file:
+            raw_w, raw_r = bench_raw(root, a.world_size, a.layer_size, a.padding_size, a.samples)
+            print(
+                f"  raw: write+fsync {raw_w / GIB:.3f} GiB/s, read (page cache) "
+                f"{raw_r / GIB:.3f} GiB/s",
+                flush=True,
+            )
+            doc = ckptbench_run([*common, "--storage", f"file://{root / 'ckpt'}"], root / "f.json")
+            [run] = doc["runs"]
+            save, load = throughputs(run)
+            print(f"  file: save {save / GIB:.3f} GiB/s, load {load / GIB:.3f} GiB/s", flush=True)
+            for op, ours, raw in (("save", save, raw_w), ("load", load, raw_r)):
+                ratio = ours / raw
+                results.append(
+                    (
+                        f"file {op} / raw sequential {'write' if op == 'save' else 'read'}",
+                        f"{ratio:.2f}",
+                        f">= {TARGET_FILE_RATIO}",
+                        ratio >= TARGET_FILE_RATIO,
+                    )
+                )
+            peaks.append(("file", *peak_ratio(run)))
+        if not a.skip_gcs:
+            doc = ckptbench_run([*common, "--backend", "gcs,gcsfs"], root / "g.json")
+            by = {r["backend"]: r for r in doc["runs"]}
+            gcs_save, gcs_load = throughputs(by["gcs"])
+            fs_save, fs_load = throughputs(by["gcsfs"])
+            print(
+                f"  emulator: gcs save {gcs_save / GIB:.3f} / load {gcs_load / GIB:.3f} GiB/s; "
+                f"gcsfs save {fs_save / GIB:.3f} / load {fs_load / GIB:.3f} GiB/s",
+                flush=True,
+            )
+            for op, ours, theirs in (("save", gcs_save, fs_save), ("load", gcs_load, fs_load)):
+                ratio = ours / theirs
+                results.append(
+                    (
+                        f"gcs {op} / gcsfs {op} (emulator)",
+                        f"{ratio:.2f}",
+                        f">= {TARGET_GCS_RATIO}",
+                        ratio >= TARGET_GCS_RATIO,
+                    )
+                )
+            peaks += [("gcs", *peak_ratio(by["gcs"])), ("gcsfs", *peak_ratio(by["gcsfs"]))]
+
+    for backend, ratio, peak in peaks:
+        results.append(
+            (
+                f"peak RSS per rank / shard bytes ({backend})",
+                f"{ratio:.2f}",
+                f"<= {TARGET_MEMORY_RATIO}",
+                ratio <= TARGET_MEMORY_RATIO,
+            )
+        )
+        net = (peak - base) / shard
+        print(
+            f"  {backend}: peak RSS {sizes.format_bytes(peak)} of which "
+            f"{sizes.format_bytes(base)} is the imports' baseline; net of it: {net:.2f} x shard",
+            flush=True,
+        )
+
+    print()
+    for name, value, target, ok in results:
+        line(name, value, target, ok)
+    return 0 if all(ok is not False for *_, ok in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
