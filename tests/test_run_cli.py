@@ -26,7 +26,7 @@ import pytest
 
 from ckptbench.workload import run_cli
 from ckptbench.workload.config import Backend, WorkloadConfig
-from ckptbench.workload.local_runner import RanksOutcome, run_ranks
+from ckptbench.workload.local_runner import RanksOutcome, rank_env, run_ranks
 
 # ---------------------------------------------------------------------------------------------
 # Options
@@ -125,6 +125,24 @@ def test_bad_option_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> Non
     assert "--layer-size" in err and "greater than or equal to 1" in err
     assert run_cli.main(["--part-size", "lots"]) == 2
     assert "--part-size" in capsys.readouterr().err
+
+
+def test_rank_env_is_what_the_worker_parses(tmp_path: Path) -> None:
+    """The runner configures a rank exactly as a pod is configured: by environment alone."""
+    [config] = _plan("--backend", "gcsfs", "--world-size", "3", "--padding-size", "6").configs
+    user_env = {"PATH": "/bin", "WORLD_SIZE": "99", "RANK": "7", "MASTER_PORT": "1"}
+    env = rank_env(config, 2, tmp_path / "r2.json", 41234, user_env, {"X": "1"})
+    parsed = WorkloadConfig.from_env(env)
+    # Our variables win over the reference's names a user may have exported.
+    assert parsed == config.model_copy(
+        update={
+            "rank": 2,
+            "termination_log": str(tmp_path / "r2.json"),
+            "master_port": 41234,
+            "master_addr": "127.0.0.1",
+        }
+    )
+    assert env["PATH"] == "/bin" and env["X"] == "1"
 
 
 # ---------------------------------------------------------------------------------------------
