@@ -1,0 +1,202 @@
+"""The two Dockerfiles, read as text (no Docker engine here): extras, pins, user, entry points."""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ckptbench.cli import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+@dataclass(frozen=True)
+class Instruction:
+    keyword: str
+    args: str
+
+
+def instructions(path: Path) -> list[list[Instruction]]:
+    """Instructions of each build stage, line continuations joined, comments dropped."""
+    stages: list[list[Instruction]] = []
+    logical = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not logical and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            logical += line[:-1] + " "
+            continue
+        logical += line
+        keyword, _, args = logical.partition(" ")
+        logical = ""
+        if keyword.upper() == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append(Instruction(keyword.upper(), args.strip()))
+    return stages
+
+
+def run_commands(stages: list[list[Instruction]]) -> str:
+    return "\n".join(i.args for stage in stages for i in stage if i.keyword == "RUN")
+
+
+def pip_installs(stages: list[list[Instruction]]) -> list[str]:
+    return [c for c in re.split(r"&&|\n", run_commands(stages)) if "pip install" in c]
+
+
+def entrypoint(stages: list[list[Instruction]]) -> list[str]:
+    (entry,) = [i for i in stages[-1] if i.keyword == "ENTRYPOINT"]
+    command = json.loads(entry.args)  # exec form: signals reach the process directly
+    assert isinstance(command, list)
+    return [str(part) for part in command]
+
+
+def final_user(stages: list[list[Instruction]]) -> str:
+    users = [i.args for i in stages[-1] if i.keyword == "USER"]
+    assert users, "the final stage sets no USER: the image would run as root"
+    return users[-1]
+
+
+@pytest.fixture(scope="module")
+def operator_image() -> list[list[Instruction]]:
+    return instructions(ROOT / "Dockerfile.operator")
+
+
+@pytest.fixture(scope="module")
+def workload_image() -> list[list[Instruction]]:
+    return instructions(ROOT / "Dockerfile.workload")
+
+
+def test_operator_image_installs_the_operator_extra_without_torch(
+    operator_image: list[list[Instruction]],
+) -> None:
+    installs = [c for c in pip_installs(operator_image) if "'.[" in c or '".[' in c]
+    assert len(installs) == 1, installs
+    assert ".[operator]" in installs[0]
+    everything = run_commands(operator_image)
+    assert "workload" not in everything and "torch" not in everything
+    assert "download.pytorch.org" not in everything
+
+
+def test_workload_image_installs_cpu_torch_with_the_constraints_pin(
+    workload_image: list[list[Instruction]],
+) -> None:
+    installs = [c for c in pip_installs(workload_image) if ".[" in c]
+    assert len(installs) == 1, installs
+    (install,) = installs
+    assert ".[workload]" in install and "operator]" not in install
+    assert re.search(r"(-c|--constraint)\s+constraints\.txt", install), install
+    assert "https://download.pytorch.org/whl/cpu" in install
+    copied = " ".join(i.args for i in workload_image[0] if i.keyword == "COPY")
+    assert "constraints.txt" in copied
+    # The pin the constraints file holds is exactly the workload extra's torch.
+    workload_deps = PYPROJECT["project"]["optional-dependencies"]["workload"]
+    pins = (ROOT / "constraints.txt").read_text().split()
+    assert any(p.startswith("torch==") for p in pins)
+    torch_deps = [d for d in workload_deps if d.startswith("torch")]
+    assert torch_deps == [p for p in pins if p.startswith("torch")]
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.operator", "Dockerfile.workload"])
+def test_images_run_as_a_numeric_non_root_user(dockerfile: str) -> None:
+    user = final_user(instructions(ROOT / dockerfile))
+    uid = user.split(":")[0]
+    # runAsNonRoot can only be verified by the kubelet against a numeric UID.
+    assert uid.isdigit(), f"{dockerfile}: USER {user} is not numeric"
+    assert int(uid) != 0, f"{dockerfile}: USER {user} is root"
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.operator", "Dockerfile.workload"])
+def test_images_use_a_slim_python_that_the_project_supports(dockerfile: str) -> None:
+    text = (ROOT / dockerfile).read_text()
+    match = re.search(r"ARG PYTHON_IMAGE=python:(\d+)\.(\d+)-slim", text)
+    assert match, f"{dockerfile}: base is not a python slim image"
+    required = PYPROJECT["project"]["requires-python"]
+    minimum = tuple(int(n) for n in re.findall(r"\d+", required)[:2])
+    assert (int(match.group(1)), int(match.group(2))) >= minimum
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "command"),
+    [("Dockerfile.operator", "operator"), ("Dockerfile.workload", "worker")],
+)
+def test_entry_points_exist(dockerfile: str, command: str) -> None:
+    executable, *args = entrypoint(instructions(ROOT / dockerfile))
+    assert args == [command]
+    scripts = PYPROJECT["project"]["scripts"]
+    assert executable in scripts, f"{executable} is not a console script in pyproject.toml"
+    assert scripts[executable] == "ckptbench.cli:main"
+    assert command in COMMANDS, f"ckptbench has no {command!r} command"
+    module_name = COMMANDS[command][0]
+    assert importlib.util.find_spec(module_name) is not None, f"{module_name} does not exist"
+
+
+def test_operator_entry_point_imports_without_torch() -> None:
+    """The operator image has no torch: its command's module must not need it."""
+    module_name = COMMANDS["operator"][0]
+    code = (
+        "import sys, importlib\n"
+        "class NoTorch:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch' or name.startswith('torch.'):\n"
+        "            raise ImportError('torch is not in the operator image')\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
+        f"importlib.import_module({module_name!r})\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def ignored(path: str, patterns: list[str]) -> bool:
+    hit = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").rstrip("/")
+        if fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(path.split("/")[0], pattern):
+            hit = not negate
+    return hit
+
+
+def test_dockerignore_keeps_what_the_builds_copy() -> None:
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    for dockerfile in ("Dockerfile.operator", "Dockerfile.workload"):
+        for stage in instructions(ROOT / dockerfile):
+            for copy in (i for i in stage if i.keyword == "COPY" and "--from" not in i.args):
+                for source in copy.args.split()[:-1]:
+                    assert (ROOT / source).exists(), f"{dockerfile}: COPY {source}: no such path"
+                    assert not ignored(source, patterns), f".dockerignore drops {source}"
+    # ckptbench/ reaches workload/ and operator/ through symlinks: their targets must be copied
+    # too, or the installed package lacks its subpackages.
+    package_dirs = {"ckptbench"} | {
+        str(link.resolve().relative_to(ROOT))
+        for link in (ROOT / "ckptbench").iterdir()
+        if link.is_symlink()
+    }
+    assert package_dirs >= {"ckptbench", "workload", "operator"}
+    for dockerfile in ("Dockerfile.operator", "Dockerfile.workload"):
+        copied = {
+            source
+            for i in instructions(ROOT / dockerfile)[0]
+            if i.keyword == "COPY"
+            for source in i.args.split()[:-1]
+        }
+        assert package_dirs <= copied, f"{dockerfile} misses {package_dirs - copied}"
+    assert ignored(".venv", patterns) and ignored(".git", patterns)
