@@ -13,7 +13,7 @@ validates always renders into a configuration the workload accepts.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Self, cast
 
@@ -245,6 +245,8 @@ class CheckpointBenchmarkSpec(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         extra="forbid",
+        # No coercion ("4" for 4, "yes" for true): accept exactly what the CRD schema accepts.
+        strict=True,
         frozen=True,
         json_schema_extra={"x-kubernetes-validations": _CRD_RULES},
     )
@@ -281,6 +283,7 @@ class CheckpointBenchmarkSpec(BaseModel):
     )
     backend: Backend = Field(
         Backend.GCS,
+        strict=False,  # strict enums would refuse the plain string a manifest holds
         description="Storage backend: gcs (buffered multipart XML upload, the reference's "
         "optimized writer), gcsfs (DCP's fsspec writer/reader, the reference's USE_FSSPEC) or file "
         "(a local or mounted filesystem).",
@@ -504,6 +507,8 @@ class SpecError(ValueError):
 
 def parse_spec(raw: object) -> CheckpointBenchmarkSpec:
     """Validate ``raw`` (the object's ``spec``) or raise :class:`SpecError`; never anything else."""
+    if isinstance(raw, Mapping) and not isinstance(raw, dict):
+        raw = dict(raw)  # kopf hands the spec over as a read-only mapping view; strict wants dict
     try:
         return CheckpointBenchmarkSpec.model_validate(raw)
     except ValidationError as exc:
