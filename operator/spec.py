@@ -515,6 +515,20 @@ def parse_spec(raw: object) -> CheckpointBenchmarkSpec:
         raise SpecError([_describe(error) for error in exc.errors()]) from None
 
 
+# What a pattern means, instead of the regular expression itself.
+_DNS_HINT = "must be lowercase letters, digits, '-' and '.' (a DNS subdomain)"
+_PATTERN_HINTS = {
+    "checkpointPath": "must be gs://<bucket>[/<prefix>] (a valid bucket name) or an absolute "
+    "path, without whitespace",
+    "project": "must be a GCP project id (letters, digits, '.', ':', '_', '-')",
+    "image": "must be an image reference without whitespace",
+    "serviceAccountName": _DNS_HINT,
+    "queueName": _DNS_HINT,
+    "workloadPriorityClassName": _DNS_HINT,
+    "priorityClassName": _DNS_HINT,
+}
+
+
 def _describe(error: ErrorDetails) -> str:
     path = "spec"
     for part in error["loc"]:
@@ -525,6 +539,8 @@ def _describe(error: ErrorDetails) -> str:
         return f"{path}.{message}"
     if message.startswith("["):
         return f"{path}{message}"
+    if error["type"] == "string_pattern_mismatch" and error["loc"]:
+        message = _PATTERN_HINTS.get(str(error["loc"][-1]), message)
     value = error.get("input")
     got = ""
     if isinstance(value, str | int | float | bool) or value is None:

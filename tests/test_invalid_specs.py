@@ -1,0 +1,182 @@
+"""Invalid CheckpointBenchmarks: each is rejected, by a message that names the field, twice.
+
+Once as the API server would (the generated CRD's openAPIV3Schema, then its CEL rules evaluated
+with cel-python) and once by the operator's own model (``parse_spec``), which must reject
+everything, CEL-only rules included, and never raise anything but ``SpecError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from ckptbench.operator import spec as spec_module
+from ckptbench.operator.spec import RULES, SpecError, parse_spec
+from tests.crd_validation import cel_failures, schema_errors
+
+GOOD: dict[str, Any] = {"checkpointPath": "gs://bucket/ckpt", "worldSize": 4}
+PVC = {"name": "shared", "persistentVolumeClaim": {"claimName": "ckpt"}}
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    spec: Any  # the whole spec (not merged with GOOD when not a dict)
+    field: str  # the field every message must name
+    by: str  # "schema": the OpenAPI schema rejects it; "cel": only a CEL rule does
+
+
+def _with(**fields: Any) -> dict[str, Any]:
+    return {**GOOD, **fields}
+
+
+def _without(name: str) -> dict[str, Any]:
+    return {key: value for key, value in GOOD.items() if key != name}
+
+
+CASES = [
+    # -- what the OpenAPI schema says ----------------------------------------------------------
+    Case("world-size-a-word", _with(worldSize="four"), "worldSize", "schema"),
+    Case("world-size-numeric-string", _with(worldSize="4"), "worldSize", "schema"),
+    Case("world-size-a-list", _with(worldSize=[4]), "worldSize", "schema"),
+    Case("world-size-zero", _with(worldSize=0), "worldSize", "schema"),
+    Case("world-size-too-large", _with(worldSize=10_001), "worldSize", "schema"),
+    Case("layer-size-negative", _with(layerSize=-1), "layerSize", "schema"),
+    Case("sample-count-zero", _with(sampleCount=0), "sampleCount", "schema"),
+    Case("warmup-too-many", _with(warmupSamples=101), "warmupSamples", "schema"),
+    Case("backend-unknown", _with(backend="s3"), "backend", "schema"),
+    Case("path-missing", _without("checkpointPath"), "checkpointPath", "schema"),
+    Case("path-relative", _with(checkpointPath="ckpt/here"), "checkpointPath", "schema"),
+    Case("path-bad-bucket", _with(checkpointPath="gs://Bad_Bucket/x"), "checkpointPath", "schema"),
+    Case("path-whitespace", _with(checkpointPath="/data/my ckpt"), "checkpointPath", "schema"),
+    Case("async-save-a-string", _with(asyncSave="yes"), "asyncSave", "schema"),
+    Case("threads-zero", _with(threads=0), "threads", "schema"),
+    Case("part-size-below-1mib", _with(partSizeBytes=1000), "partSizeBytes", "schema"),
+    Case("pull-policy-unknown", _with(imagePullPolicy="Sometimes"), "imagePullPolicy", "schema"),
+    Case("service-account-bad", _with(serviceAccountName="My_SA"), "serviceAccountName", "schema"),
+    Case("queue-name-too-long", _with(queueName="q" * 64), "queueName", "schema"),
+    Case("node-selector-number", _with(nodeSelector={"pool": 1}), "nodeSelector", "schema"),
+    Case("tolerations-a-map", _with(tolerations={"key": "x"}), "tolerations", "schema"),
+    Case("resources-unknown-key", _with(resources={"cpu": "1"}), "resources", "schema"),
+    Case("volume-without-name", _with(volumes=[{"emptyDir": {}}]), "volumes", "schema"),
+    Case("volumes-strings", _with(volumes=["shared"]), "volumes", "schema"),
+    Case(
+        "mount-path-relative",
+        _with(volumes=[PVC], volumeMounts=[{"name": "shared", "mountPath": "data"}]),
+        "volumeMounts",
+        "schema",
+    ),
+    Case("max-restarts-too-many", _with(maxRestarts=11), "maxRestarts", "schema"),
+    Case("deadline-zero", _with(activeDeadlineSeconds=0), "activeDeadlineSeconds", "schema"),
+    Case("unknown-field-typo", _with(worldsize=4), "worldsize", "schema"),
+    Case("spec-a-list", [GOOD], "spec", "schema"),
+    Case("spec-a-string", "worldSize: 4", "spec", "schema"),
+    # -- what only the CEL rules (and the model's twins) say ------------------------------------
+    Case("padding-below-world-size", _with(paddingSize=2), "paddingSize", "cel"),
+    Case(
+        "checkpoint-too-large",
+        _with(layerSize=10_000_000, paddingSize=1_000_000),
+        "layerSize",
+        "cel",
+    ),
+    Case("gcs-with-local-path", _with(checkpointPath="/data/ckpt"), "checkpointPath", "cel"),
+    Case(
+        "file-with-gs-url",
+        _with(backend="file", worldSize=1, checkpointPath="gs://bucket/x"),
+        "checkpointPath",
+        "cel",
+    ),
+    Case(
+        "file-without-shared-volume",
+        _with(backend="file", checkpointPath="/data/ckpt"),
+        "checkpointPath",
+        "cel",
+    ),
+    Case(
+        "file-path-outside-mounts",
+        _with(
+            backend="file",
+            checkpointPath="/database/ckpt",
+            volumes=[PVC],
+            volumeMounts=[{"name": "shared", "mountPath": "/data"}],
+        ),
+        "checkpointPath",
+        "cel",
+    ),
+    Case(
+        "priority-without-queue",
+        _with(workloadPriorityClassName="high"),
+        "workloadPriorityClassName",
+        "cel",
+    ),
+    Case(
+        "mount-of-unknown-volume",
+        _with(volumeMounts=[{"name": "shared", "mountPath": "/data"}]),
+        "volumeMounts",
+        "cel",
+    ),
+    Case("duplicate-volumes", _with(volumes=[PVC, PVC]), "volumes", "cel"),
+]
+
+
+def _benchmark(spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": spec_module.API_VERSION,
+        "kind": spec_module.KIND,
+        "metadata": {"name": "demo", "namespace": "default"},
+        "spec": spec,
+    }
+
+
+def _names(message: str, field: str) -> bool:
+    return field in message
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_api_server_rejects_naming_the_field(case: Case) -> None:
+    obj = _benchmark(case.spec)
+    errors = schema_errors(obj)
+    if case.by == "schema":
+        assert errors, "the CRD schema accepts it"
+        assert any(_names(error, case.field) for error in errors), errors
+    else:
+        assert errors == [], "expected only a CEL rule to catch this"
+        failures = cel_failures(obj)
+        assert failures, "no CEL rule rejects it"
+        assert any(f.startswith(f"spec.{case.field}: {case.field}") for f in failures), failures
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_operator_model_rejects_naming_the_field(case: Case) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(case.spec)
+    problems = caught.value.problems
+    prefix = "spec" if case.field == "spec" else f"spec.{case.field}"
+    assert any(problem.startswith(prefix) for problem in problems), problems
+    assert str(caught.value) == "; ".join(problems)
+
+
+def test_at_least_fifteen_invalid_specs() -> None:
+    assert len(CASES) >= 15
+    assert len({case.id for case in CASES}) == len(CASES)
+
+
+def test_every_cel_rule_is_exercised_by_a_case() -> None:
+    broken = set()
+    for case in CASES:
+        if case.by == "cel":
+            broken |= {failure.split(": ", 1)[1] for failure in cel_failures(_benchmark(case.spec))}
+    assert broken >= {rule.message for rule in RULES}
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [None, 42, 3.5, True, "x", [], [1, 2], {"": None}, {"checkpointPath": None}, {1: 2}],
+    ids=repr,
+)
+def test_garbage_never_crashes(garbage: Any) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(garbage)
+    assert all(problem.startswith("spec") for problem in caught.value.problems)
