@@ -480,3 +480,24 @@ def test_every_value_is_documented() -> None:
         elif stripped:
             comment = []
     assert not undocumented, f"values without a comment: {undocumented}"
+
+
+# ---- the Deployment's command line against the operator's parser ----------------------------
+
+
+@pytest.mark.parametrize("name", ["default", "namespaces", "cluster-wide", "everything"])
+def test_operator_accepts_the_deployments_arguments(render: Any, name: str) -> None:
+    main = importlib.import_module("ckptbench.operator.main")
+    container = operator_container(render(name))
+    options = main.parse_args(container["args"], environ={})
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert options.metrics_port == ports["metrics"]
+    assert options.health_port == ports["health"]
+    assert options.default_image == "ckptbench-workload:0.1.0"
+    if name == "cluster-wide":
+        assert options.namespaces == ()
+    else:
+        (deployment,) = of_kind(render(name), "Deployment")
+        roles = {r["metadata"]["namespace"] for r in of_kind(render(name), "Role")}
+        assert set(options.namespaces) == roles, "RBAC must cover exactly the watched namespaces"
+        assert deployment["metadata"]["namespace"] == NAMESPACE
