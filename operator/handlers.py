@@ -1,0 +1,70 @@
+"""kopf registrations: thin wrappers that hand every event to the :class:`Reconciler`.
+
+- a CheckpointBenchmark created, resumed (operator restart) or its spec edited: reconcile now;
+  kopf retries a reconcile that raised, with backoff;
+- a JobSet or pod carrying the benchmark label changes: reconcile its benchmark soon (coalesced);
+- a benchmark deleted: its metric series go. Owner references let the garbage collector delete
+  the JobSet and pods, so no finalizer holds the deletion up.
+
+The operator never writes ``spec.suspend`` of a JobSet: Kueue owns it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from ckptbench.operator import render, spec
+from ckptbench.operator.reconcile import Reconciler
+
+_WATCHED_LABELS: dict[str, Any] = {
+    render.LABEL_BENCHMARK: kopf.PRESENT,
+    render.LABEL_MANAGED_BY: render.MANAGED_BY,
+}
+_JOBSET_GROUP, _JOBSET_VERSION = render.JOBSET_API_VERSION.split("/")
+
+
+def _namespace(namespace: str | None) -> str:
+    if not namespace:
+        raise kopf.PermanentError("CheckpointBenchmark and its pods are namespaced")
+    return namespace
+
+
+def _reconciler(memo: Any) -> Reconciler:
+    reconciler = memo.get("reconciler")
+    if not isinstance(reconciler, Reconciler):
+        raise kopf.PermanentError("the operator was started without a reconciler in its memo")
+    return reconciler
+
+
+@kopf.on.cleanup()
+async def stop(memo: Any, **_: Any) -> None:
+    await _reconciler(memo).close()
+
+
+@kopf.on.resume(spec.GROUP, spec.VERSION, spec.PLURAL)
+@kopf.on.create(spec.GROUP, spec.VERSION, spec.PLURAL)
+@kopf.on.update(spec.GROUP, spec.VERSION, spec.PLURAL, field="spec")
+async def benchmark_changed(
+    namespace: str | None, name: str, memo: Any, reason: str, **_: Any
+) -> None:
+    await _reconciler(memo).reconcile(_namespace(namespace), name, str(reason))
+
+
+@kopf.on.event(spec.GROUP, spec.VERSION, spec.PLURAL)
+async def benchmark_event(
+    event: kopf.RawEvent, namespace: str | None, name: str, memo: Any, **_: Any
+) -> None:
+    if event.get("type") == "DELETED":
+        _reconciler(memo).forget(_namespace(namespace), name)
+
+
+@kopf.on.event(_JOBSET_GROUP, _JOBSET_VERSION, "jobsets", labels=_WATCHED_LABELS)
+async def jobset_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
+    _reconciler(memo).request(_namespace(namespace), labels[render.LABEL_BENCHMARK], "jobset")
+
+
+@kopf.on.event("", "v1", "pods", labels=_WATCHED_LABELS)
+async def pod_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
+    _reconciler(memo).request(_namespace(namespace), labels[render.LABEL_BENCHMARK], "pod")

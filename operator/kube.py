@@ -1,0 +1,122 @@
+"""The few Kubernetes API calls the operator makes, as plain dicts in and out.
+
+Responses are read as raw JSON (``_preload_content=False``): the objects stay in the API's
+camelCase form that the pure status code reads, and a thousand pods are not turned into client
+model objects on every reconcile. The calls block; the handlers run them in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import kubernetes
+from kubernetes.client.exceptions import ApiException
+
+from ckptbench.operator import render, spec
+
+JOBSET_GROUP, JOBSET_VERSION = render.JOBSET_API_VERSION.split("/")
+JOBSET_PLURAL = "jobsets"
+
+
+def load_config() -> kubernetes.client.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG)."""
+    configuration = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration
+        )
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration
+        )
+    return kubernetes.client.ApiClient(configuration)
+
+
+class Kube:
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+        self._custom = kubernetes.client.CustomObjectsApi(api_client)
+        self._core = kubernetes.client.CoreV1Api(api_client)
+
+    def get_benchmark(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return _or_none(
+            lambda: self._custom.get_namespaced_custom_object(
+                spec.GROUP, spec.VERSION, namespace, spec.PLURAL, name, _preload_content=False
+            )
+        )
+
+    def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return _or_none(
+            lambda: self._custom.get_namespaced_custom_object(
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                namespace,
+                JOBSET_PLURAL,
+                render.jobset_name(name),
+                _preload_content=False,
+            )
+        )
+
+    def create_jobset(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Create the JobSet; None when it already exists (an earlier reconcile or operator made
+        it), which counts as success: the caller reads the existing one."""
+        try:
+            response = self._custom.create_namespaced_custom_object(
+                JOBSET_GROUP,
+                JOBSET_VERSION,
+                namespace,
+                JOBSET_PLURAL,
+                dict(body),
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+        return _json(response)
+
+    def list_pods(self, namespace: str, benchmark: str) -> list[dict[str, Any]]:
+        """The benchmark's pods. The selector is applied again here: a server (or emulator) that
+        ignores it must not mix another benchmark's ranks into this one's status."""
+        response = self._core.list_namespaced_pod(
+            namespace, label_selector=render.benchmark_selector(benchmark), _preload_content=False
+        )
+        wanted = render.benchmark_labels(benchmark)
+        items = _json(response).get("items") or []
+        return [
+            pod
+            for pod in items
+            if all(
+                ((pod.get("metadata") or {}).get("labels") or {}).get(k) == v
+                for k, v in wanted.items()
+            )
+        ]
+
+    def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """A JSON merge patch of the status subresource (None values remove keys)."""
+        self._custom.patch_namespaced_custom_object_status(
+            spec.GROUP,
+            spec.VERSION,
+            namespace,
+            spec.PLURAL,
+            name,
+            {"status": dict(patch)},
+            _preload_content=False,
+        )
+
+
+def _json(response: Any) -> dict[str, Any]:
+    data = json.loads(response.data)
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object from the API server, got {type(data).__name__}")
+    return data
+
+
+def _or_none(call: Any) -> dict[str, Any] | None:
+    try:
+        return _json(call())
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise

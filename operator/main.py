@@ -1,0 +1,175 @@
+"""``ckptbench operator``: run the kopf operator, its liveness endpoint and its metrics server.
+
+kopf runs standalone (no peering objects), so run one replica. Imports nothing from the workload
+but its pure models: the operator's image carries no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+ENV_NAMESPACES = "CKPTBENCH_OPERATOR_NAMESPACES"
+ENV_METRICS_PORT = "CKPTBENCH_OPERATOR_METRICS_PORT"
+ENV_HEALTH_PORT = "CKPTBENCH_OPERATOR_HEALTH_PORT"
+ENV_DEFAULT_IMAGE = "CKPTBENCH_DEFAULT_IMAGE"
+ENV_DEFAULT_PULL_POLICY = "CKPTBENCH_DEFAULT_IMAGE_PULL_POLICY"
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class Options:
+    namespaces: tuple[str, ...]  # empty: every namespace
+    metrics_port: int
+    health_port: int
+    default_image: str | None
+    default_image_pull_policy: str
+    log_level: str
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespaces
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range 0..65535: {port}")
+    return port
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Options:
+    """Command line over environment over defaults; a bad value exits 2 naming the option."""
+    env = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(
+        prog="ckptbench operator",
+        description="Run the CheckpointBenchmark operator (kopf, standalone: one replica).",
+    )
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace",
+        action="append",
+        default=None,
+        metavar="NS",
+        help=f"watch this namespace (repeatable; env {ENV_NAMESPACES}, a comma list; "
+        "empty: all namespaces)",
+    )
+    scope.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        help=f"Prometheus /metrics port (env {ENV_METRICS_PORT}, default 8080)",
+    )
+    parser.add_argument(
+        "--health-port",
+        type=_port,
+        default=None,
+        help=f"liveness GET /healthz port (env {ENV_HEALTH_PORT}, default 8081)",
+    )
+    parser.add_argument(
+        "--default-image",
+        default=env.get(ENV_DEFAULT_IMAGE) or None,
+        help=f"workload image when a spec names none (env {ENV_DEFAULT_IMAGE})",
+    )
+    parser.add_argument(
+        "--default-image-pull-policy",
+        choices=PULL_POLICIES,
+        default=None,
+        help=f"pull policy when a spec names none (env {ENV_DEFAULT_PULL_POLICY}, "
+        "default IfNotPresent)",
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", type=str.upper)
+    args = parser.parse_args(list(argv))
+
+    def from_env(name: str, default: int, option: str) -> int:
+        text = env.get(name, "").strip()
+        if not text:
+            return default
+        try:
+            return _port(text)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"{name} (for {option}): {exc}")
+
+    if args.all_namespaces:
+        namespaces: tuple[str, ...] = ()
+    elif args.namespace:
+        namespaces = tuple(dict.fromkeys(args.namespace))
+    else:
+        namespaces = tuple(
+            ns.strip() for ns in env.get(ENV_NAMESPACES, "").split(",") if ns.strip()
+        )
+    policy = args.default_image_pull_policy or env.get(ENV_DEFAULT_PULL_POLICY) or "IfNotPresent"
+    if policy not in PULL_POLICIES:
+        parser.error(f"{ENV_DEFAULT_PULL_POLICY}: must be one of {', '.join(PULL_POLICIES)}")
+    return Options(
+        namespaces=namespaces,
+        metrics_port=args.metrics_port
+        if args.metrics_port is not None
+        else from_env(ENV_METRICS_PORT, 8080, "--metrics-port"),
+        health_port=args.health_port
+        if args.health_port is not None
+        else from_env(ENV_HEALTH_PORT, 8081, "--health-port"),
+        default_image=args.default_image,
+        default_image_pull_policy=policy,
+        log_level=args.log_level,
+    )
+
+
+def main(argv: Sequence[str]) -> int:
+    options = parse_args(argv)
+    logging.basicConfig(
+        level=options.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    # Imported here so that `--help` and option errors need no cluster libraries.
+    import kopf
+
+    from ckptbench.operator import handlers, kube, metrics, render
+    from ckptbench.operator.reconcile import Reconciler
+
+    log = logging.getLogger("ckptbench.operator")
+    settings = kopf.OperatorSettings()
+    # kopf's bookkeeping goes to annotations under our prefix, so status holds our fields only.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="ckptbench.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="ckptbench.dev", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.INFO
+    # Watching named namespaces needs no cluster-wide discovery of namespaces and CRDs (nor the
+    # RBAC for it); the resources are known in advance.
+    settings.scanning.disabled = not options.clusterwide
+    settings.peering.standalone = True
+
+    defaults = render.RenderDefaults(
+        image=options.default_image, image_pull_policy=options.default_image_pull_policy
+    )
+    reconciler = Reconciler(api=kube.Kube(kube.load_config()), defaults=defaults)
+    server, thread = metrics.serve(options.metrics_port)
+    log.info(
+        "serving metrics on :%d, liveness on :%d/healthz, watching %s (handlers: %s)",
+        options.metrics_port,
+        options.health_port,
+        ", ".join(options.namespaces) or "all namespaces",
+        handlers.__name__,
+    )
+    try:
+        kopf.run(
+            standalone=True,
+            clusterwide=options.clusterwide,
+            namespaces=list(options.namespaces),
+            liveness_endpoint=f"http://0.0.0.0:{options.health_port}/healthz",
+            settings=settings,
+            memo=kopf.Memo(reconciler=reconciler),
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    return 0

@@ -1,0 +1,205 @@
+"""One reconcile of a CheckpointBenchmark, and the scheduling that coalesces bursts of events.
+
+A reconcile reads the benchmark, makes sure its JobSet exists (creating it at most once: an
+existing one, 409 AlreadyExists, counts as done), reads the JobSet's pods, computes the status with
+the pure :func:`~ckptbench.operator.status.compute_status`, and patches it only when it changed.
+The spec the JobSet was rendered from is kept in an annotation on the JobSet: a later edit of the
+spec is refused with a condition, never re-rendered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from ckptbench.operator import metrics, render
+from ckptbench.operator import status as st
+from ckptbench.operator.spec import CheckpointBenchmarkSpec, SpecError, parse_spec, validate_name
+
+RENDERED_SPEC_ANNOTATION = "ckptbench.dev/rendered-spec"
+Key = tuple[str, str]
+
+log = logging.getLogger(__name__)
+
+
+class Api(Protocol):
+    """The API calls a reconcile makes (:class:`ckptbench.operator.kube.Kube`)."""
+
+    def get_benchmark(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def create_jobset(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any] | None: ...
+    def list_pods(self, namespace: str, benchmark: str) -> list[dict[str, Any]]: ...
+    def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: dict[str, Any]
+    patched: bool
+    created_jobset: bool
+
+
+def reconcile_once(
+    api: Api, defaults: render.RenderDefaults, namespace: str, name: str, now: datetime
+) -> Outcome | None:
+    """Bring the benchmark's JobSet and status up to date. None when the benchmark is gone."""
+    bench = api.get_benchmark(namespace, name)
+    meta = (bench or {}).get("metadata") or {}
+    if bench is None or meta.get("deletionTimestamp"):
+        metrics.remove_benchmark(namespace, name)
+        return None
+    uid = str(meta.get("uid", ""))
+    generation = meta.get("generation") if isinstance(meta.get("generation"), int) else None
+    previous: dict[str, Any] = bench.get("status") or {}
+    raw_spec = bench.get("spec") or {}
+
+    current: CheckpointBenchmarkSpec | None = None
+    problem = validate_name(name)
+    if problem is None:
+        try:
+            current = parse_spec(raw_spec)
+        except SpecError as exc:
+            problem = str(exc)
+
+    jobset = api.get_jobset(namespace, name)
+    if jobset is not None and not _owned_by(jobset, uid):
+        # A JobSet of an earlier benchmark of the same name, not yet garbage-collected.
+        jobset = None
+        foreign = True
+    else:
+        foreign = False
+    created = False
+    if jobset is None and current is not None and not foreign:
+        try:
+            body = render.render_jobset(name, namespace, uid, current, defaults)
+        except render.RenderError as exc:
+            problem = str(exc)
+        else:
+            body["metadata"].setdefault("annotations", {})[RENDERED_SPEC_ANNOTATION] = _canonical(
+                current
+            )
+            made = api.create_jobset(namespace, body)
+            created = made is not None
+            jobset = made if made is not None else api.get_jobset(namespace, name)
+
+    if jobset is None and problem is not None:
+        status = st.invalid_spec_status(problem, previous, now, generation=generation)
+        backend = str(raw_spec.get("backend", "")) if isinstance(raw_spec, Mapping) else ""
+    else:
+        ran, change = _ran_spec(jobset, current, problem)
+        if ran is None:  # unreachable: no JobSet means a valid current spec
+            raise RuntimeError("no spec to compute the status from")
+        pods = api.list_pods(namespace, name) if jobset is not None else []
+        status = st.compute_status(
+            ran, jobset, pods, previous, now, generation=generation, spec_change=change
+        )
+        backend = ran.backend.value
+
+    patched = False
+    if status != previous:
+        removed = {key: None for key in previous if key not in status}
+        api.patch_status(namespace, name, {**status, **removed})
+        patched = True
+    metrics.update_benchmark(namespace, name, backend, status)
+    return Outcome(status, patched, created)
+
+
+def _owned_by(jobset: Mapping[str, Any], uid: str) -> bool:
+    owners = (jobset.get("metadata") or {}).get("ownerReferences") or []
+    return any(o.get("uid") == uid for o in owners if o.get("controller")) or not owners
+
+
+def _canonical(spec: CheckpointBenchmarkSpec) -> str:
+    return json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True)
+
+
+def _ran_spec(
+    jobset: Mapping[str, Any] | None,
+    current: CheckpointBenchmarkSpec | None,
+    problem: str | None,
+) -> tuple[CheckpointBenchmarkSpec | None, str | None]:
+    """The spec the JobSet runs (from its annotation) and a description of any later edit."""
+    if jobset is None:
+        return current, None
+    annotations = (jobset.get("metadata") or {}).get("annotations") or {}
+    ran: CheckpointBenchmarkSpec | None = None
+    ran_json: dict[str, Any] | None = None
+    try:
+        ran_json = json.loads(annotations.get(RENDERED_SPEC_ANNOTATION) or "null")
+        ran = parse_spec(ran_json) if ran_json is not None else None
+    except (ValueError, SpecError):
+        ran, ran_json = None, None
+    if problem is not None:
+        message = f"the edited spec is invalid and was not applied: {problem}"
+        return ran or current, message
+    assert current is not None  # no problem means the current spec parsed
+    if annotations.get(render.SPEC_HASH_ANNOTATION) in (None, render.spec_hash(current)):
+        return ran or current, None
+    if ran_json is not None:
+        change = st.describe_spec_change(ran_json, json.loads(_canonical(current)))
+    else:
+        change = None
+    return ran or current, change or (
+        "the spec changed after the run started and was not applied to the running JobSet; "
+        "delete and re-create the benchmark to run the new spec"
+    )
+
+
+@dataclass
+class Reconciler:
+    """Runs reconciles one at a time per benchmark, and coalesces bursts of pod events into one.
+
+    A world of 1000 ranks produces thousands of pod events; each one asks for a reconcile, but a
+    request made while one is already waiting joins it, so a burst costs one list of the pods.
+    """
+
+    api: Api
+    defaults: render.RenderDefaults
+    debounce_seconds: float = 0.25
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    _locks: dict[Key, asyncio.Lock] = field(default_factory=dict, init=False)
+    _pending: set[Key] = field(default_factory=set, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+
+    async def reconcile(self, namespace: str, name: str, handler: str) -> Outcome | None:
+        key = (namespace, name)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            with metrics.observe_reconcile(handler):
+                return await asyncio.to_thread(
+                    reconcile_once, self.api, self.defaults, namespace, name, self.clock()
+                )
+
+    def request(self, namespace: str, name: str, handler: str) -> None:
+        """Ask for a reconcile soon; requests arriving before it starts are merged into it."""
+        key = (namespace, name)
+        if key in self._pending:
+            return
+        self._pending.add(key)
+        task = asyncio.get_running_loop().create_task(self._later(key, handler))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _later(self, key: Key, handler: str) -> None:
+        await asyncio.sleep(self.debounce_seconds)
+        self._pending.discard(key)
+        try:
+            await self.reconcile(*key, handler)
+        except Exception:
+            # Counted in the error metric; the periodic resync tries again.
+            log.exception("reconcile of %s/%s after a %s event failed", *key, handler)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The benchmark is gone: drop its series and bookkeeping."""
+        metrics.remove_benchmark(namespace, name)
+        self._locks.pop((namespace, name), None)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
