@@ -404,3 +404,14 @@ def test_cli_refuses_a_missing_image_unreadable_file_and_bad_yaml(
 def test_parse_spec_of_a_rendered_case_is_idempotent() -> None:
     spec = parse_spec(CASES["ws4-gcs-every-pod-option"])
     assert parse_spec(spec.model_dump(mode="json", by_alias=True, exclude_none=True)) == spec
+
+
+def test_the_documented_example_renders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "spec.md").read_text()
+    example = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "example.yaml"
+    path.write_text(example)
+    assert render_cli.main(["-f", str(path), "--default-image", "img:1"]) == 0
+    (jobset,) = [doc for doc in yaml.safe_load_all(capsys.readouterr().out) if doc]
+    validate(jobset)
+    assert jobset["spec"]["suspend"] is True
