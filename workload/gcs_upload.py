@@ -1,0 +1,291 @@
+"""Parallel composite upload of one object from a stream of writes.
+
+No GCS emulator implements the XML multipart upload, but all implement compose, so one rank's
+byte stream is cut into parts uploaded concurrently as temporary objects, then composed into the
+final object (hierarchically: one compose takes at most 32 sources), and the parts deleted.
+
+Memory stays near ``threads x part_size`` whatever the object size: a large write (DCP hands
+``torch.save``'s tensor payload over as one memoryview of the tensor's own memory) is uploaded
+slice by slice straight from that memory, and ``write`` returns only once those slices are sent,
+so no reference to the caller's memory outlives the call. Only the bytes around tensor
+boundaries (zip framing and each payload's last partial part) are copied, into buffers
+no larger than a part.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from types import TracebackType
+from typing import Any
+
+from ckptbench.workload.gcs_objects import GcsObjects
+
+log = logging.getLogger(__name__)
+
+COMPOSE_MAX_SOURCES = 32
+# A composite object may have at most this many components in all.
+MAX_COMPONENTS = 1024
+
+
+def parts_prefix(name: str) -> str:
+    """Temporary parts live beside the object, under a name unique to this upload, so two
+    uploads never write the same part name (GCS throttles rewriting one name)."""
+    return f"{name}.parts/{uuid.uuid4().hex}-"
+
+
+def compose_plan(count: int) -> list[int]:
+    """Sources per compose level, bottom up: e.g. 100 parts -> [100, 4] (4 groups, then 1)."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1, got {count}")
+    levels = [count]
+    while levels[-1] > COMPOSE_MAX_SOURCES:
+        levels.append(-(-levels[-1] // COMPOSE_MAX_SOURCES))
+    return levels
+
+
+class CompositeUploadStream(io.RawIOBase):
+    """A write-only stream whose bytes become the object ``name`` when it is closed.
+
+    Close composes the object (or, if everything fit in one part, uploads it in one request);
+    :meth:`abort` discards it. Both delete the temporary parts. An upload error fails the next
+    ``write`` or ``close``, so a save stops early instead of serializing the rest of the shard.
+    """
+
+    def __init__(
+        self,
+        objects: GcsObjects,
+        name: str,
+        *,
+        threads: int,
+        part_size: int,
+    ) -> None:
+        super().__init__()
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        if part_size < 1:
+            raise ValueError(f"part_size must be >= 1, got {part_size}")
+        self._objects = objects
+        self._name = name
+        self._part_size = part_size
+        self._prefix = parts_prefix(name)
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="gcs-upload")
+        # Bounds parts submitted but not finished: the producer waits instead of queueing
+        # the whole shard. One more than the workers keeps a part ready for each free thread.
+        self._slots = threading.BoundedSemaphore(threads + 1)
+        self._buf: bytearray | None = None
+        self._fill = 0
+        self._pos = 0
+        self._parts: list[str] = []
+        self._temps: list[str] = []
+        self._pending: list[Future[None]] = []
+        self._error: BaseException | None = None
+        self._finished = False
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def part_names(self) -> list[str]:
+        return list(self._parts)
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def write(self, b: Any) -> int:
+        if self._finished:
+            raise ValueError(f"write to a finished upload of {self._objects.url(self._name)}")
+        self._raise_if_failed()
+        mv = memoryview(b).cast("B")
+        n = mv.nbytes
+        self._pos += n
+        size = self._part_size
+        if self._fill:
+            if n >= size:
+                # Send the buffered bytes as a short part rather than topping the buffer up
+                # from this write: then all of a tensor's payload but its tail goes out
+                # without a copy. Compose accepts parts of any size.
+                self._submit_buffer()
+            else:
+                mv = self._copy_in(mv)
+        borrowed: list[Future[None]] = []
+        try:
+            while mv.nbytes >= size:
+                borrowed.append(self._submit(mv[:size]))
+                mv = mv[size:]
+        finally:
+            # The borrowed slices point into the caller's memory: none may outlive this call.
+            if borrowed:
+                wait(borrowed)
+        if mv.nbytes:
+            self._copy_in(mv)
+        self._raise_if_failed()
+        return n
+
+    def close(self) -> None:
+        if self._finished:
+            super().close()
+            return
+        try:
+            self._raise_if_failed()
+            if not self._parts:
+                # Everything fit in one part: one simple upload, no compose.
+                data = memoryview(self._buf)[: self._fill] if self._buf is not None else b""
+                self._objects.upload(self._name, data)
+            else:
+                if self._fill:
+                    self._submit_buffer()
+                self._wait_pending()
+                self._compose(self._parts)
+        except BaseException:
+            self._finish(failed=True)
+            raise
+        self._finish(failed=False)
+
+    def abort(self) -> None:
+        """Discard the upload: stop pending parts and delete the uploaded ones."""
+        if not self._finished:
+            if self._error is None:
+                self._error = RuntimeError("upload aborted")
+            self._finish(failed=True)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.close()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _copy_in(self, mv: memoryview) -> memoryview:
+        """Append to the part buffer; submit it when full. Returns what did not fit."""
+        if self._buf is None:
+            # Grown on demand rather than preallocated: a buffer holding a few hundred bytes
+            # of zip framing must not pin a whole part of memory.
+            self._buf = bytearray()
+        take = min(mv.nbytes, self._part_size - self._fill)
+        self._buf += mv[:take]
+        self._fill += take
+        if self._fill == self._part_size:
+            self._submit_buffer()
+        return mv[take:]
+
+    def _submit_buffer(self) -> None:
+        assert self._buf is not None
+        buf, fill = self._buf, self._fill
+        self._buf, self._fill = None, 0
+        self._submit(memoryview(buf)[:fill])
+
+    def _submit(self, data: memoryview) -> Future[None]:
+        name = f"{self._prefix}{len(self._parts):05d}"
+        if len(self._parts) >= MAX_COMPONENTS:
+            raise ValueError(
+                f"upload of {self._objects.url(self._name)} needs more than {MAX_COMPONENTS} "
+                f"parts of {self._part_size} bytes: use a larger part size"
+            )
+        self._parts.append(name)
+        self._slots.acquire()
+        try:
+            fut = self._pool.submit(self._upload_part, name, data)
+        except BaseException:
+            self._slots.release()
+            raise
+        self._pending.append(fut)
+        return fut
+
+    def _upload_part(self, name: str, data: memoryview) -> None:
+        try:
+            if self._error is None:
+                self._objects.upload(name, data)
+        except BaseException as exc:
+            if self._error is None:
+                self._error = exc
+            raise
+        finally:
+            data.release()
+            self._slots.release()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _wait_pending(self) -> None:
+        done, _ = wait(self._pending, return_when=FIRST_EXCEPTION)
+        for fut in done:
+            exc = fut.exception()
+            if exc is not None:
+                raise exc
+        # FIRST_EXCEPTION returned with no failure among the done ones: all are done.
+        self._raise_if_failed()
+
+    def _compose(self, sources: Sequence[str]) -> None:
+        level = 0
+        while len(sources) > COMPOSE_MAX_SOURCES:
+            groups = [
+                sources[i : i + COMPOSE_MAX_SOURCES]
+                for i in range(0, len(sources), COMPOSE_MAX_SOURCES)
+            ]
+            names = [f"{self._prefix}c{level}-{j:05d}" for j in range(len(groups))]
+            self._temps.extend(names)
+            self._run_all(
+                [
+                    _bind_compose(self._objects, dest, group)
+                    for dest, group in zip(names, groups, strict=True)
+                ]
+            )
+            sources = names
+            level += 1
+        self._objects.compose(self._name, sources)
+
+    def _run_all(self, tasks: list[Callable[[], None]]) -> None:
+        futures = [self._pool.submit(t) for t in tasks]
+        _, not_done = wait(futures, return_when=FIRST_EXCEPTION)
+        for fut in not_done:
+            fut.cancel()
+        wait(futures)
+        for fut in futures:
+            if not fut.cancelled() and fut.exception() is not None:
+                raise fut.exception()  # type: ignore[misc]
+
+    def _finish(self, *, failed: bool) -> None:
+        self._finished = True
+        for fut in self._pending:
+            fut.cancel()
+        wait(self._pending)
+        self._pending.clear()
+        leftovers = self._parts + self._temps
+        if leftovers:
+            futures = {
+                self._pool.submit(self._objects.delete, n, missing_ok=True): n for n in leftovers
+            }
+            wait(futures)
+            errors = [f.exception() for f in futures if f.exception() is not None]
+            if errors:
+                log.warning(
+                    "could not delete %d temporary parts of %s (first error: %s)",
+                    len(errors),
+                    self._objects.url(self._name),
+                    errors[0],
+                )
+        self._pool.shutdown(wait=True)
+        self._buf = None
+        super().close()
+        if failed:
+            log.debug("upload of %s discarded", self._objects.url(self._name))
+
+
+def _bind_compose(objects: GcsObjects, dest: str, sources: Sequence[str]) -> Callable[[], None]:
+    return lambda: objects.compose(dest, sources)
