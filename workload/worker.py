@@ -1,0 +1,228 @@
+"""``ckptbench worker``: one rank of the benchmark, the entry point of a benchmark pod.
+
+Configuration comes only from the environment (see ``--help``). The worker meets the other ranks,
+runs the timed loop, and reports: the compact result to the termination log (the operator reads
+it from the pod's status), the full result beside the checkpoint, and on rank 0 the run's
+summary. Exit codes: 0 success, 1 the benchmark failed, 2 the configuration is wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ckptbench.workload import config as config_module
+from ckptbench.workload import sizes
+from ckptbench.workload.config import ConfigError, WorkloadConfig
+from ckptbench.workload.results import RankResult, RunSummary, summarize
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_CONFIG = 2
+
+
+def main(argv: Sequence[str]) -> int:
+    args = list(argv)
+    if args and args[0] in ("-h", "--help", "help"):
+        print(help_text())
+        return EXIT_OK
+    if args:
+        print(
+            f"ckptbench worker: takes no arguments (got {' '.join(args)}); "
+            "it reads its settings from the environment: see 'ckptbench worker --help'",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    try:
+        config = WorkloadConfig.from_env()
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_CONFIG
+    return run(config)
+
+
+def run(config: WorkloadConfig) -> int:
+    # Before torch or fsspec can import gcsfs: the flag is read at import time.
+    from ckptbench.workload import backends
+
+    backends.prepare_gcsfs()
+
+    from ckptbench.workload import environment, loop, rendezvous
+
+    say = _logger(config.rank)
+    if config.rank == 0:
+        say(
+            f"{config.world_size} rank(s), backend {config.backend.value}, "
+            f"{sizes.format_bytes(config.total_bytes)} in all, "
+            f"{sizes.format_bytes(config.shard_bytes)} on rank 0"
+            + ("" if config.even_shards else " (uneven shards: padding_size % world_size != 0)")
+            + f", {config.sample_count} sample(s) after {config.warmup_samples} warm-up(s)"
+        )
+    grouped = False
+    try:
+        rendezvous.init_process_group(config, log=say)
+        grouped = True
+        result = loop.run(config, log=say)
+    except Exception as exc:
+        say(f"error: {RankResult.error_text(exc)}")
+        result = RankResult(
+            rank=config.rank,
+            host=socket.gethostname(),
+            bytes=config.shard_bytes,
+            error=RankResult.error_text(exc),
+        )
+
+    write_termination_log(config, result, say)
+    env = environment.describe(config)
+    _write_rank_result(config, result, env, say)
+    results = _gather(result, config, say) if grouped else [result]
+    if config.rank == 0:
+        _write_summary(config, results, env, say)
+    rendezvous.destroy()
+
+    code = EXIT_OK if result.error is None and result.verified is not False else EXIT_FAILED
+    if code != EXIT_OK:
+        _exit_if_threads_linger(code)
+    return code
+
+
+def _logger(rank: int) -> Callable[[str], None]:
+    def say(message: str) -> None:
+        if not message.startswith("["):
+            message = f"[rank {rank}] {message}"
+        print(message, file=sys.stderr, flush=True)
+
+    return say
+
+
+def write_termination_log(
+    config: WorkloadConfig, result: RankResult, say: Callable[[str], None]
+) -> bool:
+    """Write the compact result where Kubernetes looks for it; say why when we cannot."""
+    if not config.termination_log:
+        return False
+    path = Path(config.termination_log)
+    # Kubernetes creates the file; outside a pod, do not create files under /dev.
+    if not path.exists() and (path.parent == Path("/dev") or not path.parent.is_dir()):
+        return False
+    try:
+        path.write_text(result.to_termination_message())
+    except OSError as exc:
+        say(f"warning: cannot write the termination log {path}: {exc}")
+        return False
+    return True
+
+
+def _write_rank_result(
+    config: WorkloadConfig,
+    result: RankResult,
+    env: dict[str, object],
+    say: Callable[[str], None],
+) -> None:
+    from ckptbench.workload import objectio
+
+    url = f"{config.results_path}/rank-{config.rank:05d}.json"
+    document = result.model_dump(mode="json", exclude_none=True)
+    document["environment"] = env
+    try:
+        objectio.write_text(url, json.dumps(document, indent=1), project=config.project)
+    except Exception as exc:
+        say(f"warning: cannot write the full result to {url}: {RankResult.error_text(exc)}")
+
+
+def _gather(
+    result: RankResult, config: WorkloadConfig, say: Callable[[str], None]
+) -> list[RankResult]:
+    import torch.distributed as dist
+
+    mine = result.model_dump_json()
+    gathered: list[object] | None = [None] * config.world_size if config.rank == 0 else None
+    try:
+        dist.gather_object(mine, gathered, dst=0)
+    except Exception as exc:
+        # A rank that died cannot report; rank 0 still summarises what it has.
+        say(f"warning: gathering results failed: {RankResult.error_text(exc)}")
+        return [result]
+    if gathered is None:
+        return [result]
+    return [RankResult.model_validate_json(str(text)) for text in gathered if text is not None]
+
+
+def _write_summary(
+    config: WorkloadConfig,
+    results: list[RankResult],
+    env: dict[str, object],
+    say: Callable[[str], None],
+) -> RunSummary:
+    from ckptbench.workload import objectio
+
+    summary = summarize(results, config.world_size, config.total_bytes)
+    summary = summary.model_copy(update={"extra": env})
+    url = f"{config.results_path}/summary.json"
+    try:
+        objectio.write_text(url, summary.model_dump_json(indent=1), project=config.project)
+    except Exception as exc:
+        say(f"warning: cannot write the summary to {url}: {RankResult.error_text(exc)}")
+    say(_summary_line(summary) + f"; summary in {url}")
+    return summary
+
+
+def _summary_line(summary: RunSummary) -> str:
+    parts = []
+    for name, op in (("save", summary.save), ("load", summary.load)):
+        if op is not None:
+            rate = sizes.format_bytes(op.throughput_bytes_per_second)
+            parts.append(f"{name} mean {op.mean_seconds:.3f} s ({rate}/s)")
+    parts.append(f"verified: {summary.verified}")
+    if summary.error_count:
+        parts.append(f"{summary.error_count} rank(s) failed")
+    return ", ".join(parts)
+
+
+def _exit_if_threads_linger(code: int) -> None:
+    """After a failure a transfer thread may still be blocked; exiting must not wait for it."""
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
+    if not others:
+        return
+    time.sleep(0.5)  # let threads that are merely finishing finish
+    if any(t.is_alive() for t in others):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def help_text() -> str:
+    lines = [
+        "usage: ckptbench worker",
+        "",
+        "Runs one rank of a checkpoint benchmark. Settings come from the environment:",
+        "",
+    ]
+    for name, field in WorkloadConfig.model_fields.items():
+        names = config_module._env_names(name)
+        default = "required" if field.is_required() else f"default {_default_text(field.default)}"
+        aliases = f" (also {', '.join(names[1:])})" if len(names) > 1 else ""
+        lines.append(f"  {names[0]}{aliases}")
+        lines.append(f"      {field.description or ''} [{default}]")
+    lines += [
+        "",
+        "Exit status: 0 success, 1 the benchmark failed, 2 a configuration value is wrong.",
+    ]
+    return "\n".join(lines)
+
+
+def _default_text(value: object) -> str:
+    if value is None:
+        return "none"
+    with contextlib.suppress(AttributeError):
+        return str(value.value)  # type: ignore[attr-defined]
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
