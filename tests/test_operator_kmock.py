@@ -1,0 +1,314 @@
+"""The real operator process against kmock: CR in, JobSet out, pods' results in, status and
+metrics out; failures, invalid specs, spec edits, restarts and deletion."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from ckptbench.operator import render, spec
+from ckptbench.workload import sizes
+from ckptbench.workload.results import OpTiming, RankResult
+from tests.kmock_support import (
+    Client,
+    EmulatorThread,
+    free_port,
+    running_emulator,
+    write_kubeconfig,
+)
+
+CKB = f"{spec.GROUP}/{spec.VERSION}"
+JOBSET = render.JOBSET_API_VERSION
+NS = "default"
+IMAGE = "registry.example/ckptbench-workload:test"
+DEADLINE = 15.0
+LAYER, PADDING, WORLD = 10, 8, 4
+
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], deadline: float = DEADLINE) -> T:
+    end = time.monotonic() + deadline
+    last: T | None = None
+    while time.monotonic() < end:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {deadline} s waiting for {what} (last: {last!r})")
+
+
+class Operator:
+    """`ckptbench operator` in a subprocess, pointed at the emulator through a kubeconfig."""
+
+    def __init__(self, kubeconfig: Path, log: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        args = [sys.executable, "-m", "ckptbench.cli", "operator", "--namespace", NS]
+        args += ["--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)]
+        args += ["--default-image", IMAGE]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+        wait_for("the operator's /healthz", self._healthy)
+
+    def _healthy(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"the operator exited: {self.log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2):
+                return True
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text: str = response.read().decode()
+            return text
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.proc = None
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[EmulatorThread]:
+    with running_emulator() as emu:
+        yield emu
+
+
+@pytest.fixture(scope="module")
+def client(emulator: EmulatorThread) -> Client:
+    return Client(emulator.url)
+
+
+@pytest.fixture(scope="module")
+def operator(
+    emulator: EmulatorThread, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    tmp = tmp_path_factory.mktemp("operator")
+    op = Operator(write_kubeconfig(tmp / "kubeconfig", emulator.url), tmp / "operator.log")
+    op.start()
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+def benchmark(name: str, **spec_fields: Any) -> dict[str, Any]:
+    fields = {
+        "worldSize": WORLD,
+        "layerSize": LAYER,
+        "paddingSize": PADDING,
+        "checkpointPath": "gs://bucket/bench",
+        **spec_fields,
+    }
+    return {
+        "apiVersion": CKB,
+        "kind": spec.KIND,
+        "metadata": {"name": name, "namespace": NS},
+        "spec": fields,
+    }
+
+
+def rank_pod(
+    bench: str, rank: int, phase: str, message: str | None, exit_code: int
+) -> dict[str, Any]:
+    terminated: dict[str, Any] = {
+        "exitCode": exit_code,
+        "reason": "Completed" if exit_code == 0 else "Error",
+    }
+    if message is not None:
+        terminated["message"] = message
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{bench}-rank-0-{rank}-abcde",
+            "namespace": NS,
+            "labels": render.benchmark_labels(bench),
+            "annotations": {render.COMPLETION_INDEX_ANNOTATION: str(rank)},
+        },
+        "spec": {"containers": [{"name": render.CONTAINER_NAME, "image": IMAGE}]},
+        "status": {
+            "phase": phase,
+            "containerStatuses": [
+                {"name": render.CONTAINER_NAME, "state": {"terminated": terminated}}
+            ],
+        },
+    }
+
+
+def status_of(client: Client, name: str) -> dict[str, Any]:
+    obj = client.get(CKB, spec.PLURAL, NS, name) or {}
+    found: dict[str, Any] = obj.get("status") or {}
+    return found
+
+
+def phase_is(client: Client, name: str, phase: str) -> Callable[[], dict[str, Any] | None]:
+    def probe() -> dict[str, Any] | None:
+        status = status_of(client, name)
+        return status if status.get("phase") == phase else None
+
+    return probe
+
+
+def jobset_posts(emulator: EmulatorThread) -> int:
+    assert emulator.emulator is not None
+    return sum(
+        1
+        for r in list(emulator.emulator._requests)
+        if r.method == "POST" and r.resource is not None and r.resource.plural == "jobsets"
+    )
+
+
+def test_benchmark_runs_to_succeeded_with_aggregates_and_metrics(
+    client: Client, operator: Operator
+) -> None:
+    created = client.create(CKB, spec.PLURAL, benchmark("ok"))
+    jobset = wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "ok"))
+    (owner,) = jobset["metadata"]["ownerReferences"]
+    assert owner == render.owner_reference("ok", created["metadata"]["uid"])
+    assert jobset["metadata"]["labels"] == render.benchmark_labels("ok")
+    job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["parallelism"] == job["completions"] == WORLD
+    container = job["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["CKPTBENCH_WORLD_SIZE"] == str(WORLD)
+    assert env["CKPTBENCH_MASTER_ADDR"] == f"ok-rank-0-0.ok.{NS}.svc"
+    assert container["image"] == IMAGE
+    wait_for("status Pending", phase_is(client, "ok", "Pending"))
+
+    for rank in range(WORLD):
+        result = RankResult(
+            rank=rank,
+            bytes=sizes.shard_bytes(rank, WORLD, LAYER, PADDING),
+            save=OpTiming.of([1.0 + rank / 10, 2.0 + rank / 10], [1.0, 2.0]),
+            load=OpTiming.of([0.5, 0.5], [0.4, 0.4]),
+            verified=True,
+        )
+        client.create(
+            "v1", "pods", rank_pod("ok", rank, "Succeeded", result.to_termination_message(), 0)
+        )
+
+    status = wait_for("status Succeeded", phase_is(client, "ok", "Succeeded"))
+    assert (status["ranksReported"], status["ranksExpected"], status["ranksSummary"]) == (
+        4,
+        4,
+        "4/4",
+    )
+    assert status["checkpointBytes"] == sizes.total_bytes(LAYER, PADDING)
+    # Per sample, a collective save lasts as long as its slowest rank: [1.3, 2.3] -> mean 1.8.
+    assert status["save"]["meanSeconds"] == pytest.approx(1.8)
+    assert status["load"]["meanSeconds"] == pytest.approx(0.5)
+    assert status["verified"] is True
+    complete = next(c for c in status["conditions"] if c["type"] == "Complete")
+    assert complete["status"] == "True"
+
+    labels = f'backend="gcs",name="ok",namespace="{NS}"'
+
+    def metrics_show_results() -> bool:
+        text = operator.metrics()
+        save_mean = f'{labels},operation="save",statistic="mean"'
+        return (
+            f"ckptbench_benchmark_duration_seconds{{{save_mean}}} 1.8" in text
+            and f'ckptbench_benchmark_phase{{{labels},phase="Succeeded"}} 1.0' in text
+            and f'ckptbench_benchmark_ranks{{{labels},state="reported"}} 4.0' in text
+        )
+
+    wait_for("metrics of the run", metrics_show_results)
+    assert 'ckptbench_operator_reconciles_total{handler="create"}' in operator.metrics()
+
+
+def test_failed_rank_fails_the_benchmark_with_its_reason(
+    client: Client, operator: Operator
+) -> None:
+    client.create(CKB, spec.PLURAL, benchmark("fails"))
+    wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "fails"))
+    error = "RendezvousTimeout: fails-rank-0-0.fails.default.svc:29500 did not answer in 600 s"
+    message = RankResult(rank=2, error=error).to_termination_message()
+    client.create("v1", "pods", rank_pod("fails", 2, "Failed", message, 3))
+    status = wait_for("status Failed", phase_is(client, "fails", "Failed"))
+    assert status["reason"] == "RendezvousTimeout"
+    assert "rank 2 pod fails-rank-0-2-abcde failed with exit code 3" in status["failureReason"]
+    assert status["failedPods"][0]["error"] == error
+
+
+def test_invalid_spec_gets_a_condition_naming_the_field_and_no_jobset(
+    client: Client, operator: Operator
+) -> None:
+    client.create(CKB, spec.PLURAL, benchmark("invalid", worldSize=0))
+    status = wait_for("status Failed", phase_is(client, "invalid", "Failed"))
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "InvalidSpec"
+    assert "spec.worldSize" in failed["message"]
+    assert client.get(JOBSET, "jobsets", NS, "invalid") is None
+
+
+def test_spec_edit_after_start_is_refused(client: Client, operator: Operator) -> None:
+    client.create(CKB, spec.PLURAL, benchmark("edited"))
+    wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "edited"))
+    client.patch(CKB, spec.PLURAL, NS, "edited", {"spec": {"worldSize": 8}})
+
+    def rejected() -> dict[str, Any] | None:
+        for c in status_of(client, "edited").get("conditions", []):
+            if c["type"] == "SpecChangeRejected" and c["status"] == "True":
+                return dict(c)
+        return None
+
+    condition = wait_for("SpecChangeRejected", rejected)
+    assert condition["reason"] == "SpecImmutable"
+    assert "worldSize" in condition["message"]
+    jobset = client.get(JOBSET, "jobsets", NS, "edited")
+    assert jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == WORLD
+    assert status_of(client, "edited")["ranksExpected"] == WORLD  # the status follows what runs
+
+
+def test_restart_creates_no_second_jobset(
+    client: Client, operator: Operator, emulator: EmulatorThread
+) -> None:
+    client.create(CKB, spec.PLURAL, benchmark("before-restart"))
+    wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "before-restart"))
+    posts = jobset_posts(emulator)
+    operator.stop()
+    operator.start()
+    # A benchmark created after the restart proves the new process is handling events, and the
+    # resumed ones were reconciled before it (kopf resumes on its initial listing).
+    client.create(CKB, spec.PLURAL, benchmark("after-restart"))
+    wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "after-restart"))
+    wait_for(
+        "a reconcile of the resumed benchmark", lambda: 'handler="resume"' in operator.metrics()
+    )
+    assert jobset_posts(emulator) == posts + 1
+    names = [j["metadata"]["name"] for j in client.list(JOBSET, "jobsets", NS)]
+    assert sorted(names) == sorted(set(names))
+
+
+def test_deleted_benchmark_loses_its_metric_series(client: Client, operator: Operator) -> None:
+    client.create(CKB, spec.PLURAL, benchmark("deleted"))
+    wait_for("its series", lambda: 'name="deleted"' in operator.metrics())
+    client.delete(CKB, spec.PLURAL, NS, "deleted")
+    wait_for("its series to go", lambda: 'name="deleted"' not in operator.metrics())
+    assert client.get(CKB, spec.PLURAL, NS, "deleted") is None  # no finalizer held it up
