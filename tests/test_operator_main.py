@@ -1,0 +1,80 @@
+"""`ckptbench operator` options: command line over environment over defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckptbench.operator.main import Options, parse_args
+
+DEFAULTS = Options((), 8080, 8081, None, "IfNotPresent", "INFO")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        ([], {}, DEFAULTS),
+        (
+            ["--namespace", "a", "--namespace", "b", "--namespace", "a"],
+            {},
+            Options(("a", "b"), 8080, 8081, None, "IfNotPresent", "INFO"),
+        ),
+        (
+            [],
+            {"CKPTBENCH_OPERATOR_NAMESPACES": " a, ,b "},
+            Options(("a", "b"), 8080, 8081, None, "IfNotPresent", "INFO"),
+        ),
+        (["--all-namespaces"], {"CKPTBENCH_OPERATOR_NAMESPACES": "a"}, DEFAULTS),
+        (
+            ["--namespace", "x"],
+            {"CKPTBENCH_OPERATOR_NAMESPACES": "a"},
+            Options(("x",), 8080, 8081, None, "IfNotPresent", "INFO"),
+        ),
+        (
+            [],
+            {"CKPTBENCH_OPERATOR_METRICS_PORT": "9000", "CKPTBENCH_OPERATOR_HEALTH_PORT": "9001"},
+            Options((), 9000, 9001, None, "IfNotPresent", "INFO"),
+        ),
+        (
+            ["--metrics-port", "7000"],
+            {"CKPTBENCH_OPERATOR_METRICS_PORT": "9000"},
+            Options((), 7000, 8081, None, "IfNotPresent", "INFO"),
+        ),
+        (
+            [],
+            {"CKPTBENCH_DEFAULT_IMAGE": "img:1", "CKPTBENCH_DEFAULT_IMAGE_PULL_POLICY": "Always"},
+            Options((), 8080, 8081, "img:1", "Always", "INFO"),
+        ),
+        (
+            ["--default-image", "img:2", "--log-level", "debug"],
+            {"CKPTBENCH_DEFAULT_IMAGE": "img:1"},
+            Options((), 8080, 8081, "img:2", "IfNotPresent", "DEBUG"),
+        ),
+    ],
+)
+def test_options(argv: list[str], env: dict[str, str], expected: Options) -> None:
+    assert parse_args(argv, env) == expected
+    assert parse_args(argv, env).clusterwide is (not expected.namespaces)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "named"),
+    [
+        (["--metrics-port", "70000"], {}, "--metrics-port"),
+        (["--health-port", "x"], {}, "--health-port"),
+        ([], {"CKPTBENCH_OPERATOR_METRICS_PORT": "nope"}, "CKPTBENCH_OPERATOR_METRICS_PORT"),
+        (
+            [],
+            {"CKPTBENCH_DEFAULT_IMAGE_PULL_POLICY": "Sometimes"},
+            "CKPTBENCH_DEFAULT_IMAGE_PULL_POLICY",
+        ),
+        (["--namespace", "a", "--all-namespaces"], {}, "--all-namespaces"),
+        (["--default-image-pull-policy", "Sometimes"], {}, "--default-image-pull-policy"),
+    ],
+)
+def test_bad_options_exit_2_naming_the_option(
+    argv: list[str], env: dict[str, str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        parse_args(argv, env)
+    assert exc.value.code == 2
+    assert named in capsys.readouterr().err
