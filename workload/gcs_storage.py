@@ -109,8 +109,12 @@ class GcsFileSystem(FileSystemBase):
             stream = CompositeUploadStream(objects, name, threads=self.threads, part_size=part)
             try:
                 yield stream
-            except BaseException:
+            except BaseException as exc:
                 stream.abort()
+                if stream.error is not None and stream.error is not exc:
+                    # torch.save turns a failed write into a vague "unexpected pos": surface
+                    # the upload error, which names the object.
+                    raise stream.error from exc
                 raise
             stream.close()
         else:

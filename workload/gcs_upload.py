@@ -84,11 +84,18 @@ class CompositeUploadStream(io.RawIOBase):
         self._temps: list[str] = []
         self._pending: list[Future[None]] = []
         self._error: BaseException | None = None
+        self._aborted = False
         self._finished = False
 
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def error(self) -> BaseException | None:
+        """The first upload failure, if any. Callers such as ``torch.save``'s zip writer may
+        replace the exception a failing ``write`` raises with their own; this keeps ours."""
+        return self._error
 
     @property
     def part_names(self) -> list[str]:
@@ -153,8 +160,7 @@ class CompositeUploadStream(io.RawIOBase):
     def abort(self) -> None:
         """Discard the upload: stop pending parts and delete the uploaded ones."""
         if not self._finished:
-            if self._error is None:
-                self._error = RuntimeError("upload aborted")
+            self._aborted = True
             self._finish(failed=True)
 
     def __exit__(
@@ -208,7 +214,7 @@ class CompositeUploadStream(io.RawIOBase):
 
     def _upload_part(self, name: str, data: memoryview) -> None:
         try:
-            if self._error is None:
+            if self._error is None and not self._aborted:
                 self._objects.upload(name, data)
         except BaseException as exc:
             if self._error is None:

@@ -1,0 +1,275 @@
+"""The gcs backend's DCP writer and reader against a real fake-gcs-server process."""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from google.cloud import storage
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
+
+from ckptbench.workload.emulator import GcsEmulator
+from ckptbench.workload.gcs_client import make_client
+from ckptbench.workload.gcs_download import parse_tensor_blob, tensor_memory
+from ckptbench.workload.gcs_objects import GcsObjects
+from ckptbench.workload.gcs_storage import GcsStorageReader, GcsStorageWriter, part_size_for
+from ckptbench.workload.gcs_upload import compose_plan
+from ckptbench.workload.retry import GcsHttpError, RetryPolicy
+
+MiB = 1 << 20
+FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> Iterator[None]:
+    # DCP warns that it runs without a process group: expected in single-process tests.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
+
+
+@pytest.fixture
+def client(gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> storage.Client:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.url)
+    return make_client(pool_size=8)
+
+
+def state(seed: int = 0) -> dict[str, Any]:
+    """Tensors of a few MiB crossing 1 MiB part boundaries, small ones, a non-contiguous
+    one above the part size (stored as a view: the reader's generic path) and plain bytes."""
+    gen = torch.Generator().manual_seed(seed)
+    sd: dict[str, Any] = {
+        f"big_{i}": torch.rand((rows, 1000), generator=gen)
+        for i, rows in enumerate([786, 1311, 524, 2621, 1049, 700, 1500])
+    }
+    sd["tiny_a"] = torch.arange(7, dtype=torch.float32)
+    sd["tiny_b"] = torch.rand((3, 5), generator=gen)
+    sd["transposed"] = torch.rand((600, 700), generator=gen).t()
+    sd["ints"] = torch.arange(300_000, dtype=torch.int64)
+    sd["extra"] = {"step": 7, "name": "ckpt"}
+    return sd
+
+
+def template(sd: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: torch.empty_like(v, memory_format=torch.contiguous_format)
+        if isinstance(v, torch.Tensor)
+        else {"step": 0, "name": ""}
+        for k, v in sd.items()
+    }
+
+
+def assert_same(expected: dict[str, Any], loaded: dict[str, Any]) -> None:
+    for key, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(loaded[key], value), key
+        else:
+            assert loaded[key] == value, key
+
+
+def names(client: storage.Client, bucket: str) -> list[str]:
+    return sorted(b.name for b in client.list_blobs(bucket))
+
+
+def test_round_trip_with_hierarchical_compose(
+    client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    composes: list[tuple[str, int]] = []
+    original = GcsObjects.compose
+
+    def spy(self: GcsObjects, dest: str, sources: list[str]) -> None:
+        composes.append((dest, len(sources)))
+        original(self, dest, sources)
+
+    monkeypatch.setattr(GcsObjects, "compose", spy)
+    sd = state()
+    shard = sum(v.numel() * v.element_size() for v in sd.values() if isinstance(v, torch.Tensor))
+    assert shard > 33 * MiB  # more parts than one compose takes
+    cid = f"gs://{gcs_bucket}/run/ckpt_0.ckpt"
+    dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=4, part_size_bytes=MiB))
+
+    # Same layout as DCP's file writers, and no temporary part left behind.
+    assert names(client, gcs_bucket) == [
+        "run/ckpt_0.ckpt/.metadata",
+        "run/ckpt_0.ckpt/__0_0.distcp",
+    ]
+    final = [c for c in composes if c[0] == "run/ckpt_0.ckpt/__0_0.distcp"]
+    assert len(final) == 1 and final[0][1] <= 32
+    assert len(composes) > 1, "expected a first level of composes before the final one"
+    assert all(n <= 32 for _, n in composes)
+
+    loaded = template(sd)
+    dcp_load(
+        loaded, storage_reader=GcsStorageReader(cid, project=None, threads=4, part_size_bytes=MiB)
+    )
+    assert_same(sd, loaded)
+
+
+def test_small_shard_is_one_simple_upload(
+    client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_compose(*_: object) -> None:
+        raise AssertionError("a shard smaller than one part must not be composed")
+
+    monkeypatch.setattr(GcsObjects, "compose", no_compose)
+    sd = {"a": torch.arange(1000, dtype=torch.float32), "b": torch.ones(20, 30)}
+    cid = f"gs://{gcs_bucket}/small/ckpt.ckpt"
+    dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=2, part_size_bytes=MiB))
+    loaded = template(sd)
+    dcp_load(
+        loaded, storage_reader=GcsStorageReader(cid, project=None, threads=2, part_size_bytes=MiB)
+    )
+    assert_same(sd, loaded)
+
+
+def test_checkpoints_interoperate_with_dcp_filesystem_reader_and_writer(
+    client: storage.Client, gcs_bucket: str, tmp_path: Path
+) -> None:
+    sd = state(seed=1)
+    objects = GcsObjects(client, gcs_bucket)
+
+    # Ours -> DCP's FileSystemReader: download the objects as files, load them with DCP.
+    cid = f"gs://{gcs_bucket}/ours/ckpt.ckpt"
+    dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=3, part_size_bytes=MiB))
+    local = tmp_path / "ours"
+    local.mkdir()
+    for name in (".metadata", "__0_0.distcp"):
+        (local / name).write_bytes(objects.read_all(f"ours/ckpt.ckpt/{name}"))
+    from_files = template(sd)
+    dcp_load(from_files, storage_reader=FileSystemReader(local))
+    assert_same(sd, from_files)
+
+    # DCP's FileSystemWriter -> ours: upload its files, load them with our reader.
+    theirs = tmp_path / "theirs"
+    dcp_save(sd, storage_writer=FileSystemWriter(theirs))
+    for path in theirs.iterdir():
+        objects.upload(f"theirs/ckpt.ckpt/{path.name}", path.read_bytes())
+    from_objects = template(sd)
+    dcp_load(
+        from_objects,
+        storage_reader=GcsStorageReader(
+            f"gs://{gcs_bucket}/theirs/ckpt.ckpt", project=None, threads=3, part_size_bytes=MiB
+        ),
+    )
+    assert_same(sd, from_objects)
+
+
+def test_failed_part_fails_the_save_and_cleans_up(
+    client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = GcsObjects.upload
+    calls = {"n": 0}
+
+    def failing(self: GcsObjects, name: str, data: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise GcsHttpError(f"upload {self.url(name)}: HTTP 403: injected", 403)
+        original(self, name, data)
+
+    monkeypatch.setattr(GcsObjects, "upload", failing)
+    cid = f"gs://{gcs_bucket}/fail/ckpt.ckpt"
+    writer = GcsStorageWriter(cid, project=None, threads=4, part_size_bytes=MiB)
+    with pytest.raises(CheckpointException, match=r"HTTP 403: injected") as info:
+        dcp_save(state(), storage_writer=writer)
+    assert "fail/ckpt.ckpt/__0_0.distcp.parts/" in str(info.value)
+    # Neither the data object nor any part nor the metadata remains.
+    assert names(client, gcs_bucket) == []
+
+
+def test_missing_bucket_fails_the_save_naming_the_object(
+    client: storage.Client, gcs_bucket: str
+) -> None:
+    cid = f"gs://{gcs_bucket}-absent/x/ckpt.ckpt"
+    writer = GcsStorageWriter(
+        cid, project=None, threads=2, part_size_bytes=MiB, retry_policy=FAST_RETRY
+    )
+    with pytest.raises(CheckpointException, match=rf"gs://{gcs_bucket}-absent/x/ckpt.ckpt/"):
+        dcp_save(state(), storage_writer=writer)
+
+
+def test_missing_data_object_fails_the_load_naming_it(
+    client: storage.Client, gcs_bucket: str
+) -> None:
+    sd = state(seed=2)
+    cid = f"gs://{gcs_bucket}/gone/ckpt.ckpt"
+    dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=2, part_size_bytes=MiB))
+    client.bucket(gcs_bucket).blob("gone/ckpt.ckpt/__0_0.distcp").delete()
+    reader = GcsStorageReader(cid, project=None, threads=2, part_size_bytes=MiB)
+    with pytest.raises(
+        CheckpointException, match=rf"gs://{gcs_bucket}/gone/ckpt.ckpt/__0_0.distcp"
+    ):
+        dcp_load(template(sd), storage_reader=reader)
+
+
+def test_missing_metadata_fails_the_load_naming_it(client: storage.Client, gcs_bucket: str) -> None:
+    reader = GcsStorageReader(
+        f"gs://{gcs_bucket}/none/ckpt.ckpt",
+        project=None,
+        threads=2,
+        part_size_bytes=MiB,
+        retry_policy=FAST_RETRY,
+    )
+    with pytest.raises(CheckpointException, match=rf"gs://{gcs_bucket}/none/ckpt.ckpt/.metadata"):
+        dcp_load({"a": torch.empty(3)}, storage_reader=reader)
+
+
+def test_checkpoint_id_validation() -> None:
+    assert GcsStorageWriter.validate_checkpoint_id("gs://bucket/a/ckpt_1.ckpt")
+    assert GcsStorageReader.validate_checkpoint_id("gs://bucket/a")
+    for bad in ("/tmp/ckpt", "file:///tmp/ckpt", "s3://b/x", "gs:///x", Path("/tmp/x")):
+        assert not GcsStorageWriter.validate_checkpoint_id(bad)
+        assert not GcsStorageReader.validate_checkpoint_id(bad)
+    with pytest.raises(ValueError, match="gs://bucket/prefix"):
+        GcsStorageWriter("/tmp/ckpt", project=None, threads=1, part_size_bytes=MiB, client=object())
+
+
+def test_storage_meta_names_the_checkpoint(client: storage.Client) -> None:
+    writer = GcsStorageWriter(
+        "gs://b-meta/a/ckpt.ckpt", project=None, threads=1, part_size_bytes=MiB
+    )
+    meta = writer.storage_meta()
+    assert meta is not None and meta.checkpoint_id == "gs://b-meta/a/ckpt.ckpt"
+    assert meta.save_id
+
+
+def test_blob_parser_finds_the_payload_and_rejects_views() -> None:
+    t = torch.rand(300, 500)
+    buf = io.BytesIO()
+    torch.save(t, buf)
+    blob = buf.getvalue()
+    rec = parse_tensor_blob(blob[:16384], blob[-16384:], len(blob))
+    assert rec is not None and rec.is_dense()
+    assert (rec.dtype, rec.size) == (torch.float32, (300, 500))
+    payload = blob[rec.data_offset : rec.data_offset + rec.data_length]
+    assert payload == bytes(tensor_memory(t))
+
+    view = io.BytesIO()
+    torch.save(t.t(), view)
+    v = view.getvalue()
+    rec_t = parse_tensor_blob(v[:16384], v[-16384:], len(v))
+    assert rec_t is not None and not rec_t.is_dense()
+
+    assert parse_tensor_blob(b"not a zip" * 10, b"", 90) is None
+
+
+def test_part_size_and_compose_plan() -> None:
+    assert compose_plan(1) == [1]
+    assert compose_plan(32) == [32]
+    assert compose_plan(100) == [100, 4]
+    assert compose_plan(1024) == [1024, 32]
+    assert part_size_for(32 * MiB, 10 * MiB) == 32 * MiB
+    # 18.25 GiB at 1 MiB parts would pass GCS's 1024-component limit: the part grows.
+    grown = part_size_for(MiB, 19_600_000_000, items=49)
+    assert grown > MiB and 19_600_000_000 / grown + 49 <= 1024
+    with pytest.raises(ValueError, match="component limit"):
+        part_size_for(MiB, 10, items=5000)
