@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
@@ -36,6 +37,17 @@ AfterSave = Callable[[int, str], None]
 
 class PeerFailure(RuntimeError):
     """Another rank failed; this one stops with it. The failing rank reports the cause."""
+
+
+class CheckpointFailure(RuntimeError):
+    """DCP reported failures; the message names each failing rank and its error, briefly."""
+
+    @classmethod
+    def of(cls, op: str, exc: CheckpointException) -> CheckpointFailure:
+        parts = []
+        for rank, (cause, _trace) in sorted(exc.failures.items()):
+            parts.append(f"rank {rank}: {type(cause).__name__}: {cause}")
+        return cls(f"{op} failed on " + "; ".join(parts))
 
 
 class AsyncSaveError(RuntimeError):
@@ -163,6 +175,8 @@ class _Loop:
                 self._await_durable(future)
             else:
                 dcp_save(shard, storage_writer=writer)
+        except CheckpointException as exc:  # a BaseException: `except Exception` misses it
+            error = CheckpointFailure.of("save", exc)
         except Exception as exc:
             error = exc
         own = time.perf_counter() - t0
@@ -198,6 +212,8 @@ class _Loop:
         error: BaseException | None = None
         try:
             dcp_load(template, storage_reader=reader)
+        except CheckpointException as exc:  # a BaseException: `except Exception` misses it
+            error = CheckpointFailure.of("load", exc)
         except Exception as exc:
             error = exc
         own = time.perf_counter() - t0

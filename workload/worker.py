@@ -17,11 +17,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ckptbench.workload import config as config_module
 from ckptbench.workload import sizes
 from ckptbench.workload.config import ConfigError, WorkloadConfig
 from ckptbench.workload.results import RankResult, RunSummary, summarize
+
+if TYPE_CHECKING:
+    from ckptbench.workload.loop import AfterSave
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -48,7 +52,8 @@ def main(argv: Sequence[str]) -> int:
     return run(config)
 
 
-def run(config: WorkloadConfig) -> int:
+def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
+    """Run one rank to the end and report; ``after_save`` is a fault-injection hook for tests."""
     # Before torch or fsspec can import gcsfs: the flag is read at import time.
     from ckptbench.workload import backends
 
@@ -69,7 +74,7 @@ def run(config: WorkloadConfig) -> int:
     try:
         rendezvous.init_process_group(config, log=say)
         grouped = True
-        result = loop.run(config, log=say)
+        result = loop.run(config, after_save=after_save, log=say)
     except Exception as exc:
         say(f"error: {RankResult.error_text(exc)}")
         result = RankResult(

@@ -1,0 +1,181 @@
+"""Spawning real worker processes for tests, and a worker entry point with fault injection.
+
+``python -m tests.workers corrupt RANK TENSOR`` and ``python -m tests.workers delete RANK`` run
+an ordinary rank (:func:`ckptbench.workload.worker.run`) whose after-save hook damages the first
+timed sample's checkpoint on disk between its save and its load: the real save, load and
+verification code paths then have to notice.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ckptbench.workload.config import ENV_PREFIX, WorkloadConfig
+from ckptbench.workload.emulator import EMULATOR_ENV, free_port
+from ckptbench.workload.results import RankResult
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = [sys.executable, "-m", "ckptbench.cli", "worker"]
+# Variables a developer's shell could carry into a child and change what it runs.
+_LEAKY = {"WORLD_SIZE", "RANK", "JOB_COMPLETION_INDEX", "LAYER_SIZE", "PADDING_SIZE",
+          "SAMPLE_COUNT", "CKPT_DIR_PATH", "PROJECT", "USE_FSSPEC", "MASTER_ADDR", "MASTER_PORT",
+          EMULATOR_ENV}  # fmt: skip
+
+
+def small_config(checkpoint_path: str, **overrides: object) -> WorkloadConfig:
+    """A config sized for tests: a few MiB, short timeouts, a free rendezvous port."""
+    values: dict[str, object] = {
+        "checkpoint_path": checkpoint_path,
+        "backend": "gcsfs" if checkpoint_path.startswith("gs://") else "file",
+        "world_size": 2,
+        "layer_size": 1000,
+        "padding_size": 8,
+        "sample_count": 2,
+        "warmup_samples": 1,
+        "master_port": free_port(),
+        "rendezvous_timeout_seconds": 30,
+        "collective_timeout_seconds": 30,
+    }
+    values.update(overrides)
+    return WorkloadConfig.model_validate(values)
+
+
+def base_env(emulator_url: str | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX) and k not in _LEAKY}
+    # Several ranks share two cores: one compute thread each keeps them from thrashing.
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    if emulator_url:
+        env[EMULATOR_ENV] = emulator_url
+    return env
+
+
+@dataclass
+class Worker:
+    rank: int
+    proc: subprocess.Popen[bytes]
+    stderr_path: Path
+    termination_path: Path
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    @property
+    def result(self) -> RankResult:
+        return RankResult.from_termination_message(self.termination_path.read_text())
+
+
+def spawn(
+    config: WorkloadConfig,
+    tmp_path: Path,
+    *,
+    emulator_url: str | None = None,
+    command: list[str] | None = None,
+    ranks: list[int] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> list[Worker]:
+    """Start one process per rank, last rank first, so rank 0 is the one that starts last."""
+    workers = []
+    for rank in reversed(ranks if ranks is not None else range(config.world_size)):
+        stderr_path = tmp_path / f"rank-{rank}.stderr"
+        termination = tmp_path / f"rank-{rank}.termination-log"
+        env = base_env(emulator_url)
+        env.update(config.to_env())
+        env[ENV_PREFIX + "RANK"] = str(rank)
+        env[ENV_PREFIX + "TERMINATION_LOG"] = str(termination)
+        env.update(extra_env or {})
+        with stderr_path.open("wb") as err:
+            proc = subprocess.Popen(
+                command or WORKER,
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        workers.append(Worker(rank, proc, stderr_path, termination))
+    return sorted(workers, key=lambda w: w.rank)
+
+
+def wait(workers: list[Worker], timeout: float) -> list[Worker]:
+    """Wait for every worker; kill them all and fail if any outlives ``timeout``."""
+    deadline = time.monotonic() + timeout
+    try:
+        for w in workers:
+            w.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        stop(workers)
+        logs = "\n".join(f"--- rank {w.rank}\n{w.stderr[-3000:]}" for w in workers)
+        raise AssertionError(f"workers still running after {timeout:.0f} s\n{logs}") from None
+    return workers
+
+
+def stop(workers: list[Worker]) -> None:
+    for w in workers:
+        if w.proc.poll() is None:
+            w.proc.kill()
+    for w in workers:
+        w.proc.wait()
+
+
+def run(
+    config: WorkloadConfig, tmp_path: Path, *, timeout: float = 60, **kwargs: object
+) -> list[Worker]:
+    workers = spawn(config, tmp_path, **kwargs)  # type: ignore[arg-type]
+    return wait(workers, timeout)
+
+
+def logs(workers: list[Worker]) -> str:
+    return "\n".join(f"--- rank {w.rank} (exit {w.proc.returncode})\n{w.stderr}" for w in workers)
+
+
+# -- fault injection (runs inside a worker process) ------------------------------------------------
+
+
+def _corrupt(checkpoint_id: str, tensor: str) -> None:
+    """Flip one bit in the middle of ``tensor``'s bytes in its shard file."""
+    from torch.distributed.checkpoint.filesystem import FileSystemReader
+
+    metadata = FileSystemReader(checkpoint_id).read_metadata()
+    for index, info in metadata.storage_data.items():
+        if index.fqn == tensor:
+            path = Path(checkpoint_id) / info.relative_path
+            with path.open("r+b") as f:
+                f.seek(info.offset + info.length // 2)
+                byte = f.read(1)[0]
+                f.seek(-1, os.SEEK_CUR)
+                f.write(bytes([byte ^ 0x01]))
+            return
+    raise AssertionError(f"{tensor} not in the checkpoint's metadata")
+
+
+def _inject_main(argv: list[str]) -> int:
+    from ckptbench.workload import objectio, worker
+
+    config = WorkloadConfig.from_env()
+    mode, target = argv[0], int(argv[1])
+    first_timed = config.warmup_samples
+
+    def after_save(sample: int, checkpoint_id: str) -> None:
+        if sample != first_timed or config.rank != target:
+            return
+        if mode == "corrupt":
+            _corrupt(checkpoint_id, argv[2])
+        elif mode == "delete":
+            objectio.delete_prefix(
+                checkpoint_id, name_prefix=f"__{target}_0.distcp", project=config.project
+            )
+        else:
+            raise AssertionError(f"unknown fault {mode!r}")
+
+    return worker.run(config, after_save=after_save)
+
+
+if __name__ == "__main__":
+    sys.exit(_inject_main(sys.argv[1:]))
