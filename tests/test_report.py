@@ -222,3 +222,26 @@ def test_report_includes_context_and_failures() -> None:
     assert "versions: torch 2.13.0, python 3.11.9" in text
     assert "gcs: threads=8, part_size=32 MiB" in text
     assert text.endswith("gcs: rank 0 did not report (exit code -9 (SIGKILL))")
+
+
+def test_small_runs_switch_to_mib() -> None:
+    mib = 1024**2
+    s = summarize(
+        [_rank(0, [0.5], [0.25], nbytes=4 * mib), _rank(1, [0.5], [0.25], nbytes=4 * mib)],
+        world_size=2,
+        total_bytes=8 * mib,
+    )
+    table = report.format_table([("gcs", s)])
+    assert _row(table, "shard size (MiB)") == ["4.00"]
+    assert _row(table, "total size (MiB)") == ["8.00"]
+    assert _row(table, "save throughput (MiB/s)") == ["16.000"]
+    assert _row(table, "load throughput (MiB/s)") == ["32.000"]
+    assert "GiB" not in table
+
+
+def test_shard_size_unknown_when_no_rank_reported() -> None:
+    s = summarize([], world_size=2, total_bytes=2 * GIB)
+    table = report.format_table([("gcs", s)])
+    assert _row(table, "shard size (GiB)") == ["-"]
+    assert _row(table, "total size (GiB)") == ["2.00"]
+    assert _row(table, "verified") == ["unknown"]

@@ -1,6 +1,7 @@
 """The readable table of one or more runs: pure functions of :class:`RunSummary`, no I/O.
 
-Units are 1024-based and labelled as such (GiB, GiB/s), as in the reference's published table.
+Units are 1024-based and labelled as such (GiB, GiB/s), as in the reference's published table;
+a table of only small figures switches to MiB (MiB/s) so that they do not all read 0.00.
 With several backends the runs are printed side by side, one column each, and when both ``gcs``
 and ``gcsfs`` are present a ratio column ``gcs/gcsfs`` is added: above 1 on a throughput row
 means ``gcs`` moved more bytes per second; below 1 on a seconds row means it took less time.
@@ -14,6 +15,8 @@ from typing import Any
 
 from ckptbench.workload.results import OpSummary, RunSummary
 from ckptbench.workload.sizes import GIB
+
+MIB = 1024**2
 
 MISSING = "-"
 RATIO_PAIR = ("gcs", "gcsfs")
@@ -31,12 +34,27 @@ def fmt_seconds(x: float) -> str:
     return f"{x:.3f}"
 
 
-def fmt_gib(n: float) -> str:
-    return f"{n / GIB:.2f}"
+@dataclass(frozen=True)
+class Unit:
+    name: str
+    scale: int
 
 
-def fmt_gib_per_second(n: float) -> str:
-    return f"{n / GIB:.3f}"
+GIB_UNIT = Unit("GiB", GIB)
+MIB_UNIT = Unit("MiB", MIB)
+# Below a tenth of a GiB, two decimals of GiB lose the figure: the table switches to MiB.
+_SMALL = GIB // 10
+
+
+def unit_for(values: Sequence[float]) -> Unit:
+    return GIB_UNIT if max(values, default=0) >= _SMALL else MIB_UNIT
+
+
+def fmt_in(unit: Unit, decimals: int) -> Callable[[float], str]:
+    def fmt(n: float) -> str:
+        return f"{n / unit.scale:.{decimals}f}"
+
+    return fmt
 
 
 def fmt_int(x: float) -> str:
@@ -55,7 +73,7 @@ def _op(name: str, get: Callable[[OpSummary], float | int | None]) -> Callable[[
     return value
 
 
-def _op_rows(name: str) -> list[Row]:
+def _op_rows(name: str, rate: Unit) -> list[Row]:
     return [
         Row(f"{name} samples", _op(name, lambda o: o.samples), fmt_int),
         Row(f"{name} mean (s)", _op(name, lambda o: o.mean_seconds), fmt_seconds, ratio=True),
@@ -64,15 +82,15 @@ def _op_rows(name: str) -> list[Row]:
         Row(f"{name} p90 (s)", _op(name, lambda o: o.p90_seconds), fmt_seconds, ratio=True),
         Row(f"{name} max (s)", _op(name, lambda o: o.max_seconds), fmt_seconds, ratio=True),
         Row(
-            f"{name} throughput (GiB/s)",
+            f"{name} throughput ({rate.name}/s)",
             _op(name, lambda o: o.throughput_bytes_per_second),
-            fmt_gib_per_second,
+            fmt_in(rate, 3),
             ratio=True,
         ),
         Row(
-            f"{name} min per-rank (GiB/s)",
+            f"{name} min per-rank ({rate.name}/s)",
             _op(name, lambda o: o.min_rank_throughput_bytes_per_second),
-            fmt_gib_per_second,
+            fmt_in(rate, 3),
             ratio=True,
         ),
         Row(f"{name} slowest rank", _op(name, lambda o: o.slowest_rank), fmt_int),
@@ -100,16 +118,25 @@ def _status(s: RunSummary) -> str:
 
 def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
     """The table's rows; the async save row appears only when some run measured it."""
+    size = unit_for([s.total_bytes for s in runs])
+    rate = unit_for(
+        [op.throughput_bytes_per_second for s in runs for op in (s.save, s.load) if op is not None]
+    )
     rows = [
         Row("world size", lambda s: s.world_size, fmt_int),
         Row("ranks reported", lambda s: f"{s.ranks_reported}/{s.world_size}", str),
-        Row("shard size (GiB)", lambda s: s.shard_bytes, fmt_gib),
-        Row("total size (GiB)", lambda s: s.total_bytes, fmt_gib),
+        # No rank reported: the shard size is unknown, not zero.
+        Row(
+            f"shard size ({size.name})",
+            lambda s: s.shard_bytes if s.ranks_reported else None,
+            fmt_in(size, 2),
+        ),
+        Row(f"total size ({size.name})", lambda s: s.total_bytes, fmt_in(size, 2)),
     ]
-    save_rows = _op_rows("save")
+    save_rows = _op_rows("save", rate)
     if any(s.save is not None and s.save.blocked_mean_seconds is not None for s in runs):
         save_rows.insert(2, _blocked_row())
-    rows += save_rows + _op_rows("load")
+    rows += save_rows + _op_rows("load", rate)
     rows += [Row("verified", _verified, str), Row("status", _status, str)]
     return rows
 

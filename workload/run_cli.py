@@ -430,8 +430,6 @@ def main(argv: Sequence[str]) -> int:
     if args.json is not None and runs:
         write_json(args.json, runs, ok and not stop.is_set())
     if stop.is_set():
-        print(
-            "ckptbench run: interrupted; every rank and the emulator were stopped", file=sys.stderr
-        )
+        print("ckptbench run: interrupted; every rank was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_OK if ok else EXIT_FAILED
