@@ -31,7 +31,9 @@ def local_path(url: str) -> Path:
     return Path(url.removeprefix("file://"))
 
 
-def write_text(url: str, text: str, *, project: str | None = None) -> None:
+def write_text(
+    url: str, text: str, *, project: str | None = None, attempts: int = ATTEMPTS
+) -> None:
     if is_gs(url):
         bucket, name = _split(url)
         blob = _client(project).bucket(bucket).blob(name)
@@ -41,6 +43,7 @@ def write_text(url: str, text: str, *, project: str | None = None) -> None:
                 text.encode(), content_type="application/json", retry=None
             ),
             f"writing {url}",
+            attempts=attempts,
         )
         return
     path = local_path(url)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ckptbench.workload import config as config_module
-from ckptbench.workload import sizes
+from ckptbench.workload import objectio, sizes
 from ckptbench.workload.config import ConfigError, WorkloadConfig
 from ckptbench.workload.results import RankResult, RunSummary, summarize
 
@@ -86,10 +86,13 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
 
     write_termination_log(config, result, say)
     env = environment.describe(config)
-    _write_rank_result(config, result, env, say)
+    # After a failure the storage is often what failed: the termination log already holds the
+    # essentials, so do not keep a failed pod alive for a full retry budget per results file.
+    attempts = objectio.ATTEMPTS if result.error is None else 2
+    _write_rank_result(config, result, env, say, attempts)
     results = _gather(result, config, say) if grouped else [result]
     if config.rank == 0:
-        _write_summary(config, results, env, say)
+        _write_summary(config, results, env, say, attempts)
     rendezvous.destroy()
 
     code = EXIT_OK if result.error is None and result.verified is not False else EXIT_FAILED
@@ -130,14 +133,15 @@ def _write_rank_result(
     result: RankResult,
     env: dict[str, object],
     say: Callable[[str], None],
+    attempts: int,
 ) -> None:
-    from ckptbench.workload import objectio
-
     url = f"{config.results_path}/rank-{config.rank:05d}.json"
     document = result.model_dump(mode="json", exclude_none=True)
     document["environment"] = env
     try:
-        objectio.write_text(url, json.dumps(document, indent=1), project=config.project)
+        objectio.write_text(
+            url, json.dumps(document, indent=1), project=config.project, attempts=attempts
+        )
     except Exception as exc:
         say(f"warning: cannot write the full result to {url}: {RankResult.error_text(exc)}")
 
@@ -165,14 +169,15 @@ def _write_summary(
     results: list[RankResult],
     env: dict[str, object],
     say: Callable[[str], None],
+    attempts: int,
 ) -> RunSummary:
-    from ckptbench.workload import objectio
-
     summary = summarize(results, config.world_size, config.total_bytes)
     summary = summary.model_copy(update={"extra": env})
     url = f"{config.results_path}/summary.json"
     try:
-        objectio.write_text(url, summary.model_dump_json(indent=1), project=config.project)
+        objectio.write_text(
+            url, summary.model_dump_json(indent=1), project=config.project, attempts=attempts
+        )
     except Exception as exc:
         say(f"warning: cannot write the summary to {url}: {RankResult.error_text(exc)}")
     say(_summary_line(summary) + f"; summary in {url}")
