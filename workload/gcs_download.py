@@ -34,6 +34,9 @@ from ckptbench.workload.gcs_objects import GcsObjects
 # for the records and central directory after it.
 HEAD_BYTES = 16 * 1024
 TAIL_BYTES = 16 * 1024
+# Tensors at least this large are read straight into their destination after a look at the
+# blob's ends (two small requests); smaller ones are coalesced with their neighbours.
+DIRECT_MIN_BYTES = 1 << 20
 
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
 _LOCAL_SIG = 0x04034B50
@@ -143,7 +146,12 @@ class _SparseBlob(io.RawIOBase):
     the central directory (at the end) and the small records before the payload. Reading
     anywhere else means the layout is not the expected one."""
 
-    def __init__(self, head: bytes | bytearray, tail: bytes | bytearray, length: int) -> None:
+    def __init__(
+        self,
+        head: bytes | bytearray | memoryview,
+        tail: bytes | bytearray | memoryview,
+        length: int,
+    ) -> None:
         super().__init__()
         self._head = bytes(head)
         self._tail = bytes(tail)
@@ -191,7 +199,7 @@ def _local_data_start(head: bytes, header_offset: int) -> int:
 
 
 def parse_tensor_blob(
-    head: bytes | bytearray, tail: bytes | bytearray, length: int
+    head: bytes | bytearray | memoryview, tail: bytes | bytearray | memoryview, length: int
 ) -> TensorRecord | None:
     """Where a ``torch.save``d plain tensor's payload lies in its blob of ``length`` bytes,
     and its stored layout, from the blob's first and last bytes. None when they do not show
@@ -306,7 +314,7 @@ class ParallelReader:
             for i in items
             if i.target is not None
             and not i.info.transform_descriptors
-            and i.info.length >= self._part_size
+            and i.info.length >= min(self._part_size, DIRECT_MIN_BYTES)
         ]
         direct_ids = {id(i) for i in direct}
         small = [i for i in items if id(i) not in direct_ids]
@@ -379,7 +387,10 @@ class ParallelReader:
         out: list[tuple[ReadItem, bytes]] = []
         for item in group:
             lo = item.info.offset - start
-            raw = cast(IO[bytes], io.BytesIO(view[lo : lo + item.info.length]))
+            blob = view[lo : lo + item.info.length]
+            if self._copy_payload(item, blob):
+                continue
+            raw = cast(IO[bytes], io.BytesIO(blob))
             stream = self._transforms.transform_load_stream(
                 item.req, item.info.transform_descriptors or (), raw
             )
@@ -401,6 +412,20 @@ class ParallelReader:
                 )
             item.target.copy_(loaded)
         return out
+
+    @staticmethod
+    def _copy_payload(item: _Item, blob: memoryview) -> bool:
+        """Copy a plain tensor's payload from its fetched blob into the destination, skipping
+        torch.load's intermediate tensor. False when the generic path is needed."""
+        if item.target is None or item.info.transform_descriptors:
+            return False
+        n = blob.nbytes
+        record = parse_tensor_blob(blob[: min(n, HEAD_BYTES)], blob[max(0, n - TAIL_BYTES) :], n)
+        if record is None or not _fits_directly(item, record):
+            return False
+        dest = tensor_memory(item.target)
+        dest[:] = blob[record.data_offset : record.data_offset + record.data_length]
+        return True
 
     def _read_ends(self, item: _Item) -> tuple[bytearray, bytearray]:
         name = self._object_name(item.info.relative_path)
