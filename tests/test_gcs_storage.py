@@ -6,7 +6,7 @@ import io
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import pytest
 import torch
@@ -20,7 +20,12 @@ from ckptbench.workload.emulator import GcsEmulator
 from ckptbench.workload.gcs_client import make_client
 from ckptbench.workload.gcs_download import parse_tensor_blob, tensor_memory
 from ckptbench.workload.gcs_objects import GcsObjects
-from ckptbench.workload.gcs_storage import GcsStorageReader, GcsStorageWriter, part_size_for
+from ckptbench.workload.gcs_storage import (
+    GcsStorageReader,
+    GcsStorageWriter,
+    PinnedTensors,
+    part_size_for,
+)
 from ckptbench.workload.gcs_upload import compose_plan
 from ckptbench.workload.retry import GcsHttpError, RetryPolicy
 
@@ -270,6 +275,28 @@ def test_part_size_and_compose_plan() -> None:
     assert part_size_for(32 * MiB, 10 * MiB) == 32 * MiB
     # 18.25 GiB at 1 MiB parts would pass GCS's 1024-component limit: the part grows.
     grown = part_size_for(MiB, 19_600_000_000, items=49)
-    assert grown > MiB and 19_600_000_000 / grown + 49 <= 1024
+    assert grown > MiB and 19_600_000_000 / grown + 2 * 49 <= 1024
     with pytest.raises(ValueError, match="component limit"):
         part_size_for(MiB, 10, items=5000)
+
+
+def test_pinned_tensor_owns_the_payload_torch_save_writes() -> None:
+    pinned, other = torch.rand(600, 1000), torch.rand(600, 1000)
+    pins = PinnedTensors()
+    pins.add(pinned)
+    owners: list[object | None] = []
+
+    class Probe(io.RawIOBase):
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b: Any) -> int:
+            view = memoryview(b)
+            if view.nbytes >= MiB:
+                owners.append(pins.owner(view))
+            return view.nbytes
+
+    torch.save(pinned, cast(IO[bytes], Probe()))
+    torch.save(other, cast(IO[bytes], Probe()))
+    assert owners == [pinned, None]
+    assert pins.owner(memoryview(b"x" * 10)) is None

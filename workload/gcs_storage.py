@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Generator
 from contextlib import contextmanager
+from typing import Any, cast
 
+import torch
 from google.cloud import storage
 from torch.distributed.checkpoint.filesystem import (
     FileSystemBase,
@@ -23,7 +26,13 @@ from torch.distributed.checkpoint.filesystem import (
     _item_size,
 )
 from torch.distributed.checkpoint.metadata import StorageMeta
-from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, SavePlan, SavePlanner
+from torch.distributed.checkpoint.planner import (
+    LoadPlan,
+    LoadPlanner,
+    SavePlan,
+    SavePlanner,
+    WriteItem,
+)
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
@@ -51,8 +60,9 @@ def is_gs_url(checkpoint_id: str | os.PathLike[str]) -> bool:
 
 def part_size_for(requested: int, expected_bytes: int, items: int = 0) -> int:
     """The requested part size, raised if needed so the object stays within the component
-    limit of a composite object. Each of ``items`` written may add one short part."""
-    room = _MAX_PARTS - items
+    limit of a composite object. Each of ``items`` written may add two short parts (its
+    framing, and its payload's last partial part)."""
+    room = _MAX_PARTS - 2 * items
     if room < 1:
         raise ValueError(
             f"{items} items in one object exceed the {MAX_COMPONENTS}-component limit of a "
@@ -84,6 +94,7 @@ class GcsFileSystem(FileSystemBase):
         # Set by the writer before the data stream opens: the bytes the stream will carry.
         self.expected_bytes = 0
         self.expected_items = 0
+        self.pins: PinnedTensors | None = None
         self._buckets: dict[str, GcsObjects] = {}
 
     def objects(self, bucket: str) -> GcsObjects:
@@ -106,7 +117,13 @@ class GcsFileSystem(FileSystemBase):
             yield io.BytesIO(objects.read_all(name))
         elif mode == "wb":
             part = part_size_for(self.part_size, self.expected_bytes, self.expected_items)
-            stream = CompositeUploadStream(objects, name, threads=self.threads, part_size=part)
+            stream = CompositeUploadStream(
+                objects,
+                name,
+                threads=self.threads,
+                part_size=part,
+                keepalive=self.pins.owner if self.pins is not None else None,
+            )
             try:
                 yield stream
             except BaseException as exc:
@@ -157,6 +174,55 @@ class GcsFileSystem(FileSystemBase):
         return [f"gs://{bucket}/{n}" for n in self.objects(bucket).list_names(prefix)]
 
 
+class PinnedTensors:
+    """The tensors a save has resolved so far, each held until the save's data is written.
+
+    DCP hands ``torch.save`` each tensor, and ``torch.save`` passes the payload to the stream
+    as a memoryview of the tensor's own storage. When such a view lies inside a tensor held
+    here, the upload can keep a reference to that tensor and send the view after ``write``
+    returns: no copy and no stall between tensors.
+    """
+
+    def __init__(self) -> None:
+        self._spans: list[tuple[int, int, torch.Tensor]] = []
+
+    def add(self, t: torch.Tensor) -> None:
+        if t.device.type == "cpu":
+            storage = t.untyped_storage()
+            start = storage.data_ptr()
+            self._spans.append((start, start + storage.nbytes(), t))
+
+    def owner(self, view: memoryview) -> object | None:
+        if not self._spans or view.nbytes == 0:
+            return None
+        with warnings.catch_warnings():
+            # frombuffer warns about read-only buffers; it only reads the address here.
+            warnings.simplefilter("ignore", UserWarning)
+            start = torch.frombuffer(view, dtype=torch.uint8).data_ptr()
+        end = start + view.nbytes
+        for lo, hi, tensor in reversed(self._spans):
+            if lo <= start and end <= hi:
+                return tensor
+        return None
+
+
+class _PinningPlanner:
+    """Delegates to DCP's planner and records each tensor it resolves for writing."""
+
+    def __init__(self, planner: SavePlanner, pins: PinnedTensors) -> None:
+        self._planner = planner
+        self._pins = pins
+
+    def resolve_data(self, write_item: WriteItem) -> torch.Tensor | io.BytesIO:
+        data = self._planner.resolve_data(write_item)
+        if isinstance(data, torch.Tensor):
+            self._pins.add(data)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._planner, name)
+
+
 def _filesystem(
     project: str | None,
     threads: int,
@@ -204,7 +270,14 @@ class GcsStorageWriter(FileSystemWriter):
             _item_size(i) + 4096 if i.tensor_data is not None else 4096 for i in plan.items
         )
         self.gcs.expected_items = len(plan.items)
-        return super().write_data(plan, planner)
+        self.gcs.pins = PinnedTensors()
+        try:
+            return super().write_data(
+                plan, cast(SavePlanner, _PinningPlanner(planner, self.gcs.pins))
+            )
+        finally:
+            # DCP's write is synchronous: every upload has finished by now.
+            self.gcs.pins = None
 
     def storage_meta(self) -> StorageMeta | None:
         return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=self.save_id)

@@ -4,12 +4,13 @@ No GCS emulator implements the XML multipart upload, but all implement compose, 
 byte stream is cut into parts uploaded concurrently as temporary objects, then composed into the
 final object (hierarchically: one compose takes at most 32 sources), and the parts deleted.
 
-Memory stays near ``threads x part_size`` whatever the object size: a large write (DCP hands
-``torch.save``'s tensor payload over as one memoryview of the tensor's own memory) is uploaded
-slice by slice straight from that memory, and ``write`` returns only once those slices are sent,
-so no reference to the caller's memory outlives the call. Only the bytes around tensor
-boundaries (zip framing and each payload's last partial part) are copied, into buffers
-no larger than a part.
+Memory stays near ``threads x part_size`` whatever the object size, and tensor payloads are
+not copied. DCP hands ``torch.save``'s tensor payload over as one memoryview of the tensor's own
+storage. When the caller can name an object keeping that memory alive (``keepalive``: the
+writer pins the tensors it resolves), the payload's slices are uploaded holding a reference to
+it and ``write`` returns at once. Otherwise the slices are still sent straight from the memory,
+but ``write`` waits for them, so no reference to unvouched memory outlives the call. Small
+writes (zip framing) are gathered into a buffer no larger than a part.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 COMPOSE_MAX_SOURCES = 32
 # A composite object may have at most this many components in all.
 MAX_COMPONENTS = 1024
+# Writes from this size up are sent without a copy when their memory's owner is known.
+ZERO_COPY_MIN_BYTES = 1 << 20
 
 
 def parts_prefix(name: str) -> str:
@@ -63,7 +66,10 @@ class CompositeUploadStream(io.RawIOBase):
         *,
         threads: int,
         part_size: int,
+        keepalive: Callable[[memoryview], object | None] | None = None,
     ) -> None:
+        """``keepalive(view)`` may return an object whose life keeps ``view``'s memory valid
+        (e.g. the tensor that owns it); such writes are uploaded without blocking ``write``."""
         super().__init__()
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
@@ -72,6 +78,7 @@ class CompositeUploadStream(io.RawIOBase):
         self._objects = objects
         self._name = name
         self._part_size = part_size
+        self._keepalive = keepalive
         self._prefix = parts_prefix(name)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="gcs-upload")
         # Bounds parts submitted but not finished: the producer waits instead of queueing
@@ -115,6 +122,19 @@ class CompositeUploadStream(io.RawIOBase):
         n = mv.nbytes
         self._pos += n
         size = self._part_size
+        owner = None
+        if self._keepalive is not None and n >= min(size, ZERO_COPY_MIN_BYTES):
+            owner = self._keepalive(mv)
+        if owner is not None:
+            # Memory someone vouched for: every slice goes out as is, the last one short,
+            # each holding a reference to the owner, and write returns at once so the
+            # uploads overlap the serialization of the next tensor.
+            if self._fill:
+                self._submit_buffer()
+            for lo in range(0, n, size):
+                self._submit(mv[lo : lo + size], owner)
+            self._raise_if_failed()
+            return n
         if self._fill:
             if n >= size:
                 # Send the buffered bytes as a short part rather than topping the buffer up
@@ -129,7 +149,7 @@ class CompositeUploadStream(io.RawIOBase):
                 borrowed.append(self._submit(mv[:size]))
                 mv = mv[size:]
         finally:
-            # The borrowed slices point into the caller's memory: none may outlive this call.
+            # These slices point into memory nobody vouched for: none may outlive this call.
             if borrowed:
                 wait(borrowed)
         if mv.nbytes:
@@ -195,7 +215,7 @@ class CompositeUploadStream(io.RawIOBase):
         self._buf, self._fill = None, 0
         self._submit(memoryview(buf)[:fill])
 
-    def _submit(self, data: memoryview) -> Future[None]:
+    def _submit(self, data: memoryview, owner: object | None = None) -> Future[None]:
         name = f"{self._prefix}{len(self._parts):05d}"
         if len(self._parts) >= MAX_COMPONENTS:
             raise ValueError(
@@ -205,14 +225,15 @@ class CompositeUploadStream(io.RawIOBase):
         self._parts.append(name)
         self._slots.acquire()
         try:
-            fut = self._pool.submit(self._upload_part, name, data)
+            fut = self._pool.submit(self._upload_part, name, data, owner)
         except BaseException:
             self._slots.release()
             raise
         self._pending.append(fut)
         return fut
 
-    def _upload_part(self, name: str, data: memoryview) -> None:
+    def _upload_part(self, name: str, data: memoryview, owner: object | None) -> None:
+        # ``owner`` is held (as this call's argument) until the part is sent.
         try:
             if self._error is None and not self._aborted:
                 self._objects.upload(name, data)
