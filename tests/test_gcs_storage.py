@@ -26,7 +26,7 @@ from ckptbench.workload.gcs_storage import (
     PinnedTensors,
     part_size_for,
 )
-from ckptbench.workload.gcs_upload import compose_plan
+from ckptbench.workload.gcs_upload import first_level_groups
 from ckptbench.workload.retry import GcsHttpError, RetryPolicy
 
 MiB = 1 << 20
@@ -267,11 +267,15 @@ def test_blob_parser_finds_the_payload_and_rejects_views() -> None:
     assert parse_tensor_blob(b"not a zip" * 10, b"", 90) is None
 
 
-def test_part_size_and_compose_plan() -> None:
-    assert compose_plan(1) == [1]
-    assert compose_plan(32) == [32]
-    assert compose_plan(100) == [100, 4]
-    assert compose_plan(1024) == [1024, 32]
+def test_part_size_and_compose_grouping() -> None:
+    # 16 tensors of just under a part: a small framing part before each payload part.
+    sizes = [1000, 32 * MiB - 100] * 16 + [600]
+    groups = first_level_groups(sizes)
+    assert groups is not None and len(groups) <= 32
+    assert [i for lo, hi in groups for i in range(lo, hi)] == list(range(len(sizes)))
+    merged = sum(sum(sizes[lo:hi]) for lo, hi in groups if hi - lo > 1)
+    assert merged < 2 * 32 * MiB  # the cheap merges, not a copy of everything
+    assert first_level_groups([MiB] * 32) is None
     assert part_size_for(32 * MiB, 10 * MiB) == 32 * MiB
     # 18.25 GiB at 1 MiB parts would pass GCS's 1024-component limit: the part grows.
     grown = part_size_for(MiB, 19_600_000_000, items=49)

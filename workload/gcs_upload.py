@@ -41,14 +41,25 @@ def parts_prefix(name: str) -> str:
     return f"{name}.parts/{uuid.uuid4().hex}-"
 
 
-def compose_plan(count: int) -> list[int]:
-    """Sources per compose level, bottom up: e.g. 100 parts -> [100, 4] (4 groups, then 1)."""
-    if count < 1:
-        raise ValueError(f"count must be >= 1, got {count}")
-    levels = [count]
-    while levels[-1] > COMPOSE_MAX_SOURCES:
-        levels.append(-(-levels[-1] // COMPOSE_MAX_SOURCES))
-    return levels
+def first_level_groups(sizes: Sequence[int]) -> list[tuple[int, int]] | None:
+    """Runs [lo, hi) of consecutive parts to compose first so that at most 32 remain, chosen
+    to re-compose as few bytes as possible (real GCS composes without copying, but emulators
+    copy every source byte): repeatedly merge the adjacent pair of runs with the smallest
+    total size. None when no merge is needed or this greedy choice cannot reach 32."""
+    if len(sizes) <= COMPOSE_MAX_SOURCES:
+        return None
+    runs = [(i, i + 1, sizes[i]) for i in range(len(sizes))]
+    while len(runs) > COMPOSE_MAX_SOURCES:
+        best = None
+        for k in range(len(runs) - 1):
+            (lo, _, a), (_, hi, b) = runs[k], runs[k + 1]
+            if hi - lo <= COMPOSE_MAX_SOURCES and (best is None or a + b < best[1]):
+                best = (k, a + b)
+        if best is None:
+            return None
+        k = best[0]
+        runs[k : k + 2] = [(runs[k][0], runs[k + 1][1], best[1])]
+    return [(lo, hi) for lo, hi, _ in runs]
 
 
 class CompositeUploadStream(io.RawIOBase):
@@ -88,6 +99,7 @@ class CompositeUploadStream(io.RawIOBase):
         self._fill = 0
         self._pos = 0
         self._parts: list[str] = []
+        self._sizes: list[int] = []
         self._temps: list[str] = []
         self._pending: list[Future[None]] = []
         self._error: BaseException | None = None
@@ -223,6 +235,7 @@ class CompositeUploadStream(io.RawIOBase):
                 f"parts of {self._part_size} bytes: use a larger part size"
             )
         self._parts.append(name)
+        self._sizes.append(data.nbytes)
         self._slots.acquire()
         try:
             fut = self._pool.submit(self._upload_part, name, data, owner)
@@ -259,18 +272,33 @@ class CompositeUploadStream(io.RawIOBase):
         self._raise_if_failed()
 
     def _compose(self, sources: Sequence[str]) -> None:
+        groups = first_level_groups(self._sizes)
+        if groups is not None:
+            # One cheap level: merge only the runs chosen by size, pass the rest through.
+            merged: list[str] = []
+            tasks: list[Callable[[], None]] = []
+            for j, (lo, hi) in enumerate(groups):
+                if hi - lo == 1:
+                    merged.append(sources[lo])
+                    continue
+                dest = f"{self._prefix}m-{j:05d}"
+                self._temps.append(dest)
+                tasks.append(_bind_compose(self._objects, dest, sources[lo:hi]))
+                merged.append(dest)
+            self._run_all(tasks)
+            sources = merged
         level = 0
         while len(sources) > COMPOSE_MAX_SOURCES:
-            groups = [
+            chunks = [
                 sources[i : i + COMPOSE_MAX_SOURCES]
                 for i in range(0, len(sources), COMPOSE_MAX_SOURCES)
             ]
-            names = [f"{self._prefix}c{level}-{j:05d}" for j in range(len(groups))]
+            names = [f"{self._prefix}c{level}-{j:05d}" for j in range(len(chunks))]
             self._temps.extend(names)
             self._run_all(
                 [
-                    _bind_compose(self._objects, dest, group)
-                    for dest, group in zip(names, groups, strict=True)
+                    _bind_compose(self._objects, dest, chunk)
+                    for dest, chunk in zip(names, chunks, strict=True)
                 ]
             )
             sources = names
