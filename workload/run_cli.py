@@ -94,13 +94,17 @@ def build_parser() -> argparse.ArgumentParser:
             "--storage, an embedded GCS emulator is started and stopped."
         ),
     )
-    p.add_argument("--world-size", type=int, default=2, help="number of ranks (default 2)")
+    p.add_argument(
+        "--world-size", metavar="N", type=int, default=2, help="number of ranks (default 2)"
+    )
     p.add_argument(
         "--storage",
+        metavar="URL",
         help="file:///path, a plain path, or gs://bucket/prefix (default: embedded emulator)",
     )
     p.add_argument(
         "--backend",
+        metavar="LIST",
         help="comma list of file, gcs, gcsfs, run one after another "
         "(default gcs; file for local storage)",
     )
@@ -111,16 +115,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--layer-size",
+        metavar="ROWS",
         type=int,
         default=10_000,
         help="rows of each (layer_size, 1000) float32 tensor (default 10000: 40 MB a tensor)",
     )
-    p.add_argument("--padding-size", type=int, default=8, help="number of tensors (default 8)")
-    p.add_argument("--samples", type=int, default=3, help="timed samples (default 3)")
-    p.add_argument("--warmup", type=int, default=1, help="untimed samples first (default 1)")
-    p.add_argument("--threads", type=int, default=8, help="transfer threads per rank (gcs)")
+    p.add_argument(
+        "--padding-size", metavar="N", type=int, default=8, help="number of tensors (default 8)"
+    )
+    p.add_argument("--samples", metavar="N", type=int, default=3, help="timed samples (default 3)")
+    p.add_argument(
+        "--warmup", metavar="N", type=int, default=1, help="untimed samples first (default 1)"
+    )
+    p.add_argument(
+        "--threads", metavar="N", type=int, default=8, help="transfer threads per rank (gcs)"
+    )
     p.add_argument(
         "--part-size",
+        metavar="SIZE",
         type=parse_size,
         default=32 * 1024**2,
         help="upload/download part size (gcs), e.g. 32MiB (default)",
@@ -128,16 +140,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--async-save", action="store_true", help="save with dcp.async_save")
     p.add_argument("--no-verify", action="store_true", help="skip verifying loaded tensors")
     p.add_argument("--keep", action="store_true", help="keep the checkpoint objects")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic tensor content")
-    p.add_argument("--project", help="GCP project for the storage clients")
+    p.add_argument(
+        "--seed", metavar="N", type=int, default=0, help="seed of the synthetic tensor content"
+    )
+    p.add_argument("--project", metavar="ID", help="GCP project for the storage clients")
     p.add_argument(
         "--rendezvous-timeout",
+        metavar="SECONDS",
         type=float,
         default=60.0,
         help="seconds the ranks wait for rank 0 (default 60)",
     )
     p.add_argument(
         "--timeout",
+        metavar="SECONDS",
         type=float,
         default=DEFAULT_TIMEOUT_SECONDS,
         help="seconds one backend's run may take before its ranks are stopped (default 3600)",
