@@ -119,3 +119,29 @@ def test_empty_template_has_the_rank_keys_and_shapes_only() -> None:
     for index, name in ((2, "dummy_tensor_2"), (5, "dummy_tensor_5")):
         state.fill_expected(template[name], config.seed, index)
     state.verify(template, config)
+
+
+def test_a_load_that_skips_a_chunk_fails_even_on_reused_memory() -> None:
+    # Memory that already holds the expected values (the shard just saved) must not pass for a
+    # load that wrote nothing into one chunk.
+    config = _config(world_size=1, layer_size=600, padding_size=2)
+    template = state.build_state(config)
+    state.mark_unwritten(template)
+    skipped = template["dummy_tensor_1"].view(-1)
+    for name, tensor in template.items():
+        index = int(name.rsplit("_", 1)[1])
+        state.fill_expected(tensor, config.seed, index)
+    # Rewrite everything but the second chunk of one tensor with a fresh mark.
+    skipped[state.BLOCK] = float("nan")
+    with pytest.raises(state.VerificationError, match=r"dummy_tensor_1 on rank 0"):
+        state.verify(template, config)
+
+
+def test_marked_template_fully_written_verifies() -> None:
+    config = _config(world_size=1, layer_size=600, padding_size=2)
+    template = state.empty_template(config)
+    state.mark_unwritten(template)
+    for index, name in enumerate(template):
+        assert torch.isnan(template[name].view(-1)[:: state.BLOCK]).all()
+        state.fill_expected(template[name], config.seed, index)
+    state.verify(template, config)

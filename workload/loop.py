@@ -108,14 +108,13 @@ class _Loop:
                 self.save_group = dist.new_group(
                     backend="gloo", timeout=_timedelta(config.collective_timeout_seconds)
                 )
-            shard: dict[str, torch.Tensor] | None = self._step(
-                "build state", lambda: state.build_state(config)
-            )
+            # The shard is handed over in a one-element list so that no frame of ours keeps the
+            # saved shard alive while the next one is loaded: one shard in memory, not two.
+            holder = [self._step("build state", lambda: state.build_state(config))]
             total = config.warmup_samples + config.sample_count
             for index in range(total):
                 timed = index >= config.warmup_samples
-                assert shard is not None
-                shard = self._sample(index, timed, shard)
+                holder = [self._sample(index, timed, holder)]
         except Exception as exc:
             error = exc
             if not isinstance(exc, PeerFailure):
@@ -123,12 +122,13 @@ class _Loop:
         return self._result(error)
 
     def _sample(
-        self, index: int, timed: bool, shard: dict[str, torch.Tensor]
+        self, index: int, timed: bool, holder: list[dict[str, torch.Tensor]]
     ) -> dict[str, torch.Tensor]:
         config = self.config
         checkpoint_id = config.checkpoint_id(index)
         label = self._label(index, timed)
 
+        shard = holder.pop()
         save = self._save(checkpoint_id, shard)
         del shard  # the next shard is whatever we load: one shard in memory, not two
         self._report("save", label, save)
@@ -202,9 +202,9 @@ class _Loop:
 
     def _load(self, checkpoint_id: str) -> tuple[dict[str, torch.Tensor], _Op]:
         def prepare() -> tuple[dict[str, torch.Tensor], Any]:
-            return state.empty_template(self.config), backends.storage_reader(
-                self.config, checkpoint_id
-            )
+            template = state.empty_template(self.config)
+            state.mark_unwritten(template)
+            return template, backends.storage_reader(self.config, checkpoint_id)
 
         template, reader = self._step("prepare load", prepare)
         self._barrier()

@@ -108,6 +108,18 @@ def empty_template(config: WorkloadConfig) -> dict[str, torch.Tensor]:
     return {name: torch.empty(shape, dtype=torch.float32) for name in owned_names(config)}
 
 
+def mark_unwritten(template: Mapping[str, torch.Tensor]) -> None:
+    """Put a NaN in every chunk of every tensor, so a load that skips a chunk fails verification.
+
+    ``torch.empty`` may hand back the memory of the shard just saved, which already holds the
+    expected values; without a mark, a reader that wrote nothing could pass. One element per
+    ``BLOCK`` touches one page in 256, so the load still runs on mostly fresh memory, as the
+    reference's does.
+    """
+    for tensor in template.values():
+        tensor.view(-1)[::BLOCK] = float("nan")
+
+
 def verify(state: Mapping[str, torch.Tensor], config: WorkloadConfig) -> None:
     """Check every one of this rank's tensors bit for bit; raise :class:`VerificationError`."""
     bad: list[str] = []
