@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -204,19 +205,40 @@ def _env_str(value: object) -> str:
     return str(value)
 
 
+@dataclass(frozen=True)
+class FieldError:
+    """One validation problem, tied to the field it is about."""
+
+    field: str  # empty when no field could be named
+    reason: str
+    value: Any
+    has_value: bool
+
+
+def field_errors(exc: ValidationError) -> list[FieldError]:
+    """The problems of a validation error, each with its field, for messages that name it.
+
+    Cross-field checks carry no location, so they name their field as ``"field: reason"``.
+    """
+    problems = []
+    for err in exc.errors():
+        reason = str(err["msg"]).removeprefix("Value error, ")
+        field = str(err["loc"][0]) if err["loc"] else ""
+        if not field and ": " in reason:
+            field, reason = reason.split(": ", 1)
+        problems.append(FieldError(field, reason, err.get("input"), bool(err["loc"])))
+    return problems
+
+
 def _describe(exc: ValidationError, source: Mapping[str, str]) -> str:
     lines = []
-    for err in exc.errors():
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        field = str(err["loc"][0]) if err["loc"] else ""
-        if not field and ": " in msg:
-            # Cross-field checks name their field as "field: reason".
-            field, msg = msg.split(": ", 1)
+    for problem in field_errors(exc):
+        field = problem.field
         if field:
             var = source.get(field, ENV_PREFIX + field.upper())
             where = f"{var} ({field})"
         else:
             where = "configuration"
-        got = f" (got {err['input']!r})" if err["loc"] and field in source else ""
-        lines.append(f"{where}: {msg}{got}")
+        got = f" (got {problem.value!r})" if problem.has_value and field in source else ""
+        lines.append(f"{where}: {problem.reason}{got}")
     return "invalid configuration: " + "; ".join(lines)

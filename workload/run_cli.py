@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ckptbench.workload import report, sizes
-from ckptbench.workload.config import Backend, WorkloadConfig
+from ckptbench.workload.config import Backend, WorkloadConfig, field_errors
 from ckptbench.workload.emulator import EMULATOR_ENV, EmulatorError, GcsEmulator
 from ckptbench.workload.local_runner import RanksOutcome, run_ranks
 from ckptbench.workload.results import RunSummary, summarize
@@ -277,14 +277,10 @@ def _config(args: argparse.Namespace, backend: Backend, storage: str) -> Workloa
 def explain(exc: ValidationError) -> str:
     """Name the option behind each validation error, not the model's field."""
     lines = []
-    for err in exc.errors():
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        field = str(err["loc"][0]) if err["loc"] else ""
-        if not field and ": " in msg:
-            field, msg = msg.split(": ", 1)
-        option = OPTION_OF.get(field, field or "options")
-        got = f" (got {err['input']!r})" if err["loc"] else ""
-        lines.append(f"{option}: {msg}{got}")
+    for problem in field_errors(exc):
+        option = OPTION_OF.get(problem.field, problem.field or "options")
+        got = f" (got {problem.value!r})" if problem.has_value else ""
+        lines.append(f"{option}: {problem.reason}{got}")
     return "; ".join(lines)
 
 
