@@ -73,16 +73,20 @@ def bench_build(world_size: int, layer_size: int, padding_size: int, repeats: in
         backend=Backend.FILE,
         checkpoint_path="/unused",
     )
-    best = float("inf")
+    times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         built = state.build_state(config)
-        best = min(best, time.perf_counter() - t0)
+        times.append(time.perf_counter() - t0)
         del built
-    gibps = config.shard_bytes / GIB / best
+    # The first build faults in fresh pages; later ones may get the allocator's freed memory
+    # back (glibc keeps chunks under its mmap threshold). The target is judged on the first.
+    cold, warm = times[0], min(times[1:], default=times[0])
+    gibps = config.shard_bytes / GIB / cold
     print(
-        f"  state build: {sizes.format_bytes(config.shard_bytes)} shard, {threads} thread(s), "
-        f"best of {repeats}: {best:.3f} s",
+        f"  state build: {sizes.format_bytes(config.shard_bytes)} shard, {threads} thread(s): "
+        f"first {cold:.3f} s ({gibps:.2f} GiB/s), best of the next {repeats - 1} {warm:.3f} s "
+        f"({config.shard_bytes / GIB / warm:.2f} GiB/s, reused memory)",
         flush=True,
     )
     return gibps
@@ -238,7 +242,7 @@ def main() -> int:
     build = bench_build(a.world_size, a.layer_size, a.padding_size, repeats=3)
     results.append(
         (
-            "state build per rank (GiB/s)",
+            "state build per rank, fresh memory (GiB/s)",
             f"{build:.2f}",
             f">= {TARGET_BUILD_GIBPS}",
             build >= TARGET_BUILD_GIBPS,
