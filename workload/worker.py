@@ -54,6 +54,9 @@ def main(argv: Sequence[str]) -> int:
 
 def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     """Run one rank to the end and report; ``after_save`` is a fault-injection hook for tests."""
+    from ckptbench.workload import memory
+
+    memory.return_big_buffers_to_the_os()
     # Before torch or fsspec can import gcsfs: the flag is read at import time.
     from ckptbench.workload import backends
 
