@@ -164,24 +164,38 @@ class _Loop:
         writer = self._step(
             "prepare save", lambda: backends.storage_writer(self.config, checkpoint_id)
         )
-        self._barrier()
-        t0 = time.perf_counter()
         blocked: float | None = None
-        error: BaseException | None = None
-        try:
+
+        def save() -> None:
+            nonlocal blocked
             if self.config.async_save:
+                t0 = time.perf_counter()
                 future = dcp_async_save(shard, storage_writer=writer, process_group=self.save_group)
                 blocked = time.perf_counter() - t0
                 self._await_durable(future)
             else:
                 dcp_save(shard, storage_writer=writer)
+
+        seconds, own = self._timed("save", save)
+        return _Op(seconds, own, blocked)
+
+    def _timed(self, what: str, operation: Callable[[], None]) -> tuple[float, float]:
+        """``barrier; t0; operation; own; barrier; t1``: (collective, own) seconds.
+
+        The closing barrier is :meth:`_agree`, so a failure on any rank stops every rank here.
+        """
+        self._barrier()
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            operation()
         except CheckpointException as exc:  # a BaseException: `except Exception` misses it
-            error = CheckpointFailure.of("save", exc)
+            error = CheckpointFailure.of(what, exc)
         except Exception as exc:
             error = exc
         own = time.perf_counter() - t0
-        self._agree(error, "save")
-        return _Op(time.perf_counter() - t0, own, blocked)
+        self._agree(error, what)
+        return time.perf_counter() - t0, own
 
     def _await_durable(self, future: Any) -> None:
         # The reference never looks at the future: a failed upload would pass as a fast save.
@@ -207,18 +221,8 @@ class _Loop:
             return template, backends.storage_reader(self.config, checkpoint_id)
 
         template, reader = self._step("prepare load", prepare)
-        self._barrier()
-        t0 = time.perf_counter()
-        error: BaseException | None = None
-        try:
-            dcp_load(template, storage_reader=reader)
-        except CheckpointException as exc:  # a BaseException: `except Exception` misses it
-            error = CheckpointFailure.of("load", exc)
-        except Exception as exc:
-            error = exc
-        own = time.perf_counter() - t0
-        self._agree(error, "load")
-        return template, _Op(time.perf_counter() - t0, own)
+        seconds, own = self._timed("load", lambda: dcp_load(template, storage_reader=reader))
+        return template, _Op(seconds, own)
 
     def _verify(self, loaded: dict[str, torch.Tensor]) -> None:
         try:
