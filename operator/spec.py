@@ -341,8 +341,8 @@ class CheckpointBenchmarkSpec(BaseModel):
     resources: dict[str, Any] | None = Field(
         None,
         description="Compute resources of each rank's container (a Kubernetes "
-        "ResourceRequirements: requests, limits). A rank holds its shard in memory twice during "
-        "load verification, so request memory accordingly.",
+        "ResourceRequirements: requests, limits). A rank holds one shard in memory, plus about "
+        "300 MiB for the runtime and transfer buffers: request memory accordingly.",
         json_schema_extra=_crd_schema(_RESOURCES_SCHEMA),
     )
     service_account_name: str | None = Field(
