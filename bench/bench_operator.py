@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ckptbench.operator import render, spec
 from ckptbench.operator.status import compute_status
-from ckptbench.workload import sizes
-from ckptbench.workload.results import OpTiming, RankResult
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.results import OpTiming, RankResult
 from tests.kmock_support import Client, running_emulator, write_kubeconfig
 from tests.test_operator_kmock import Operator, wait_for
 

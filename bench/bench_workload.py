@@ -1,7 +1,7 @@
 """Workload figures on this machine, each printed beside its target.
 
-1. State build: GiB/s of :func:`ckptbench.workload.state.build_state` for one rank's shard, with
-   the intra-op threads the local runner gives a rank (cores / world size).
+1. State build: GiB/s of :func:`ckptbench.workload.rank.state.build_state` for one rank's
+   shard, with the intra-op threads the local runner gives a rank (cores / world size).
 2. ``file`` backend: save and load throughput of ``ckptbench run --storage file://...`` as a ratio
    to a raw sequential write and read of the same bytes, one thread per rank as DCP's
    FileSystemWriter uses. Both sides fsync what they write (FileSystemWriter's ``sync_files``
@@ -36,7 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from ckptbench.workload import sizes
+from ckptbench.workload.contract import sizes
 
 GIB = 1024**3
 TARGET_BUILD_GIBPS = 1.0
@@ -60,8 +60,8 @@ def line(name: str, value: str, target: str, ok: bool | None) -> None:
 def bench_build(world_size: int, layer_size: int, padding_size: int, repeats: int) -> float:
     import torch
 
-    from ckptbench.workload import state
-    from ckptbench.workload.config import Backend, WorkloadConfig
+    from ckptbench.workload.contract.config import Backend, WorkloadConfig
+    from ckptbench.workload.rank import state
 
     threads = max(1, (os.cpu_count() or 1) // world_size)
     torch.set_num_threads(threads)
@@ -196,8 +196,8 @@ def baseline_rss() -> int:
     RSS at fork, which here (torch imported, state built) would inflate it.
     """
     code = (
-        "import torch, torch.distributed.checkpoint, ckptbench.workload.state, "
-        "ckptbench.workload.backends, ckptbench.workload.worker\n"
+        "import torch, torch.distributed.checkpoint, ckptbench.workload.rank.state, "
+        "ckptbench.workload.storage.factory, ckptbench.workload.rank.worker\n"
         "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1])"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

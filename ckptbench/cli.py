@@ -8,8 +8,11 @@ from collections.abc import Sequence
 
 # subcommand -> (module with a ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("ckptbench.workload.run_cli", "run a benchmark on this machine (N local ranks)"),
-    "worker": ("ckptbench.workload.worker", "run one rank (the entry point of a benchmark pod)"),
+    "run": ("ckptbench.workload.local.cli", "run a benchmark on this machine (N local ranks)"),
+    "worker": (
+        "ckptbench.workload.rank.worker",
+        "run one rank (the entry point of a benchmark pod)",
+    ),
     "operator": ("ckptbench.operator.main", "run the Kubernetes operator"),
     "crd": ("ckptbench.operator.crd", "print the CheckpointBenchmark CRD"),
     "render": ("ckptbench.operator.render_cli", "print the manifests for a CheckpointBenchmark"),

@@ -19,7 +19,13 @@ from typing import Any, Protocol
 
 from ckptbench.operator import metrics, render
 from ckptbench.operator import status as st
-from ckptbench.operator.spec import CheckpointBenchmarkSpec, SpecError, parse_spec, validate_name
+from ckptbench.operator.spec import (
+    CheckpointBenchmarkSpec,
+    SpecError,
+    canonical_json,
+    parse_spec,
+    validate_name,
+)
 
 RENDERED_SPEC_ANNOTATION = "ckptbench.dev/rendered-spec"
 Key = tuple[str, str]
@@ -80,8 +86,8 @@ def reconcile_once(
         except render.RenderError as exc:
             problem = str(exc)
         else:
-            body["metadata"].setdefault("annotations", {})[RENDERED_SPEC_ANNOTATION] = _canonical(
-                current
+            body["metadata"].setdefault("annotations", {})[RENDERED_SPEC_ANNOTATION] = (
+                canonical_json(current)
             )
             made = api.create_jobset(namespace, body)
             created = made is not None
@@ -114,10 +120,6 @@ def _owned_by(jobset: Mapping[str, Any], uid: str) -> bool:
     return any(o.get("uid") == uid for o in owners if o.get("controller")) or not owners
 
 
-def _canonical(spec: CheckpointBenchmarkSpec) -> str:
-    return json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True)
-
-
 def _ran_spec(
     jobset: Mapping[str, Any] | None,
     current: CheckpointBenchmarkSpec | None,
@@ -141,7 +143,7 @@ def _ran_spec(
     if annotations.get(render.SPEC_HASH_ANNOTATION) in (None, render.spec_hash(current)):
         return ran or current, None
     if ran_json is not None:
-        change = st.describe_spec_change(ran_json, json.loads(_canonical(current)))
+        change = st.describe_spec_change(ran_json, json.loads(canonical_json(current)))
     else:
         change = None
     return ran or current, change or (

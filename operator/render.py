@@ -8,7 +8,6 @@ JobSet gives every pod the hostname ``<name>-rank-0-<index>`` under the headless
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +16,10 @@ from ckptbench.operator.spec import (
     KIND,
     REPLICATED_JOB,
     CheckpointBenchmarkSpec,
+    canonical_json,
     validate_name,
 )
-from ckptbench.workload.config import WorkloadConfig
+from ckptbench.workload.contract.config import WorkloadConfig
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 JOBSET_KIND = "JobSet"
@@ -79,8 +79,7 @@ def run_id(name: str, uid: str) -> str:
 
 def spec_hash(spec: CheckpointBenchmarkSpec) -> str:
     """A digest of the spec as rendered, so a changed spec can be told from the one that ran."""
-    canonical = json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return hashlib.sha256(canonical_json(spec).encode()).hexdigest()[:16]
 
 
 def owner_reference(name: str, uid: str) -> dict[str, Any]:

@@ -6,12 +6,14 @@ what ``kubectl explain`` shows. Rules that span several fields exist twice, on p
 :meth:`CheckpointBenchmarkSpec._cross_field_rules` (enforced by the operator and ``ckptbench
 render``, which see objects that never went through an API server). Both come from :data:`RULES`.
 
-Every bound here is inside :class:`~ckptbench.workload.config.WorkloadConfig`'s, so a spec that
-validates always renders into a configuration the workload accepts.
+Every bound here is inside
+:class:`~ckptbench.workload.contract.config.WorkloadConfig`'s, so a spec that validates
+always renders into a configuration the workload accepts.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,8 +31,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
-from ckptbench.workload import sizes
-from ckptbench.workload.config import MIB, Backend, WorkloadConfig
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.config import MIB, Backend, WorkloadConfig
 
 GROUP = "ckptbench.dev"
 VERSION = "v1alpha1"
@@ -495,6 +497,11 @@ class CheckpointBenchmarkSpec(BaseModel):
             master_addr=master_addr,
             rendezvous_timeout_seconds=float(self.rendezvous_timeout_seconds),
         )
+
+
+def canonical_json(spec: CheckpointBenchmarkSpec) -> str:
+    """The spec as one canonical JSON text: what is hashed, recorded on the JobSet and compared."""
+    return json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True)
 
 
 class SpecError(ValueError):

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from ckptbench.operator import conditions as cond
-from ckptbench.workload import sizes
-from ckptbench.workload.results import OpSummary, RankResult, RunSummary, summarize
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.results import OpSummary, RankResult, RunSummary, summarize
 
 PENDING = "Pending"
 QUEUED = "Queued"

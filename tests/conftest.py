@@ -29,7 +29,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def gcs_emulator() -> Iterator[object]:
     """A real fake-gcs-server process for the whole session (its own temporary folder)."""
-    from ckptbench.workload.emulator import GcsEmulator
+    from ckptbench.workload.local.emulator import GcsEmulator
 
     with GcsEmulator() as emu:
         yield emu
@@ -38,7 +38,7 @@ def gcs_emulator() -> Iterator[object]:
 @pytest.fixture
 def gcs_bucket(gcs_emulator: object) -> str:
     """A fresh bucket per test, so tests never see each other's objects."""
-    from ckptbench.workload.emulator import GcsEmulator
+    from ckptbench.workload.local.emulator import GcsEmulator
 
     assert isinstance(gcs_emulator, GcsEmulator)
     name = f"t-{uuid.uuid4().hex[:12]}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptbench.workload.config import Backend, ConfigError, WorkloadConfig
+from ckptbench.workload.contract.config import Backend, ConfigError, WorkloadConfig
 
 GS = {"CKPTBENCH_CHECKPOINT_PATH": "gs://bucket/prefix"}
 

@@ -11,7 +11,7 @@ import yaml
 from ckptbench.operator import crd, spec
 from ckptbench.operator.crd import SchemaConversionError, build_crd, structural
 from ckptbench.operator.spec import RULES, CheckpointBenchmarkSpec
-from ckptbench.workload.config import Backend
+from ckptbench.workload.contract.config import Backend
 from tests.crd_validation import cel_failures, openapi_schema, schema_errors
 from tests.k8s_schemas import validate
 

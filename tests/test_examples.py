@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ckptbench.operator.spec import API_VERSION, KIND, parse_spec, validate_name
-from ckptbench.workload import sizes
+from ckptbench.workload.contract import sizes
 from tests.k8s_schemas import pod_template_schema, validate, validate_pod_template
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,18 +16,18 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystem
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.emulator import GcsEmulator
-from ckptbench.workload.gcs_client import make_client
-from ckptbench.workload.gcs_download import parse_tensor_blob, tensor_memory
-from ckptbench.workload.gcs_objects import GcsObjects
-from ckptbench.workload.gcs_storage import (
+from ckptbench.workload.local.emulator import GcsEmulator
+from ckptbench.workload.storage.gcs.backend import (
     GcsStorageReader,
     GcsStorageWriter,
     PinnedTensors,
     part_size_for,
 )
-from ckptbench.workload.gcs_upload import first_level_groups
-from ckptbench.workload.retry import GcsHttpError, RetryPolicy
+from ckptbench.workload.storage.gcs.client import make_client
+from ckptbench.workload.storage.gcs.download import parse_tensor_blob, tensor_memory
+from ckptbench.workload.storage.gcs.objects import GcsObjects
+from ckptbench.workload.storage.gcs.upload import first_level_groups
+from ckptbench.workload.storage.retry import GcsHttpError, RetryPolicy
 
 MiB = 1 << 20
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0)

@@ -6,8 +6,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from ckptbench.workload import loop, objectio
-from ckptbench.workload.config import WorkloadConfig
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.rank import loop
+from ckptbench.workload.storage import objects as objectio
 
 
 def _config(tmp_path: Path, **kw: object) -> WorkloadConfig:

@@ -8,12 +8,12 @@ import textwrap
 
 import pytest
 
-from ckptbench.workload import memory
+from ckptbench.workload.rank import memory
 
 _PROBE = textwrap.dedent(
     """
     import ctypes, sys
-    from ckptbench.workload import memory
+    from ckptbench.workload.rank import memory
     if sys.argv[1] == "tuned":
         assert memory.return_big_buffers_to_the_os()
 

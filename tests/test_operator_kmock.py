@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import pytest
 
 from ckptbench.operator import render, spec
-from ckptbench.workload import sizes
-from ckptbench.workload.results import OpTiming, RankResult
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.results import OpTiming, RankResult
 from tests.kmock_support import (
     Client,
     EmulatorThread,

@@ -18,7 +18,7 @@ from ckptbench.operator.render import (
     spec_hash,
 )
 from ckptbench.operator.spec import CheckpointBenchmarkSpec, parse_spec
-from ckptbench.workload.config import Backend, WorkloadConfig
+from ckptbench.workload.contract.config import Backend, WorkloadConfig
 from tests.crd_validation import closed
 from tests.k8s_schemas import schema_for, validate, validate_pod_template
 

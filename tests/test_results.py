@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ckptbench.workload.results import (
+from ckptbench.workload.contract.results import (
     TERMINATION_MESSAGE_LIMIT,
     OpStats,
     OpTiming,

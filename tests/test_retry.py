@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from ckptbench.workload.retry import (
+from ckptbench.workload.storage.retry import (
     GcsError,
     GcsHttpError,
     RetryPolicy,

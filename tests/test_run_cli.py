@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import json
 import os
@@ -24,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench.workload import run_cli
-from ckptbench.workload.config import Backend, WorkloadConfig
-from ckptbench.workload.local_runner import RanksOutcome, rank_env, run_ranks
+from ckptbench.workload.contract.config import Backend, WorkloadConfig
+from ckptbench.workload.local import cli as run_cli
+from ckptbench.workload.local.runner import RanksOutcome, rank_env, run_ranks
 
 # ---------------------------------------------------------------------------------------------
 # Options
@@ -151,7 +150,7 @@ def test_rank_env_is_what_the_worker_parses(tmp_path: Path) -> None:
 FAKE_WORKER = textwrap.dedent(
     """
     import os, sys, time
-    from ckptbench.workload.results import OpTiming, RankResult
+    from ckptbench.workload.contract.results import OpTiming, RankResult
 
     rank = int(os.environ["CKPTBENCH_RANK"])
     mode = os.environ["FAKE_MODE"]
@@ -300,9 +299,6 @@ def _capture(fn: Callable[[], int]) -> tuple[int, str, str]:
 # ---------------------------------------------------------------------------------------------
 # End to end: the real command, the real worker, real storage
 
-HAVE_WORKER = importlib.util.find_spec("ckptbench.workload.worker") is not None
-HAVE_GCS_BACKEND = importlib.util.find_spec("ckptbench.workload.gcs_storage") is not None
-needs_worker = pytest.mark.skipif(not HAVE_WORKER, reason="ckptbench.workload.worker not built")
 TINY = ["--layer-size", "50", "--padding-size", "4", "--samples", "2", "--warmup", "0"]
 TINY_TOTAL = 4 * 50 * 4000
 
@@ -337,9 +333,8 @@ def _check_run(run: dict[str, object], backend: str, world_size: int) -> None:
     assert all(isinstance(b, int) and b > 0 for b in extra["peak_rss_bytes"])
 
 
-@needs_worker
 def test_emulator_runs_both_gcs_backends(tmp_path: Path) -> None:
-    backends = ["gcs", "gcsfs"] if HAVE_GCS_BACKEND else ["gcsfs"]
+    backends = ["gcs", "gcsfs"]
     out = tmp_path / "summary.json"
     proc = _ckptbench(*TINY, "--backend", ",".join(backends), "--json", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -350,11 +345,10 @@ def test_emulator_runs_both_gcs_backends(tmp_path: Path) -> None:
         _check_run(run, run["backend"], 2)
         assert run["extra"]["settings"]["emulator"].startswith("http://127.0.0.1:")
     header = proc.stdout.splitlines()[0].split()
-    assert header == (["gcs", "gcsfs", "gcs/gcsfs"] if HAVE_GCS_BACKEND else ["gcsfs"])
+    assert header == ["gcs", "gcsfs", "gcs/gcsfs"]
     assert "[rank 0]" in proc.stderr  # progress was shown
 
 
-@needs_worker
 def test_file_storage(tmp_path: Path) -> None:
     out = tmp_path / "summary.json"
     storage = tmp_path / "ckpt"
@@ -389,7 +383,6 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
-@needs_worker
 def test_sigint_stops_every_rank_and_the_emulator(tmp_path: Path) -> None:
     # Enough samples that the run is still going when the signal comes.
     argv = ["--layer-size", "200", "--padding-size", "4", "--samples", "200", "--warmup", "0"]

@@ -18,7 +18,7 @@ from ckptbench.operator.spec import (
     parse_spec,
     validate_name,
 )
-from ckptbench.workload.config import Backend, WorkloadConfig
+from ckptbench.workload.contract.config import Backend, WorkloadConfig
 
 BASE: dict[str, Any] = {"checkpointPath": "gs://bucket/ckpt"}
 LONGEST_NAME = "b" * MAX_NAME_LENGTH

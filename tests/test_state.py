@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ckptbench.workload import sizes, state
-from ckptbench.workload.config import WorkloadConfig
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.rank import state
 
 
 def _config(**kw: object) -> WorkloadConfig:

@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from ckptbench.workload import stats
+from ckptbench.workload.contract import stats
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import pytest
 
 from ckptbench.operator import status as st
 from ckptbench.operator.spec import CheckpointBenchmarkSpec
-from ckptbench.workload import sizes
-from ckptbench.workload.results import OpTiming, RankResult
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.results import OpTiming, RankResult
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=3)

@@ -6,25 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench.workload import objectio
-from ckptbench.workload.config import WorkloadConfig
-from ckptbench.workload.emulator import EMULATOR_ENV, GcsEmulator
-from ckptbench.workload.results import RunSummary
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.names import EMULATOR_ENV
+from ckptbench.workload.contract.results import RunSummary
+from ckptbench.workload.local.emulator import GcsEmulator
+from ckptbench.workload.storage import objects as objectio
 from tests import workers
 from tests.workers import small_config
 
 pytestmark = pytest.mark.timeout(180)
 
-# The gcs backend is written beside this one; it joins the matrix as soon as its module exists.
-GCS_MODULE = workers.ROOT / "workload" / "gcs_storage.py"
-BACKENDS = [
-    "file",
-    "gcsfs",
-    pytest.param(
-        "gcs",
-        marks=pytest.mark.skipif(not GCS_MODULE.exists(), reason="workload/gcs_storage.py absent"),
-    ),
-]
+BACKENDS = ["file", "gcsfs", "gcs"]
 
 
 def _storage(
@@ -156,7 +148,7 @@ def test_the_emulator_stopping_mid_run_fails_every_rank_clearly_without_hanging(
 ) -> None:
     import time
 
-    backend = "gcs" if GCS_MODULE.exists() else "gcsfs"
+    backend = "gcs"
     with GcsEmulator() as emulator:
         emulator.create_bucket("doomed")
         config = small_config(

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from google.api_core import exceptions
 
-from ckptbench.workload import environment, objectio, rendezvous, worker
-from ckptbench.workload.config import WorkloadConfig
-from ckptbench.workload.emulator import EMULATOR_ENV, GcsEmulator, free_port
-from ckptbench.workload.results import RankResult, RunSummary
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.names import EMULATOR_ENV
+from ckptbench.workload.contract.results import RankResult, RunSummary
+from ckptbench.workload.local.emulator import GcsEmulator, free_port
+from ckptbench.workload.rank import environment, rendezvous, worker
+from ckptbench.workload.storage import objects as objectio
 
 
 def _api_error(name: str) -> Exception:

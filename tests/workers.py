@@ -1,8 +1,8 @@
 """Spawning real worker processes for tests, and a worker entry point with fault injection.
 
 ``python -m tests.workers corrupt RANK TENSOR`` and ``python -m tests.workers delete RANK`` run
-an ordinary rank (:func:`ckptbench.workload.worker.run`) whose after-save hook damages the first
-timed sample's checkpoint on disk between its save and its load: the real save, load and
+an ordinary rank (:func:`ckptbench.workload.rank.worker.run`) whose after-save hook damages the
+first timed sample's checkpoint on disk between its save and its load: the real save, load and
 verification code paths then have to notice.
 """
 
@@ -15,9 +15,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptbench.workload.config import ENV_PREFIX, WorkloadConfig
-from ckptbench.workload.emulator import EMULATOR_ENV, free_port
-from ckptbench.workload.results import RankResult
+from ckptbench.workload.contract.config import ENV_PREFIX, WorkloadConfig
+from ckptbench.workload.contract.names import EMULATOR_ENV
+from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.local.emulator import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = [sys.executable, "-m", "ckptbench.cli", "worker"]
@@ -156,7 +157,8 @@ def _corrupt(checkpoint_id: str, tensor: str) -> None:
 
 
 def _inject_main(argv: list[str]) -> int:
-    from ckptbench.workload import objectio, worker
+    from ckptbench.workload.rank import worker
+    from ckptbench.workload.storage import objects as objectio
 
     config = WorkloadConfig.from_env()
     mode, target = argv[0], int(argv[1])

@@ -7,7 +7,7 @@ import os
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
-from ckptbench.workload.emulator import EMULATOR_ENV
+from ckptbench.workload.contract.names import EMULATOR_ENV
 
 
 def emulator_host() -> str | None:

@@ -26,9 +26,9 @@ from typing import IO
 
 from pydantic import ValidationError
 
-from ckptbench.workload.config import WorkloadConfig
-from ckptbench.workload.emulator import free_port
-from ckptbench.workload.results import RankResult
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.local.emulator import free_port
 
 WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ckptbench.cli", "worker")
 # After the first rank fails, the others get this long to end (and report) on their own: a

@@ -36,11 +36,11 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from ckptbench.workload.gcs_client import make_client, split_gs_url
-from ckptbench.workload.gcs_download import ParallelReader
-from ckptbench.workload.gcs_objects import GcsObjects
-from ckptbench.workload.gcs_upload import MAX_COMPONENTS, CompositeUploadStream
-from ckptbench.workload.retry import DEFAULT_POLICY, RetryPolicy
+from ckptbench.workload.storage.gcs.client import make_client, split_gs_url
+from ckptbench.workload.storage.gcs.download import ParallelReader
+from ckptbench.workload.storage.gcs.objects import GcsObjects
+from ckptbench.workload.storage.gcs.upload import MAX_COMPONENTS, CompositeUploadStream
+from ckptbench.workload.storage.retry import DEFAULT_POLICY, RetryPolicy
 
 DEFAULT_THREADS = 8
 DEFAULT_PART_SIZE = 32 * 1024 * 1024

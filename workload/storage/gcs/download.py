@@ -28,7 +28,7 @@ from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint.filesystem import _StorageInfo, _StorageReaderTransforms
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, ReadItem
 
-from ckptbench.workload.gcs_objects import GcsObjects
+from ckptbench.workload.storage.gcs.objects import GcsObjects
 
 # Enough for the zip records before a tensor's payload (the pickled layout among them), and
 # for the records and central directory after it.

@@ -16,7 +16,12 @@ from typing import Any
 import requests
 from google.cloud import storage
 
-from ckptbench.workload.retry import DEFAULT_POLICY, GcsHttpError, RetryPolicy, call_with_retry
+from ckptbench.workload.storage.retry import (
+    DEFAULT_POLICY,
+    GcsHttpError,
+    RetryPolicy,
+    call_with_retry,
+)
 
 # Read the response body in slices this large: small enough not to double memory per worker,
 # large enough that Python overhead per slice is negligible.

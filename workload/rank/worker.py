@@ -19,13 +19,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ckptbench.workload import config as config_module
-from ckptbench.workload import objectio, sizes
-from ckptbench.workload.config import ConfigError, WorkloadConfig
-from ckptbench.workload.results import RankResult, RunSummary, summarize
+from ckptbench.workload.contract import config as config_module
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
+from ckptbench.workload.contract.results import RankResult, RunSummary, summarize
+from ckptbench.workload.storage import objects as objectio
 
 if TYPE_CHECKING:
-    from ckptbench.workload.loop import AfterSave
+    from ckptbench.workload.rank.loop import AfterSave
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -54,15 +55,15 @@ def main(argv: Sequence[str]) -> int:
 
 def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     """Run one rank to the end and report; ``after_save`` is a fault-injection hook for tests."""
-    from ckptbench.workload import memory
+    from ckptbench.workload.rank import memory
 
     memory.return_big_buffers_to_the_os()
     # Before torch or fsspec can import gcsfs: the flag is read at import time.
-    from ckptbench.workload import backends
+    from ckptbench.workload.storage import factory as backends
 
     backends.prepare_gcsfs()
 
-    from ckptbench.workload import environment, loop, rendezvous
+    from ckptbench.workload.rank import environment, loop, rendezvous
 
     say = _logger(config.rank)
     if config.rank == 0:

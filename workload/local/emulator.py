@@ -20,8 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
-EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
-
 
 class EmulatorError(RuntimeError):
     pass

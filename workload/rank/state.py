@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from ckptbench.workload import sizes
-from ckptbench.workload.config import WorkloadConfig
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.config import WorkloadConfig
 
 BLOCK = 1 << 18  # elements: 1 MiB of float32, small enough to stay in cache while we stream
 _BASE_LIMIT = 1 << 20  # block values are in [1, 2**20)

@@ -27,9 +27,11 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload import backends, objectio, state
-from ckptbench.workload.config import WorkloadConfig
-from ckptbench.workload.results import OpTiming, RankResult
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.rank import state
+from ckptbench.workload.storage import factory as backends
+from ckptbench.workload.storage import objects as objectio
 
 AfterSave = Callable[[int, str], None]
 """A hook run on every rank after a sample's save, before its load: ``(sample, checkpoint id)``."""

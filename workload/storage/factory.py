@@ -1,7 +1,7 @@
 """DCP storage writers and readers for the three backends, chosen by name.
 
 ``file`` and ``gcsfs`` are DCP's own (``FileSystemWriter``/``Reader`` and the fsspec ones over
-gcsfs: the reference's baseline); ``gcs`` is ours, in :mod:`ckptbench.workload.gcs_storage`,
+gcsfs: the reference's baseline); ``gcs`` is ours, in :mod:`ckptbench.workload.storage.gcs.backend`,
 imported only when asked for.
 """
 
@@ -13,12 +13,11 @@ from typing import Any
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
-from ckptbench.workload.config import Backend, WorkloadConfig
-from ckptbench.workload.emulator import EMULATOR_ENV
+from ckptbench.workload.contract.config import Backend, WorkloadConfig
+from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
 
 # gcsfs's experimental zonal/HNS support probes every bucket, and against an emulator each probe
 # stalls about 60 s; the flag is read when gcsfs is imported, so it must be set before that.
-_GCSFS_FLAG = "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"
 
 
 def storage_writer(config: WorkloadConfig, checkpoint_id: str) -> StorageWriter:
@@ -28,7 +27,7 @@ def storage_writer(config: WorkloadConfig, checkpoint_id: str) -> StorageWriter:
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
 
         return FsspecWriter(checkpoint_id, **gcsfs_options(config))
-    from ckptbench.workload.gcs_storage import GcsStorageWriter
+    from ckptbench.workload.storage.gcs.backend import GcsStorageWriter
 
     writer: StorageWriter = GcsStorageWriter(
         checkpoint_id,
@@ -46,7 +45,7 @@ def storage_reader(config: WorkloadConfig, checkpoint_id: str) -> StorageReader:
         from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
         return FsspecReader(checkpoint_id, **gcsfs_options(config))
-    from ckptbench.workload.gcs_storage import GcsStorageReader
+    from ckptbench.workload.storage.gcs.backend import GcsStorageReader
 
     reader: StorageReader = GcsStorageReader(
         checkpoint_id,
@@ -74,7 +73,7 @@ def gcsfs_options(config: WorkloadConfig) -> dict[str, Any]:
 
 def prepare_gcsfs() -> None:
     """Call before anything imports gcsfs (fsspec imports it lazily on the first gs:// URL)."""
-    os.environ.setdefault(_GCSFS_FLAG, "false")
+    os.environ.setdefault(GCSFS_HNS_FLAG, "false")
 
 
 def _local_path(checkpoint_id: str) -> str:

@@ -15,7 +15,8 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ckptbench.workload import sizes
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV
 
 ENV_PREFIX = "CKPTBENCH_"
 MIB = 1024**2
@@ -169,7 +170,7 @@ class WorkloadConfig(BaseModel):
 # The reference's names come after ours, so ours win when both are set.
 _ALIASES: dict[str, tuple[str, ...]] = {
     "world_size": ("WORLD_SIZE",),
-    "rank": ("RANK", "JOB_COMPLETION_INDEX"),
+    "rank": ("RANK", COMPLETION_INDEX_ENV),
     "layer_size": ("LAYER_SIZE",),
     "padding_size": ("PADDING_SIZE",),
     "sample_count": ("SAMPLE_COUNT",),

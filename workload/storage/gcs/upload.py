@@ -24,7 +24,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from types import TracebackType
 from typing import Any
 
-from ckptbench.workload.gcs_objects import GcsObjects
+from ckptbench.workload.storage.gcs.objects import GcsObjects
 
 log = logging.getLogger(__name__)
 

@@ -162,7 +162,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def _split(url: str) -> tuple[str, str]:
-    from ckptbench.workload.gcs_client import split_gs_url
+    from ckptbench.workload.storage.gcs.client import split_gs_url
 
     return split_gs_url(url)
 
@@ -173,7 +173,7 @@ _CLIENTS: dict[tuple[str | None, str | None], Any] = {}
 def _client(project: str | None) -> Any:
     # Reused: each client builds its own connection pool and credentials. Keyed by the emulator
     # address too, since that is read when a client is made.
-    from ckptbench.workload.gcs_client import emulator_host, make_client
+    from ckptbench.workload.storage.gcs.client import emulator_host, make_client
 
     key = (project, emulator_host())
     if key not in _CLIENTS:

@@ -8,7 +8,7 @@ import platform
 import socket
 from typing import Any
 
-from ckptbench.workload.config import WorkloadConfig
+from ckptbench.workload.contract.config import WorkloadConfig
 
 _PACKAGES = ("torch", "gcsfs", "google-cloud-storage", "fsspec", "ckptbench")
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch.distributed as dist
 
-from ckptbench.workload.config import WorkloadConfig
+from ckptbench.workload.contract.config import WorkloadConfig
 
 _POLL_SECONDS = 1.0
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ckptbench.workload import stats
+from ckptbench.workload.contract import stats
 
 SCHEMA_VERSION = 1
 TERMINATION_MESSAGE_LIMIT = 4096

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ckptbench.workload.results import OpSummary, RunSummary
-from ckptbench.workload.sizes import GIB
+from ckptbench.workload.contract.results import OpSummary, RunSummary
+from ckptbench.workload.contract.sizes import GIB
 
 MIB = 1024**2
 

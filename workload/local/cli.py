@@ -28,11 +28,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ckptbench.workload import report, sizes
-from ckptbench.workload.config import Backend, WorkloadConfig, field_errors
-from ckptbench.workload.emulator import EMULATOR_ENV, EmulatorError, GcsEmulator
-from ckptbench.workload.local_runner import RanksOutcome, run_ranks
-from ckptbench.workload.results import RunSummary, summarize
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.config import Backend, WorkloadConfig, field_errors
+from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
+from ckptbench.workload.contract.results import RunSummary, summarize
+from ckptbench.workload.local import report
+from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
+from ckptbench.workload.local.runner import RanksOutcome, run_ranks
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -378,7 +380,7 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
             extra_env[EMULATOR_ENV] = emu.url
         if emulator_url:
             # gcsfs stalls ~60 s per bucket call on an emulator unless this is off at import.
-            extra_env["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+            extra_env[GCSFS_HNS_FLAG] = "false"
         for config in p.configs:
             if stop.is_set():
                 break
