@@ -24,8 +24,8 @@ from ckptbench.operator import render, spec
 from ckptbench.operator.status import compute_status
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpTiming, RankResult
-from tests.kmock_support import Client, running_emulator, write_kubeconfig
-from tests.test_operator_kmock import Operator, wait_for
+from harness.kmock_cluster import Client, running_emulator, write_kubeconfig
+from harness.operator_process import Operator, wait_for
 
 AGGREGATION_TARGET_SECONDS = 1.0
 STATUS_TARGET_BYTES = 256 * 1024

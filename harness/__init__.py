@@ -1,0 +1,1 @@
+"""Harness shared by tests/ and bench/ (bench never imports tests): emulators and real processes."""

@@ -1,0 +1,79 @@
+"""`ckptbench operator` as a real process against the kmock cluster, for tests and bench alike."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from harness.kmock_cluster import free_port
+
+DEADLINE = 15.0
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], deadline: float = DEADLINE) -> T:
+    end = time.monotonic() + deadline
+    last: T | None = None
+    while time.monotonic() < end:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {deadline} s waiting for {what} (last: {last!r})")
+
+
+class Operator:
+    """`ckptbench operator` in a subprocess, pointed at the emulator through a kubeconfig."""
+
+    def __init__(
+        self, kubeconfig: Path, log: Path, namespace: str = "default", image: str = ""
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.log = log
+        self.namespace = namespace
+        self.image = image or "registry.example/ckptbench-workload:test"
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        args = [sys.executable, "-m", "ckptbench.cli", "operator", "--namespace", self.namespace]
+        args += ["--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)]
+        args += ["--default-image", self.image]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+        wait_for("the operator's /healthz", self._healthy)
+
+    def _healthy(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"the operator exited: {self.log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2):
+                return True
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text: str = response.read().decode()
+            return text
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.proc = None
