@@ -11,7 +11,6 @@ from dataclasses import dataclass
 COLUMNS = 1000
 FLOAT32_BYTES = 4
 GIB = 1024**3
-GB = 1000**3
 
 
 def tensor_bytes(layer_size: int) -> int:

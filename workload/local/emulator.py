@@ -16,7 +16,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 
@@ -163,11 +162,3 @@ class GcsEmulator:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def running_emulator(bucket: str | None = None) -> Iterator[GcsEmulator]:
-    with GcsEmulator() as emu:
-        if bucket:
-            emu.create_bucket(bucket)
-        yield emu
