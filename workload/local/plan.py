@@ -1,0 +1,179 @@
+"""What ``ckptbench run`` will do, derived from its options before anything starts.
+
+The cells are the cross product of every option given a comma list; each cell is one validated
+:class:`WorkloadConfig` with its own run folder. Every problem is found here, naming the option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ckptbench.workload.contract.config import Backend, WorkloadConfig
+from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
+
+EMULATOR_BUCKET = "ckptbench"
+EMULATOR_PREFIX = "ckptbench"
+# A sweep runs its cells one after another; past this a typo in a list costs hours.
+MAX_CELLS = 64
+# A collective outlasting the whole run's timeout is a hang, not a slow sample.
+MAX_COLLECTIVE_SECONDS = 1800.0
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination of settings: its label, its config, and its value of each varied option."""
+
+    label: str
+    config: WorkloadConfig
+    axes: dict[str, str]  # option name (no dashes) -> value as typed, for options with a list
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run, derived from the options: one config per cell, and where."""
+
+    cells: list[Cell]
+    emulator_bucket: str | None  # start an embedded emulator and create this bucket
+    storage: str
+    timeout: float
+
+    @property
+    def configs(self) -> list[WorkloadConfig]:
+        return [c.config for c in self.cells]
+
+
+def _storage_kind(storage: str | None) -> str:
+    if storage is None or storage.startswith("gs://"):
+        return "gs"
+    if "://" in storage and not storage.startswith("file://"):
+        raise UsageError(f"--storage: unsupported scheme in {storage!r} (use file://, gs://)")
+    return "file"
+
+
+def _local_path(storage: str) -> str:
+    path = storage.removeprefix("file://")
+    if not path:
+        raise UsageError(f"--storage: no path in {storage!r}")
+    return str(Path(path).expanduser().absolute())
+
+
+def _backends(raw: str | None, kind: str) -> list[tuple[str, Any]]:
+    if raw is None:
+        default = Backend.GCS if kind == "gs" else Backend.FILE
+        return [(default.value, default)]
+    out = values_of(option("--backend"), raw)
+    for _, backend in out:
+        if backend is Backend.FILE and kind == "gs":
+            raise UsageError(
+                "--backend file needs a local --storage (file:///path or a path); "
+                "the default --storage is a gs:// bucket on the embedded emulator"
+            )
+        if backend is not Backend.FILE and kind == "file":
+            raise UsageError(
+                f"--backend {backend.value} needs a gs:// --storage (or none, for the embedded "
+                "emulator); --storage is a local path"
+            )
+    return out
+
+
+def run_id(backend: Backend, now: dt.datetime | None = None, cell: int | None = None) -> str:
+    """A fresh folder per run: GCS rate-limits rewrites of one object name."""
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%d-%H%M%S")
+    index = "" if cell is None else f"-c{cell}"
+    return f"run-{stamp}-{secrets.token_hex(2)}{index}-{backend.value}"
+
+
+def _one(args: argparse.Namespace, flag: str) -> Any:
+    """A single-valued option's parsed value, or its default."""
+    o = option(flag)
+    found = values_of(o, getattr(args, o.dest))
+    return found[0][1] if found else None
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    raw_storage: str | None = args.storage
+    kind = _storage_kind(raw_storage)
+    emulator_bucket: str | None = None
+    if raw_storage is None:
+        storage = f"gs://{EMULATOR_BUCKET}/{EMULATOR_PREFIX}"
+        emulator_bucket = EMULATOR_BUCKET
+    elif kind == "gs":
+        storage = raw_storage.rstrip("/")
+        bucket = storage.removeprefix("gs://").split("/", 1)[0]
+        if not bucket:
+            raise UsageError(f"--storage: no bucket in {raw_storage!r}")
+        if args.emulator:
+            emulator_bucket = bucket
+    else:
+        if args.emulator:
+            raise UsageError("--emulator: needs a gs:// --storage")
+        storage = _local_path(raw_storage)
+    timeout: float = _one(args, "--timeout")
+    if not timeout > 0:
+        raise UsageError(f"--timeout: must be positive, got {timeout}")
+    fixed: dict[str, Any] = {
+        "checkpoint_path": storage,
+        "collective_timeout_seconds": min(timeout, MAX_COLLECTIVE_SECONDS),
+    }
+    axes: list[tuple[Option, list[tuple[str, Any]]]] = []
+    for o in OPTIONS:
+        if o.field is None:
+            continue
+        raw = getattr(args, o.dest)
+        if o.is_switch:
+            if raw:
+                fixed[o.field] = o.const
+        elif o.flag == "--backend":
+            axes.append((o, _backends(raw, kind)))
+        elif o.is_axis:
+            axes.append((o, values_of(o, raw)))
+        else:
+            found = values_of(o, raw)
+            if found:
+                fixed[o.field] = found[0][1]
+    count = 1
+    for _, values in axes:
+        count *= max(1, len(values))
+    if count > MAX_CELLS:
+        varied = " x ".join(f"{o.flag} {len(v)}" for o, v in axes if len(v) > 1)
+        raise UsageError(f"{varied}: {count} cells, more than the {MAX_CELLS} a run may hold")
+    cells = _cells(fixed, [(o, v) for o, v in axes if v], several=count > 1)
+    return Plan(cells, emulator_bucket, storage, timeout)
+
+
+def _cells(
+    fixed: dict[str, Any], axes: list[tuple[Option, list[tuple[str, Any]]]], several: bool
+) -> list[Cell]:
+    stamp = dt.datetime.now(dt.UTC)
+    cells = []
+    for index, combo in enumerate(itertools.product(*(values for _, values in axes))):
+        raw = dict(fixed)
+        varied: dict[str, str] = {}
+        for (o, values), (text, value) in zip(axes, combo, strict=True):
+            assert o.field is not None
+            raw[o.field] = value
+            if len(values) > 1:
+                varied[o.name] = text
+        backend: Backend = raw["backend"]
+        raw["run_id"] = run_id(backend, stamp, index if several else None)
+        where = [f"{k}={v}" for k, v in varied.items()]
+        try:
+            config = WorkloadConfig.model_validate(raw)
+        except ValidationError as exc:
+            raise UsageError(explain(exc, where if several else ())) from None
+        cells.append(Cell(_label(varied, backend), config, varied))
+    return cells
+
+
+def _label(varied: dict[str, str], backend: Backend) -> str:
+    """The backend alone when only it varies (the column names people know), else each setting."""
+    others = [f"{k}={v}" for k, v in varied.items() if k != "backend"]
+    return " ".join([backend.value, *others])
