@@ -20,8 +20,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ckptbench.operator import render, spec
-from ckptbench.operator.status import compute_status
+from ckptbench.operator.render import jobset as rendering
+from ckptbench.operator.render import labels as render_labels
+from ckptbench.operator.spec import names as spec_names
+from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.operator.status.compute import compute_status
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpTiming, RankResult
 from harness.kmock_cluster import Client, running_emulator, write_kubeconfig
@@ -47,8 +50,8 @@ def pods_for(world: int, samples: int) -> list[dict[str, Any]]:
             {
                 "metadata": {
                     "name": f"bench-rank-0-{rank}-abcde",
-                    "labels": render.benchmark_labels("bench"),
-                    "annotations": {render.COMPLETION_INDEX_ANNOTATION: str(rank)},
+                    "labels": render_labels.benchmark_labels("bench"),
+                    "annotations": {render_labels.COMPLETION_INDEX_ANNOTATION: str(rank)},
                 },
                 "status": {
                     "phase": "Succeeded",
@@ -72,7 +75,7 @@ def pods_for(world: int, samples: int) -> list[dict[str, Any]]:
 
 
 def bench_status(ranks: int, repeats: int) -> None:
-    the_spec = spec.CheckpointBenchmarkSpec(
+    the_spec = CheckpointBenchmarkSpec(
         world_size=ranks,
         layer_size=100_000,
         padding_size=ranks,
@@ -102,12 +105,12 @@ def bench_status(ranks: int, repeats: int) -> None:
 
 
 def bench_render(repeats: int) -> None:
-    the_spec = spec.CheckpointBenchmarkSpec(world_size=64, checkpoint_path="gs://bucket/bench")
-    defaults = render.RenderDefaults(image="registry.example/ckptbench:1")
+    the_spec = CheckpointBenchmarkSpec(world_size=64, checkpoint_path="gs://bucket/bench")
+    defaults = rendering.RenderDefaults(image="registry.example/ckptbench:1")
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        render.render_jobset("bench", "default", "0000-uid", the_spec, defaults)
+        rendering.render_jobset("bench", "default", "0000-uid", the_spec, defaults)
         times.append(time.perf_counter() - t0)
     print(f"render_jobset: median {statistics.median(times) * 1e6:.0f} µs over {repeats} renders")
 
@@ -124,8 +127,8 @@ def bench_reconcile(creations: int) -> None:
             for i in range(creations):
                 name = f"latency-{i}"
                 body = {
-                    "apiVersion": spec.API_VERSION,
-                    "kind": spec.KIND,
+                    "apiVersion": spec_names.API_VERSION,
+                    "kind": spec_names.KIND,
                     "metadata": {"name": name, "namespace": "default"},
                     "spec": {
                         "worldSize": 4,
@@ -134,11 +137,11 @@ def bench_reconcile(creations: int) -> None:
                     },
                 }
                 t0 = time.perf_counter()
-                client.create(spec.API_VERSION, spec.PLURAL, body)
+                client.create(spec_names.API_VERSION, spec_names.PLURAL, body)
                 wait_for(
                     "the JobSet",
                     lambda n=name: client.get(  # type: ignore[misc]
-                        render.JOBSET_API_VERSION, "jobsets", "default", n
+                        render_labels.JOBSET_API_VERSION, "jobsets", "default", n
                     ),
                     deadline=30,
                 )

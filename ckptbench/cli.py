@@ -13,9 +13,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ckptbench.workload.rank.worker",
         "run one rank (the entry point of a benchmark pod)",
     ),
-    "operator": ("ckptbench.operator.main", "run the Kubernetes operator"),
-    "crd": ("ckptbench.operator.crd", "print the CheckpointBenchmark CRD"),
-    "render": ("ckptbench.operator.render_cli", "print the manifests for a CheckpointBenchmark"),
+    "operator": ("ckptbench.operator.runtime.main", "run the Kubernetes operator"),
+    "crd": ("ckptbench.operator.spec.crd", "print the CheckpointBenchmark CRD"),
+    "render": ("ckptbench.operator.render.cli", "print the manifests for a CheckpointBenchmark"),
 }
 
 

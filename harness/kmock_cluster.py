@@ -24,13 +24,13 @@ from typing import Any
 
 import kmock
 
-from ckptbench.operator import spec
+from ckptbench.operator.spec import names as spec_names
 
 RESOURCES: dict[str, kmock.ResourceInfo] = {
-    f"{spec.GROUP}/{spec.VERSION}/{spec.PLURAL}": kmock.ResourceInfo(
-        kind=spec.KIND,
-        singular=spec.SINGULAR,
-        shortnames={spec.SHORT_NAME},
+    f"{spec_names.GROUP}/{spec_names.VERSION}/{spec_names.PLURAL}": kmock.ResourceInfo(
+        kind=spec_names.KIND,
+        singular=spec_names.SINGULAR,
+        shortnames={spec_names.SHORT_NAME},
         namespaced=True,
         subresources={"status"},
         verbs={"get", "list", "watch", "create", "update", "patch", "delete"},

@@ -17,7 +17,7 @@ import jsonschema
 from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
-from ckptbench.operator.crd import build_crd
+from ckptbench.operator.spec.crd import build_crd
 
 
 def openapi_schema() -> dict[str, Any]:

@@ -68,8 +68,8 @@ CLUSTER_ONLY_RULES = {
 }
 
 # The contract's metrics: each must have a panel. The names the dashboard may use come from the
-# operator's registry (ckptbench.operator.metrics.metric_names), this list only stands in for it
-# while that module does not exist.
+# operator's registry (ckptbench.operator.runtime.metrics.metric_names), this list only stands in
+# for it while that module does not exist.
 CONTRACT_METRICS = {
     "ckptbench_benchmark_checkpoint_bytes": "gauge",
     "ckptbench_benchmark_ranks": "gauge",
@@ -413,8 +413,8 @@ def dashboard_expressions(dashboard: dict[str, Any]) -> list[str]:
 
 def exported_series_names() -> set[str]:
     """Series names the operator exports: from its registry once the module exists."""
-    if importlib.util.find_spec("ckptbench.operator.metrics") is not None:
-        metrics = importlib.import_module("ckptbench.operator.metrics")
+    if importlib.util.find_spec("ckptbench.operator.runtime.metrics") is not None:
+        metrics = importlib.import_module("ckptbench.operator.runtime.metrics")
         return set(metrics.metric_names())
     names = set()
     for name, kind in CONTRACT_METRICS.items():
@@ -487,7 +487,7 @@ def test_every_value_is_documented() -> None:
 
 @pytest.mark.parametrize("name", ["default", "namespaces", "cluster-wide", "everything"])
 def test_operator_accepts_the_deployments_arguments(render: Any, name: str) -> None:
-    main = importlib.import_module("ckptbench.operator.main")
+    main = importlib.import_module("ckptbench.operator.runtime.main")
     container = operator_container(render(name))
     options = main.parse_args(container["args"], environ={})
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}

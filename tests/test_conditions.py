@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ckptbench.operator import conditions as cond
+from ckptbench.operator.status import conditions as cond
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)
@@ -87,21 +87,3 @@ def test_observed_generation_only_when_given(generation: int | None, has_key: bo
     assert ("observedGeneration" in made) is has_key
     if has_key:
         assert made["observedGeneration"] == generation
-
-
-@pytest.mark.parametrize(
-    ("conditions", "type_", "expected"),
-    [
-        ([], "A", False),
-        ([c("A", "True")], "A", True),
-        ([c("A", "False")], "A", False),
-        ([c("B", "True")], "A", False),
-    ],
-)
-def test_is_true(conditions: list[dict[str, Any]], type_: str, expected: bool) -> None:
-    assert cond.is_true(conditions, type_) is expected
-
-
-@pytest.mark.parametrize(("value", "text"), [(True, "True"), (False, "False"), (None, "Unknown")])
-def test_condition_status(value: bool | None, text: str) -> None:
-    assert cond.condition_status(value) == text

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 import yaml
 
-from ckptbench.operator import crd, spec
-from ckptbench.operator.crd import SchemaConversionError, build_crd, structural
-from ckptbench.operator.spec import RULES, CheckpointBenchmarkSpec
+from ckptbench.operator.spec import crd
+from ckptbench.operator.spec import names as spec_names
+from ckptbench.operator.spec.crd import SchemaConversionError, build_crd, structural
+from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.operator.spec.rules import RULES
 from ckptbench.workload.contract.config import Backend
 from tests.crd_validation import cel_failures, openapi_schema, schema_errors
 from tests.k8s_schemas import validate
@@ -48,7 +50,7 @@ def test_ckptbench_crd_prints_the_committed_file(capsys: pytest.CaptureFixture[s
 def test_crd_is_a_valid_custom_resource_definition() -> None:
     obj = build_crd()
     validate(obj)
-    assert obj["metadata"]["name"] == f"{spec.PLURAL}.{spec.GROUP}"
+    assert obj["metadata"]["name"] == f"{spec_names.PLURAL}.{spec_names.GROUP}"
     names = obj["spec"]["names"]
     assert (names["kind"], names["plural"], names["singular"], names["shortNames"]) == (
         "CheckpointBenchmark",
@@ -121,9 +123,9 @@ def test_enums_bounds_and_patterns_come_through() -> None:
     assert props["imagePullPolicy"]["enum"] == ["Always", "IfNotPresent", "Never"]
     assert (props["worldSize"]["minimum"], props["worldSize"]["maximum"]) == (
         1,
-        spec.MAX_WORLD_SIZE,
+        spec_names.MAX_WORLD_SIZE,
     )
-    assert props["checkpointPath"]["pattern"] == spec.CHECKPOINT_PATH_PATTERN
+    assert props["checkpointPath"]["pattern"] == spec_names.CHECKPOINT_PATH_PATTERN
     assert props["nodeSelector"]["additionalProperties"] == {"type": "string"}
     for free_form in ("affinity", "tolerations", "volumes", "volumeMounts"):
         node = props[free_form].get("items", props[free_form])
@@ -159,8 +161,8 @@ def test_cel_rules_are_the_models_rules() -> None:
 
 def _benchmark(name: str = "demo", **spec_fields: Any) -> dict[str, Any]:
     return {
-        "apiVersion": spec.API_VERSION,
-        "kind": spec.KIND,
+        "apiVersion": spec_names.API_VERSION,
+        "kind": spec_names.KIND,
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"checkpointPath": "gs://bucket/ckpt", **spec_fields},
     }
@@ -190,8 +192,8 @@ def test_valid_benchmarks_pass_schema_and_cel_and_model(fields: dict[str, Any]) 
 
 
 def test_name_length_rule_on_the_whole_object() -> None:
-    assert cel_failures(_benchmark("a" * spec.MAX_NAME_LENGTH)) == []
-    (failure,) = cel_failures(_benchmark("a" * (spec.MAX_NAME_LENGTH + 1)))
+    assert cel_failures(_benchmark("a" * spec_names.MAX_NAME_LENGTH)) == []
+    (failure,) = cel_failures(_benchmark("a" * (spec_names.MAX_NAME_LENGTH + 1)))
     assert failure.startswith("metadata.name")
 
 

@@ -12,7 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
-from ckptbench.operator.spec import API_VERSION, KIND, parse_spec, validate_name
+from ckptbench.operator.spec.names import API_VERSION, KIND, validate_name
+from ckptbench.operator.spec.parse import parse_spec
 from ckptbench.workload.contract import sizes
 from tests.k8s_schemas import pod_template_schema, validate, validate_pod_template
 

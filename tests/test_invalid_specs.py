@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from ckptbench.operator import spec as spec_module
-from ckptbench.operator.spec import RULES, SpecError, parse_spec
+from ckptbench.operator.spec import names as spec_names
+from ckptbench.operator.spec.parse import SpecError, parse_spec
+from ckptbench.operator.spec.rules import RULES
 from tests.crd_validation import cel_failures, schema_errors
 
 GOOD: dict[str, Any] = {"checkpointPath": "gs://bucket/ckpt", "worldSize": 4}
@@ -123,8 +124,8 @@ CASES = [
 
 def _benchmark(spec: Any) -> dict[str, Any]:
     return {
-        "apiVersion": spec_module.API_VERSION,
-        "kind": spec_module.KIND,
+        "apiVersion": spec_names.API_VERSION,
+        "kind": spec_names.KIND,
         "metadata": {"name": "demo", "namespace": "default"},
         "spec": spec,
     }

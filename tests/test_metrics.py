@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from ckptbench.operator import metrics
+from ckptbench.operator.runtime import metrics
 
 CONTRACT_NAMES = {
     "ckptbench_benchmark_checkpoint_bytes",

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from ckptbench.operator import render, spec
+from ckptbench.operator.render import jobset as rendering
+from ckptbench.operator.render import labels as render_labels
+from ckptbench.operator.spec import names as spec_names
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpTiming, RankResult
 from harness.kmock_cluster import (
@@ -19,8 +21,8 @@ from harness.kmock_cluster import (
 )
 from harness.operator_process import Operator, wait_for
 
-CKB = f"{spec.GROUP}/{spec.VERSION}"
-JOBSET = render.JOBSET_API_VERSION
+CKB = f"{spec_names.GROUP}/{spec_names.VERSION}"
+JOBSET = render_labels.JOBSET_API_VERSION
 NS = "default"
 IMAGE = "registry.example/ckptbench-workload:test"
 LAYER, PADDING, WORLD = 10, 8, 4
@@ -62,7 +64,7 @@ def benchmark(name: str, **spec_fields: Any) -> dict[str, Any]:
     }
     return {
         "apiVersion": CKB,
-        "kind": spec.KIND,
+        "kind": spec_names.KIND,
         "metadata": {"name": name, "namespace": NS},
         "spec": fields,
     }
@@ -83,21 +85,21 @@ def rank_pod(
         "metadata": {
             "name": f"{bench}-rank-0-{rank}-abcde",
             "namespace": NS,
-            "labels": render.benchmark_labels(bench),
-            "annotations": {render.COMPLETION_INDEX_ANNOTATION: str(rank)},
+            "labels": render_labels.benchmark_labels(bench),
+            "annotations": {render_labels.COMPLETION_INDEX_ANNOTATION: str(rank)},
         },
-        "spec": {"containers": [{"name": render.CONTAINER_NAME, "image": IMAGE}]},
+        "spec": {"containers": [{"name": rendering.CONTAINER_NAME, "image": IMAGE}]},
         "status": {
             "phase": phase,
             "containerStatuses": [
-                {"name": render.CONTAINER_NAME, "state": {"terminated": terminated}}
+                {"name": rendering.CONTAINER_NAME, "state": {"terminated": terminated}}
             ],
         },
     }
 
 
 def status_of(client: Client, name: str) -> dict[str, Any]:
-    obj = client.get(CKB, spec.PLURAL, NS, name) or {}
+    obj = client.get(CKB, spec_names.PLURAL, NS, name) or {}
     found: dict[str, Any] = obj.get("status") or {}
     return found
 
@@ -122,11 +124,11 @@ def jobset_posts(emulator: EmulatorThread) -> int:
 def test_benchmark_runs_to_succeeded_with_aggregates_and_metrics(
     client: Client, operator: Operator
 ) -> None:
-    created = client.create(CKB, spec.PLURAL, benchmark("ok"))
+    created = client.create(CKB, spec_names.PLURAL, benchmark("ok"))
     jobset = wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "ok"))
     (owner,) = jobset["metadata"]["ownerReferences"]
-    assert owner == render.owner_reference("ok", created["metadata"]["uid"])
-    assert jobset["metadata"]["labels"] == render.benchmark_labels("ok")
+    assert owner == render_labels.owner_reference("ok", created["metadata"]["uid"])
+    assert jobset["metadata"]["labels"] == render_labels.benchmark_labels("ok")
     job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert job["parallelism"] == job["completions"] == WORLD
     container = job["template"]["spec"]["containers"][0]
@@ -180,7 +182,7 @@ def test_benchmark_runs_to_succeeded_with_aggregates_and_metrics(
 def test_failed_rank_fails_the_benchmark_with_its_reason(
     client: Client, operator: Operator
 ) -> None:
-    client.create(CKB, spec.PLURAL, benchmark("fails"))
+    client.create(CKB, spec_names.PLURAL, benchmark("fails"))
     wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "fails"))
     error = "RendezvousTimeout: fails-rank-0-0.fails.default.svc:29500 did not answer in 600 s"
     message = RankResult(rank=2, error=error).to_termination_message()
@@ -194,7 +196,7 @@ def test_failed_rank_fails_the_benchmark_with_its_reason(
 def test_invalid_spec_gets_a_condition_naming_the_field_and_no_jobset(
     client: Client, operator: Operator
 ) -> None:
-    client.create(CKB, spec.PLURAL, benchmark("invalid", worldSize=0))
+    client.create(CKB, spec_names.PLURAL, benchmark("invalid", worldSize=0))
     status = wait_for("status Failed", phase_is(client, "invalid", "Failed"))
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "InvalidSpec"
@@ -203,9 +205,9 @@ def test_invalid_spec_gets_a_condition_naming_the_field_and_no_jobset(
 
 
 def test_spec_edit_after_start_is_refused(client: Client, operator: Operator) -> None:
-    client.create(CKB, spec.PLURAL, benchmark("edited"))
+    client.create(CKB, spec_names.PLURAL, benchmark("edited"))
     wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "edited"))
-    client.patch(CKB, spec.PLURAL, NS, "edited", {"spec": {"worldSize": 8}})
+    client.patch(CKB, spec_names.PLURAL, NS, "edited", {"spec": {"worldSize": 8}})
 
     def rejected() -> dict[str, Any] | None:
         for c in status_of(client, "edited").get("conditions", []):
@@ -224,14 +226,14 @@ def test_spec_edit_after_start_is_refused(client: Client, operator: Operator) ->
 def test_restart_creates_no_second_jobset(
     client: Client, operator: Operator, emulator: EmulatorThread
 ) -> None:
-    client.create(CKB, spec.PLURAL, benchmark("before-restart"))
+    client.create(CKB, spec_names.PLURAL, benchmark("before-restart"))
     wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "before-restart"))
     posts = jobset_posts(emulator)
     operator.stop()
     operator.start()
     # A benchmark created after the restart proves the new process is handling events, and the
     # resumed ones were reconciled before it (kopf resumes on its initial listing).
-    client.create(CKB, spec.PLURAL, benchmark("after-restart"))
+    client.create(CKB, spec_names.PLURAL, benchmark("after-restart"))
     wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "after-restart"))
     wait_for(
         "a reconcile of the resumed benchmark", lambda: 'handler="resume"' in operator.metrics()
@@ -242,8 +244,8 @@ def test_restart_creates_no_second_jobset(
 
 
 def test_deleted_benchmark_loses_its_metric_series(client: Client, operator: Operator) -> None:
-    client.create(CKB, spec.PLURAL, benchmark("deleted"))
+    client.create(CKB, spec_names.PLURAL, benchmark("deleted"))
     wait_for("its series", lambda: 'name="deleted"' in operator.metrics())
-    client.delete(CKB, spec.PLURAL, NS, "deleted")
+    client.delete(CKB, spec_names.PLURAL, NS, "deleted")
     wait_for("its series to go", lambda: 'name="deleted"' not in operator.metrics())
-    assert client.get(CKB, spec.PLURAL, NS, "deleted") is None  # no finalizer held it up
+    assert client.get(CKB, spec_names.PLURAL, NS, "deleted") is None  # no finalizer held it up

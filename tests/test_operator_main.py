@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ckptbench.operator.main import Options, parse_args
+from ckptbench.operator.runtime.main import Options, parse_args
 
 DEFAULTS = Options((), 8080, 8081, None, "IfNotPresent", "INFO")
 

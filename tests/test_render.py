@@ -9,15 +9,11 @@ import jsonschema
 import pytest
 import yaml
 
-from ckptbench.operator import render_cli
-from ckptbench.operator.render import (
-    RenderDefaults,
-    RenderError,
-    benchmark_labels,
-    render_jobset,
-    spec_hash,
-)
-from ckptbench.operator.spec import CheckpointBenchmarkSpec, parse_spec
+from ckptbench.operator.render import cli as render_cli
+from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset, spec_hash
+from ckptbench.operator.render.labels import benchmark_labels
+from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.operator.spec.parse import parse_spec
 from ckptbench.workload.contract.config import Backend, WorkloadConfig
 from tests.crd_validation import closed
 from tests.k8s_schemas import schema_for, validate, validate_pod_template

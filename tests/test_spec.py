@@ -7,17 +7,16 @@ from typing import Any
 import annotated_types
 import pytest
 
-from ckptbench.operator import spec as spec_module
-from ckptbench.operator.render import master_addr, run_id
-from ckptbench.operator.spec import (
+from ckptbench.operator.render.labels import master_addr, run_id
+from ckptbench.operator.spec import names as spec_names
+from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.operator.spec.names import (
     MAX_NAME_LENGTH,
     MAX_TOTAL_BYTES,
     MAX_WORLD_SIZE,
-    CheckpointBenchmarkSpec,
-    SpecError,
-    parse_spec,
     validate_name,
 )
+from ckptbench.operator.spec.parse import SpecError, parse_spec
 from ckptbench.workload.contract.config import Backend, WorkloadConfig
 
 BASE: dict[str, Any] = {"checkpointPath": "gs://bucket/ckpt"}
@@ -27,12 +26,12 @@ LONGEST_UID = "f" * 8 + "-ffff" * 3 + "-" + "f" * 12  # a uid is 36 characters
 
 def test_contract_constants() -> None:
     assert (
-        spec_module.GROUP,
-        spec_module.VERSION,
-        spec_module.KIND,
-        spec_module.PLURAL,
-        spec_module.SINGULAR,
-        spec_module.SHORT_NAME,
+        spec_names.GROUP,
+        spec_names.VERSION,
+        spec_names.KIND,
+        spec_names.PLURAL,
+        spec_names.SINGULAR,
+        spec_names.SHORT_NAME,
     ) == (
         "ckptbench.dev",
         "v1alpha1",

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from ckptbench.operator import status as st
-from ckptbench.operator.spec import CheckpointBenchmarkSpec
+from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.operator.status import compute as st
+from ckptbench.operator.status.aggregate import LISTED, MISSING_LISTED
+from ckptbench.operator.status.pods import COMPLETION_INDEX, RESTART_ATTEMPT
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpTiming, RankResult
 
@@ -83,8 +85,8 @@ def pod(
     return {
         "metadata": {
             "name": f"bench-rank-0-{rank}-x{attempt}",
-            "labels": {st.RESTART_ATTEMPT: str(attempt), "ckptbench.dev/benchmark": "bench"},
-            "annotations": {st.COMPLETION_INDEX: str(rank)},
+            "labels": {RESTART_ATTEMPT: str(attempt), "ckptbench.dev/benchmark": "bench"},
+            "annotations": {COMPLETION_INDEX: str(rank)},
         },
         "status": {
             "phase": phase,
@@ -400,6 +402,6 @@ def test_status_size_is_bounded(world_size: int) -> None:
     status = st.compute_status(the_spec, jobset(), pods, None, NOW)
     size = len(json.dumps(status))
     assert size < 16 * 1024, size  # far under 256 KiB: no per-rank lists
-    assert len(status.get("missingRanks", [])) <= st.MISSING_LISTED
-    assert len(status.get("failedPods", [])) <= st.LISTED
-    assert len(status.get("unreadableResults", [])) <= st.LISTED
+    assert len(status.get("missingRanks", [])) <= MISSING_LISTED
+    assert len(status.get("failedPods", [])) <= LISTED
+    assert len(status.get("unreadableResults", [])) <= LISTED

@@ -131,8 +131,9 @@ def main(argv: Sequence[str]) -> int:
     # Imported here so that `--help` and option errors need no cluster libraries.
     import kopf
 
-    from ckptbench.operator import handlers, kube, metrics, render
-    from ckptbench.operator.reconcile import Reconciler
+    from ckptbench.operator.render.jobset import RenderDefaults
+    from ckptbench.operator.runtime import handlers, kube, metrics
+    from ckptbench.operator.runtime.reconcile import Reconciler
 
     log = logging.getLogger("ckptbench.operator")
     settings = kopf.OperatorSettings()
@@ -147,7 +148,7 @@ def main(argv: Sequence[str]) -> int:
     settings.scanning.disabled = not options.clusterwide
     settings.peering.standalone = True
 
-    defaults = render.RenderDefaults(
+    defaults = RenderDefaults(
         image=options.default_image, image_pull_policy=options.default_image_pull_policy
     )
     reconciler = Reconciler(api=kube.Kube(kube.load_config()), defaults=defaults)

@@ -15,14 +15,20 @@ from typing import Any
 
 import kopf
 
-from ckptbench.operator import render, spec
-from ckptbench.operator.reconcile import Reconciler
+from ckptbench.operator.render.labels import (
+    JOBSET_API_VERSION,
+    LABEL_BENCHMARK,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+)
+from ckptbench.operator.runtime.reconcile import Reconciler
+from ckptbench.operator.spec import names
 
 _WATCHED_LABELS: dict[str, Any] = {
-    render.LABEL_BENCHMARK: kopf.PRESENT,
-    render.LABEL_MANAGED_BY: render.MANAGED_BY,
+    LABEL_BENCHMARK: kopf.PRESENT,
+    LABEL_MANAGED_BY: MANAGED_BY,
 }
-_JOBSET_GROUP, _JOBSET_VERSION = render.JOBSET_API_VERSION.split("/")
+_JOBSET_GROUP, _JOBSET_VERSION = JOBSET_API_VERSION.split("/")
 
 
 def _namespace(namespace: str | None) -> str:
@@ -43,16 +49,16 @@ async def stop(memo: Any, **_: Any) -> None:
     await _reconciler(memo).close()
 
 
-@kopf.on.resume(spec.GROUP, spec.VERSION, spec.PLURAL)
-@kopf.on.create(spec.GROUP, spec.VERSION, spec.PLURAL)
-@kopf.on.update(spec.GROUP, spec.VERSION, spec.PLURAL, field="spec")
+@kopf.on.resume(names.GROUP, names.VERSION, names.PLURAL)
+@kopf.on.create(names.GROUP, names.VERSION, names.PLURAL)
+@kopf.on.update(names.GROUP, names.VERSION, names.PLURAL, field="spec")
 async def benchmark_changed(
     namespace: str | None, name: str, memo: Any, reason: str, **_: Any
 ) -> None:
     await _reconciler(memo).reconcile(_namespace(namespace), name, str(reason))
 
 
-@kopf.on.event(spec.GROUP, spec.VERSION, spec.PLURAL)
+@kopf.on.event(names.GROUP, names.VERSION, names.PLURAL)
 async def benchmark_event(
     event: kopf.RawEvent, namespace: str | None, name: str, memo: Any, **_: Any
 ) -> None:
@@ -62,9 +68,9 @@ async def benchmark_event(
 
 @kopf.on.event(_JOBSET_GROUP, _JOBSET_VERSION, "jobsets", labels=_WATCHED_LABELS)
 async def jobset_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
-    _reconciler(memo).request(_namespace(namespace), labels[render.LABEL_BENCHMARK], "jobset")
+    _reconciler(memo).request(_namespace(namespace), labels[LABEL_BENCHMARK], "jobset")
 
 
 @kopf.on.event("", "v1", "pods", labels=_WATCHED_LABELS)
 async def pod_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
-    _reconciler(memo).request(_namespace(namespace), labels[render.LABEL_BENCHMARK], "pod")
+    _reconciler(memo).request(_namespace(namespace), labels[LABEL_BENCHMARK], "pod")

@@ -1,8 +1,9 @@
 """One reconcile of a CheckpointBenchmark, and the scheduling that coalesces bursts of events.
 
 A reconcile reads the benchmark, makes sure its JobSet exists (creating it at most once: an
-existing one, 409 AlreadyExists, counts as done), reads the JobSet's pods, computes the status with
-the pure :func:`~ckptbench.operator.status.compute_status`, and patches it only when it changed.
+existing one, 409 AlreadyExists, counts as done), reads the JobSet's pods, computes the status
+with the pure :func:`~ckptbench.operator.status.compute.compute_status`, and patches it only when
+it changed.
 The spec the JobSet was rendered from is kept in an annotation on the JobSet: a later edit of the
 spec is refused with a condition, never re-rendered.
 """
@@ -17,15 +18,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from ckptbench.operator import metrics, render
-from ckptbench.operator import status as st
-from ckptbench.operator.spec import (
-    CheckpointBenchmarkSpec,
-    SpecError,
-    canonical_json,
-    parse_spec,
-    validate_name,
-)
+from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset, spec_hash
+from ckptbench.operator.render.labels import SPEC_HASH_ANNOTATION
+from ckptbench.operator.runtime import metrics
+from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
+from ckptbench.operator.spec.names import validate_name
+from ckptbench.operator.spec.parse import SpecError, parse_spec
+from ckptbench.operator.status import compute as st
 
 RENDERED_SPEC_ANNOTATION = "ckptbench.dev/rendered-spec"
 Key = tuple[str, str]
@@ -34,7 +33,7 @@ log = logging.getLogger(__name__)
 
 
 class Api(Protocol):
-    """The API calls a reconcile makes (:class:`ckptbench.operator.kube.Kube`)."""
+    """The API calls a reconcile makes (:class:`ckptbench.operator.runtime.kube.Kube`)."""
 
     def get_benchmark(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None: ...
@@ -51,7 +50,7 @@ class Outcome:
 
 
 def reconcile_once(
-    api: Api, defaults: render.RenderDefaults, namespace: str, name: str, now: datetime
+    api: Api, defaults: RenderDefaults, namespace: str, name: str, now: datetime
 ) -> Outcome | None:
     """Bring the benchmark's JobSet and status up to date. None when the benchmark is gone."""
     bench = api.get_benchmark(namespace, name)
@@ -82,8 +81,8 @@ def reconcile_once(
     created = False
     if jobset is None and current is not None and not foreign:
         try:
-            body = render.render_jobset(name, namespace, uid, current, defaults)
-        except render.RenderError as exc:
+            body = render_jobset(name, namespace, uid, current, defaults)
+        except RenderError as exc:
             problem = str(exc)
         else:
             body["metadata"].setdefault("annotations", {})[RENDERED_SPEC_ANNOTATION] = (
@@ -140,7 +139,7 @@ def _ran_spec(
         message = f"the edited spec is invalid and was not applied: {problem}"
         return ran or current, message
     assert current is not None  # no problem means the current spec parsed
-    if annotations.get(render.SPEC_HASH_ANNOTATION) in (None, render.spec_hash(current)):
+    if annotations.get(SPEC_HASH_ANNOTATION) in (None, spec_hash(current)):
         return ran or current, None
     if ran_json is not None:
         change = st.describe_spec_change(ran_json, json.loads(canonical_json(current)))
@@ -161,7 +160,7 @@ class Reconciler:
     """
 
     api: Api
-    defaults: render.RenderDefaults
+    defaults: RenderDefaults
     debounce_seconds: float = 0.25
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     _locks: dict[Key, asyncio.Lock] = field(default_factory=dict, init=False)

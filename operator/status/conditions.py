@@ -21,12 +21,6 @@ def timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def condition_status(value: bool | None) -> ConditionStatus:
-    if value is None:
-        return "Unknown"
-    return "True" if value else "False"
-
-
 def make_condition(
     type_: str,
     status: ConditionStatus,
@@ -55,11 +49,6 @@ def find_condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Mappi
         if condition.get("type") == type_:
             return condition
     return None
-
-
-def is_true(conditions: Iterable[Mapping[str, Any]], type_: str) -> bool:
-    found = find_condition(conditions, type_)
-    return found is not None and found.get("status") == "True"
 
 
 def merge_conditions(

@@ -14,9 +14,15 @@ from typing import Any
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from ckptbench.operator import render, spec
+from ckptbench.operator.render.labels import (
+    JOBSET_API_VERSION,
+    benchmark_labels,
+    benchmark_selector,
+    jobset_name,
+)
+from ckptbench.operator.spec import names
 
-JOBSET_GROUP, JOBSET_VERSION = render.JOBSET_API_VERSION.split("/")
+JOBSET_GROUP, JOBSET_VERSION = JOBSET_API_VERSION.split("/")
 JOBSET_PLURAL = "jobsets"
 
 
@@ -42,7 +48,7 @@ class Kube:
     def get_benchmark(self, namespace: str, name: str) -> dict[str, Any] | None:
         return _or_none(
             lambda: self._custom.get_namespaced_custom_object(
-                spec.GROUP, spec.VERSION, namespace, spec.PLURAL, name, _preload_content=False
+                names.GROUP, names.VERSION, namespace, names.PLURAL, name, _preload_content=False
             )
         )
 
@@ -53,7 +59,7 @@ class Kube:
                 JOBSET_VERSION,
                 namespace,
                 JOBSET_PLURAL,
-                render.jobset_name(name),
+                jobset_name(name),
                 _preload_content=False,
             )
         )
@@ -80,9 +86,9 @@ class Kube:
         """The benchmark's pods. The selector is applied again here: a server (or emulator) that
         ignores it must not mix another benchmark's ranks into this one's status."""
         response = self._core.list_namespaced_pod(
-            namespace, label_selector=render.benchmark_selector(benchmark), _preload_content=False
+            namespace, label_selector=benchmark_selector(benchmark), _preload_content=False
         )
-        wanted = render.benchmark_labels(benchmark)
+        wanted = benchmark_labels(benchmark)
         items = _json(response).get("items") or []
         return [
             pod
@@ -96,10 +102,10 @@ class Kube:
     def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """A JSON merge patch of the status subresource (None values remove keys)."""
         self._custom.patch_namespaced_custom_object_status(
-            spec.GROUP,
-            spec.VERSION,
+            names.GROUP,
+            names.VERSION,
             namespace,
-            spec.PLURAL,
+            names.PLURAL,
             name,
             {"status": dict(patch)},
             _preload_content=False,

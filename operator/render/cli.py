@@ -23,15 +23,9 @@ from typing import Any
 import yaml
 
 from ckptbench.operator import manifests
-from ckptbench.operator.render import RenderDefaults, RenderError, render_jobset
-from ckptbench.operator.spec import (
-    API_VERSION,
-    IMAGE_PULL_POLICIES,
-    KIND,
-    SpecError,
-    parse_spec,
-    validate_name,
-)
+from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset
+from ckptbench.operator.spec.names import API_VERSION, IMAGE_PULL_POLICIES, KIND, validate_name
+from ckptbench.operator.spec.parse import SpecError, parse_spec
 
 DRY_RUN_UID = "00000000-0000-0000-0000-000000000000"
 DEFAULT_NAMESPACE = "default"

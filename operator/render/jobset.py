@@ -11,32 +11,26 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from ckptbench.operator.spec import (
-    API_VERSION,
-    KIND,
-    REPLICATED_JOB,
-    CheckpointBenchmarkSpec,
-    canonical_json,
-    validate_name,
+from ckptbench.operator.render.labels import (
+    COMPLETION_INDEX_ANNOTATION,
+    JOBSET_API_VERSION,
+    JOBSET_KIND,
+    KUEUE_PRIORITY_LABEL,
+    KUEUE_QUEUE_LABEL,
+    SPEC_HASH_ANNOTATION,
+    benchmark_labels,
+    jobset_name,
+    master_addr,
+    owner_reference,
+    run_id,
 )
+from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
+from ckptbench.operator.spec.names import REPLICATED_JOB, validate_name
 from ckptbench.workload.contract.config import WorkloadConfig
 
-JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
-JOBSET_KIND = "JobSet"
 CONTAINER_NAME = "worker"
 WORKER_COMMAND = ("ckptbench", "worker")
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
-
-LABEL_NAME = "app.kubernetes.io/name"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_BENCHMARK = "ckptbench.dev/benchmark"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
-SPEC_HASH_ANNOTATION = "ckptbench.dev/spec-hash"
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
-
-APP_NAME = "ckptbench"
-MANAGED_BY = "ckptbench-operator"
 
 
 class RenderError(ValueError):
@@ -51,46 +45,9 @@ class RenderDefaults:
     image_pull_policy: str = "IfNotPresent"
 
 
-def jobset_name(name: str) -> str:
-    """The JobSet of benchmark ``name`` (also its headless Service and pods' subdomain)."""
-    return name
-
-
-def benchmark_labels(name: str) -> dict[str, str]:
-    """Labels on everything rendered for benchmark ``name``; watches select pods by them."""
-    return {LABEL_NAME: APP_NAME, LABEL_MANAGED_BY: MANAGED_BY, LABEL_BENCHMARK: name}
-
-
-def benchmark_selector(name: str) -> str:
-    """A label selector string matching the pods and JobSet of benchmark ``name``."""
-    return ",".join(f"{key}={value}" for key, value in benchmark_labels(name).items())
-
-
-def master_addr(name: str, namespace: str) -> str:
-    """Rank 0's fully qualified host name: short names do not resolve across namespaces."""
-    jobset = jobset_name(name)
-    return f"{jobset}-{REPLICATED_JOB}-0-0.{jobset}.{namespace}.svc"
-
-
-def run_id(name: str, uid: str) -> str:
-    """The run's folder under checkpointPath: stable per benchmark, fresh when it is recreated."""
-    return f"{name}-{uid}"
-
-
 def spec_hash(spec: CheckpointBenchmarkSpec) -> str:
     """A digest of the spec as rendered, so a changed spec can be told from the one that ran."""
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()[:16]
-
-
-def owner_reference(name: str, uid: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": name,
-        "uid": uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def render_jobset(

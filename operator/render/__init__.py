@@ -1,0 +1,1 @@
+"""CheckpointBenchmark -> JobSet: names and labels, the pure rendering, ``ckptbench render``."""

@@ -1,0 +1,1 @@
+"""The running operator: kopf handlers, reconcile, Kubernetes API calls, metrics, ``main``."""

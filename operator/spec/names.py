@@ -1,0 +1,63 @@
+"""The CheckpointBenchmark resource's identity, and the names and patterns its fields obey."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+GROUP = "ckptbench.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "CheckpointBenchmark"
+PLURAL = "checkpointbenchmarks"
+SINGULAR = "checkpointbenchmark"
+SHORT_NAME = "ckb"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+MAX_WORLD_SIZE = 10_000
+# Pods get the hostname `<name>-rank-0-<index>`, a DNS label (<= 63 characters).
+REPLICATED_JOB = "rank"
+_HOSTNAME_SUFFIX_LENGTH = len(f"-{REPLICATED_JOB}-0-") + len(str(MAX_WORLD_SIZE - 1))
+MAX_NAME_LENGTH = 63 - _HOSTNAME_SUFFIX_LENGTH
+# The name is also the headless Service's name, which must be a DNS-1035 label.
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+# A bound on the whole checkpoint, so a typo in layerSize cannot ask a cluster for petabytes.
+MAX_TOTAL_BYTES = 64 * 1024**4
+MAX_LIST_ITEMS = 64
+
+ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
+IMAGE_PULL_POLICIES: tuple[str, ...] = ("Always", "IfNotPresent", "Never")
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# gs://bucket[/prefix] or an absolute local path; no whitespace (it ends up in env and URLs).
+CHECKPOINT_PATH_PATTERN = r"^(gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?|/\S*)$"
+
+
+def validate_name(name: str) -> str | None:
+    """Why ``name`` cannot name a benchmark, or None when it can.
+
+    The CRD schema cannot constrain ``metadata.name`` (a CEL rule on the CRD does, for API
+    servers that evaluate it); the operator checks again with this before rendering anything.
+    """
+    if not isinstance(name, str) or not name:
+        return "metadata.name: must be a non-empty string"
+    if len(name) > MAX_NAME_LENGTH:
+        return (
+            f"metadata.name: {len(name)} characters is too long; at most {MAX_NAME_LENGTH} so that "
+            f"pod hostnames <name>-{REPLICATED_JOB}-0-<index> stay within 63"
+        )
+    if not re.fullmatch(NAME_PATTERN, name):
+        return (
+            f"metadata.name: {name!r} must be a DNS-1035 label (lowercase letters, digits and '-', "
+            "starting with a letter): it names the JobSet's headless Service"
+        )
+    return None
+
+
+def check_dns_label(name: object, where: str) -> None:
+    if not isinstance(name, str) or len(name) > 63 or not re.fullmatch(DNS_LABEL, name):
+        raise ValueError(
+            f"{where}: must be a DNS label (lowercase, <= 63 characters), got {name!r}"
+        )

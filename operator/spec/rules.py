@@ -1,0 +1,109 @@
+"""Cross-field rules of the spec, each twice: the CEL the API server runs and its Python twin.
+
+The twin runs in the operator and in ``ckptbench render``, which see objects that never went
+through an API server. Each message starts with the field it is about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ckptbench.operator.spec.names import MAX_TOTAL_BYTES
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.config import Backend
+
+if TYPE_CHECKING:
+    from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One cross-field rule: the CEL the API server runs and the Python twin the operator runs."""
+
+    field: str  # camelCase name of the field the message is about
+    cel: str
+    message: str
+    check: Callable[[CheckpointBenchmarkSpec], bool]
+
+    def to_crd(self) -> dict[str, str]:
+        return {"rule": self.cel, "message": self.message, "fieldPath": f".{self.field}"}
+
+
+def _under_a_mount(spec: CheckpointBenchmarkSpec) -> bool:
+    path = spec.checkpoint_path
+    for mount in spec.volume_mounts:
+        mount_path = str(mount.get("mountPath", ""))
+        prefix = mount_path if mount_path.endswith("/") else mount_path + "/"
+        if path == mount_path or path.startswith(prefix):
+            return True
+    return False
+
+
+def _mounts_name_volumes(spec: CheckpointBenchmarkSpec) -> bool:
+    names = {volume.get("name") for volume in spec.volumes}
+    return all(mount.get("name") in names for mount in spec.volume_mounts)
+
+
+def _volume_names_unique(spec: CheckpointBenchmarkSpec) -> bool:
+    names = [volume.get("name") for volume in spec.volumes]
+    return len(names) == len(set(names))
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "paddingSize",
+        "self.paddingSize >= self.worldSize",
+        "paddingSize must be at least worldSize: every rank owns at least one tensor",
+        lambda s: s.padding_size >= s.world_size,
+    ),
+    Rule(
+        "layerSize",
+        f"self.layerSize * self.paddingSize * {sizes.COLUMNS * sizes.FLOAT32_BYTES} "
+        f"<= {MAX_TOTAL_BYTES}",
+        "layerSize * paddingSize * 4000 bytes (the whole checkpoint) must be at most 64 TiB",
+        lambda s: sizes.total_bytes(s.layer_size, s.padding_size) <= MAX_TOTAL_BYTES,
+    ),
+    Rule(
+        "checkpointPath",
+        "self.backend != 'file' || self.checkpointPath.startsWith('/')",
+        "checkpointPath must be an absolute path for backend file",
+        lambda s: s.backend is not Backend.FILE or s.checkpoint_path.startswith("/"),
+    ),
+    Rule(
+        "checkpointPath",
+        "self.backend == 'file' || self.checkpointPath.startsWith('gs://')",
+        "checkpointPath must be a gs://bucket/prefix URL for backends gcs and gcsfs",
+        lambda s: s.backend is Backend.FILE or s.checkpoint_path.startswith("gs://"),
+    ),
+    Rule(
+        "checkpointPath",
+        "self.backend != 'file' || self.worldSize == 1 || (has(self.volumeMounts) && "
+        "self.volumeMounts.exists(m, self.checkpointPath == m.mountPath || "
+        "self.checkpointPath.startsWith(m.mountPath.endsWith('/') ? m.mountPath : "
+        "m.mountPath + '/')))",
+        "checkpointPath must lie under one of volumeMounts for backend file with worldSize > 1: "
+        "every rank reads the metadata rank 0 writes, so they need a shared volume",
+        lambda s: s.backend is not Backend.FILE or s.world_size == 1 or _under_a_mount(s),
+    ),
+    Rule(
+        "workloadPriorityClassName",
+        "!has(self.workloadPriorityClassName) || has(self.queueName)",
+        "workloadPriorityClassName requires queueName: only Kueue reads it",
+        lambda s: s.workload_priority_class_name is None or s.queue_name is not None,
+    ),
+    Rule(
+        "volumeMounts",
+        "!has(self.volumeMounts) || size(self.volumeMounts) == 0 || (has(self.volumes) && "
+        "self.volumeMounts.all(m, self.volumes.exists(v, v.name == m.name)))",
+        "volumeMounts entries must each name one of volumes",
+        _mounts_name_volumes,
+    ),
+    Rule(
+        "volumes",
+        "!has(self.volumes) || self.volumes.all(v, self.volumes.exists_one(w, w.name == v.name))",
+        "volumes names must be unique",
+        _volume_names_unique,
+    ),
+)

@@ -1,0 +1,1 @@
+"""A CheckpointBenchmark's status, a pure function of its spec, JobSet and pods."""

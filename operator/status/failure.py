@@ -1,0 +1,98 @@
+"""Why a run failed: the first failed rank and a hint a person can act on, or the JobSet's word."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ckptbench.operator.status.phases import RunSpec
+from ckptbench.operator.status.pods import PodFailure, Reports, excerpt
+from ckptbench.workload.contract.results import RunSummary
+
+
+def jobset_conditions(jobset: Mapping[str, Any] | None) -> dict[str, str]:
+    if jobset is None:
+        return {}
+    found: dict[str, str] = {}
+    for c in (jobset.get("status") or {}).get("conditions") or []:
+        if isinstance(c, Mapping) and isinstance(c.get("type"), str):
+            found[c["type"]] = str(c.get("status", "Unknown"))
+    return found
+
+
+def terminal_transition(jobset: Mapping[str, Any] | None) -> str | None:
+    for c in ((jobset or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") in ("Completed", "Failed") and c.get("status") == "True":
+            value = c.get("lastTransitionTime")
+            return value if isinstance(value, str) else None
+    return None
+
+
+def _jobset_failure_message(jobset: Mapping[str, Any] | None) -> str:
+    for c in ((jobset or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Failed" and c.get("status") == "True":
+            return excerpt(f"{c.get('reason', 'Failed')}: {c.get('message', '')}".rstrip(": "))
+    return "Failed"
+
+
+def failure(
+    spec: RunSpec,
+    summary: RunSummary,
+    reports: Reports,
+    jobset: Mapping[str, Any] | None,
+) -> tuple[str, str] | None:
+    """(reason, message) when the run has failed, naming the first failed rank and why."""
+    jobset_failed = jobset_conditions(jobset).get("Failed") == "True"
+    # With restarts left, JobSet recreates every rank after a failure: not final yet.
+    pod_failure_is_final = spec.max_restarts == 0 or jobset_failed
+    if reports.failures and pod_failure_is_final:
+        first = reports.failures[0]
+        reason, hint = _classify(first)
+        code = f" with exit code {first.exit_code}" if first.exit_code is not None else ""
+        rank = f"rank {first.rank} " if first.rank is not None else ""
+        others = len(reports.failures) - 1
+        more = f" ({others} more pods failed)" if others else ""
+        why = f": {first.error}" if first.error else f" ({first.reason})"
+        return reason, f"{rank}pod {first.pod} failed{code}{why}{more}. {hint}".strip()
+    if jobset_failed:
+        return "JobSetFailed", f"the JobSet failed: {_jobset_failure_message(jobset)}"
+    if summary.verified is False:
+        bad = [e.rank for e in summary.errors]
+        return "VerificationFailed", (
+            "a loaded checkpoint differs from what was saved"
+            + (f" (ranks {', '.join(map(str, bad))})" if bad else "")
+            + ". Check the storage backend's integrity and retry."
+        )
+    if summary.error_count and summary.ranks_reported == spec.world_size:
+        first_error = summary.errors[0]
+        return "RankError", f"rank {first_error.rank} reported: {first_error.error}"
+    return None
+
+
+def _classify(failure: PodFailure) -> tuple[str, str]:
+    error = (failure.error or "").lower()
+    if failure.reason == "OOMKilled":
+        return "OutOfMemory", (
+            "The rank ran out of memory: a rank holds its whole shard in memory; raise "
+            "resources.limits.memory or use a smaller layerSize/paddingSize."
+        )
+    if "rendezvous" in error or "master_addr" in error or "did not resolve" in error:
+        return "RendezvousTimeout", (
+            "Rank 0 could not be reached in time: check that rank 0's pod is running and its "
+            "headless-service name resolves, or raise rendezvousTimeoutSeconds."
+        )
+    if "verif" in error:
+        return "VerificationFailed", (
+            "A loaded tensor differs from what was saved: check the storage backend and retry."
+        )
+    if "403" in error or "401" in error or "permission" in error or "credential" in error:
+        return "StorageAccessDenied", (
+            "The rank could not access the checkpoint path: check serviceAccountName's "
+            "Workload Identity binding and the bucket's IAM."
+        )
+    if failure.reason == "DeadlineExceeded":
+        return (
+            "DeadlineExceeded",
+            "The run exceeded activeDeadlineSeconds: raise it or shrink the run.",
+        )
+    return "PodFailed", "See the pod's logs: kubectl logs " + failure.pod

@@ -1,0 +1,92 @@
+"""Phases of a benchmark, its condition types, and the conditions derived from the phase."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Protocol
+
+from ckptbench.operator.status import conditions as cond
+from ckptbench.operator.status.pods import object_name
+
+PENDING = "Pending"
+QUEUED = "Queued"
+RUNNING = "Running"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+PHASES = (PENDING, QUEUED, RUNNING, SUCCEEDED, FAILED)
+TERMINAL_PHASES = (SUCCEEDED, FAILED)
+
+# Condition types, in the order they appear in status.
+JOBSET_CREATED = "JobSetCreated"
+ADMITTED = "Admitted"
+COMPLETE = "Complete"
+FAILED_CONDITION = "Failed"
+SPEC_CHANGE_REJECTED = "SpecChangeRejected"
+
+
+class RunSpec(Protocol):
+    """What the status needs of the benchmark's spec (CheckpointBenchmarkSpec provides it)."""
+
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def layer_size(self) -> int: ...
+    @property
+    def padding_size(self) -> int: ...
+    @property
+    def max_restarts(self) -> int: ...
+    @property
+    def queue_name(self) -> str | None: ...
+
+
+def benchmark_conditions(
+    spec: RunSpec,
+    jobset: Mapping[str, Any] | None,
+    phase: str,
+    reason: str,
+    message: str,
+    suspended: bool,
+    previous: Mapping[str, Any],
+    now: datetime,
+    generation: int | None,
+    spec_change: str | None,
+) -> list[cond.Condition]:
+    def make(type_: str, status: cond.ConditionStatus, why: str, text: str) -> cond.Condition:
+        return cond.make_condition(type_, status, why, text, now, generation)
+
+    name = object_name(jobset) if jobset is not None else ""
+    desired = [
+        make(JOBSET_CREATED, "True", "JobSetCreated", f"JobSet {name} exists")
+        if jobset is not None
+        else make(JOBSET_CREATED, "False", "JobSetNotCreated", "the JobSet has not been created")
+    ]
+    if jobset is None:
+        desired.append(make(ADMITTED, "Unknown", "JobSetNotCreated", "no JobSet yet"))
+    elif suspended:
+        desired.append(make(ADMITTED, "False", "WaitingForAdmission", message))
+    else:
+        via = (
+            f"admitted by Kueue to LocalQueue {spec.queue_name}"
+            if spec.queue_name
+            else "not queued"
+        )
+        desired.append(make(ADMITTED, "True", "Admitted", f"the JobSet runs ({via})"))
+    if phase == SUCCEEDED:
+        desired.append(make(COMPLETE, "True", reason, message))
+    else:
+        desired.append(make(COMPLETE, "False", phase, f"the benchmark is {phase.lower()}"))
+    if phase == FAILED:
+        desired.append(make(FAILED_CONDITION, "True", reason, message))
+    else:
+        desired.append(make(FAILED_CONDITION, "False", "NotFailed", "no rank has failed"))
+    had_rejection = cond.find_condition(previous.get("conditions") or (), SPEC_CHANGE_REJECTED)
+    if spec_change is not None:
+        desired.append(make(SPEC_CHANGE_REJECTED, "True", "SpecImmutable", spec_change))
+    elif had_rejection is not None:
+        desired.append(
+            make(
+                SPEC_CHANGE_REJECTED, "False", "SpecMatches", "the spec matches the running JobSet"
+            )
+        )
+    return cond.merge_conditions(previous.get("conditions"), desired)

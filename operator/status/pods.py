@@ -1,0 +1,210 @@
+"""What a benchmark's pods say: their results (termination messages), failures and waits.
+
+The ranks report through their containers' termination messages (the workload's compact
+:class:`RankResult` JSON). Only the pods of the JobSet's latest restart attempt count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from ckptbench.workload.contract.results import RankResult
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+EXCERPT = 200
+
+
+@dataclass(frozen=True)
+class PodFailure:
+    pod: str
+    rank: int | None
+    exit_code: int | None
+    reason: str
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    pod: str
+    rank: int | None
+    problem: str
+
+
+@dataclass(frozen=True)
+class Reports:
+    """What the pods of the current attempt said."""
+
+    results: list[RankResult]
+    result_pods: dict[int, str]
+    failures: list[PodFailure]
+    unreadable: list[Unreadable]
+    running: int
+    pending_reason: str | None
+    started: str | None
+    finished: str | None
+
+
+def current_attempt(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Pods of the JobSet's latest restart attempt: a restarted JobSet's old pods may linger."""
+
+    def attempt(pod: Mapping[str, Any]) -> int:
+        value = _labels(pod).get(RESTART_ATTEMPT, "0")
+        return int(value) if str(value).isdigit() else 0
+
+    if not pods:
+        return []
+    latest = max(attempt(p) for p in pods)
+    return sorted(
+        (p for p in pods if attempt(p) == latest and not _meta(p).get("deletionTimestamp")),
+        key=lambda p: (_pod_rank(p) if _pod_rank(p) is not None else 1 << 62, object_name(p)),
+    )
+
+
+def read_pods(pods: Sequence[Mapping[str, Any]]) -> Reports:
+    results: dict[int, RankResult] = {}
+    result_pods: dict[int, str] = {}
+    failures: list[PodFailure] = []
+    unreadable: list[Unreadable] = []
+    running = 0
+    pending_reason: str | None = None
+    started: list[str] = []
+    finished: list[str] = []
+    for pod in pods:
+        name = object_name(pod)
+        rank = _pod_rank(pod)
+        status = pod.get("status") or {}
+        pod_phase = status.get("phase", "Pending")
+        if isinstance(status.get("startTime"), str):
+            started.append(status["startTime"])
+        terminated = _terminated(pod)
+        result: RankResult | None = None
+        if terminated is not None:
+            if isinstance(terminated.get("finishedAt"), str):
+                finished.append(terminated["finishedAt"])
+            text = terminated.get("message")
+            if text:
+                try:
+                    result = RankResult.from_termination_message(str(text))
+                except ValidationError as exc:
+                    problem = f"termination message is not a ckptbench result ({_first_error(exc)})"
+                    unreadable.append(Unreadable(name, rank, problem))
+                else:
+                    if rank is not None and result.rank != rank:
+                        problem = f"reported rank {result.rank} but runs as rank {rank}"
+                        unreadable.append(Unreadable(name, rank, problem))
+                        result = None
+            elif pod_phase == "Succeeded":
+                unreadable.append(Unreadable(name, rank, "succeeded without a termination message"))
+        if result is not None:
+            results[result.rank] = result
+            result_pods[result.rank] = name
+        if pod_phase == "Failed":
+            failures.append(_pod_failure(pod, name, rank, terminated, result))
+        elif pod_phase == "Running":
+            running += 1
+        elif pod_phase == "Pending" and pending_reason is None:
+            pending_reason = _pending_reason(pod, name)
+    return Reports(
+        results=[results[r] for r in sorted(results)],
+        result_pods=result_pods,
+        failures=failures,
+        unreadable=unreadable,
+        running=running,
+        pending_reason=pending_reason,
+        started=min(started) if started else None,
+        finished=max(finished) if finished else None,
+    )
+
+
+def _pod_failure(
+    pod: Mapping[str, Any],
+    name: str,
+    rank: int | None,
+    terminated: Mapping[str, Any] | None,
+    result: RankResult | None,
+) -> PodFailure:
+    status = pod.get("status") or {}
+    exit_code = terminated.get("exitCode") if terminated else None
+    reason = str((terminated or {}).get("reason") or status.get("reason") or "Failed")
+    error = result.error if result is not None else None
+    if error is None and result is not None and result.verified is False:
+        error = "verification failed: a loaded tensor differs from what was saved"
+    if error is None and status.get("message"):
+        error = excerpt(str(status["message"]))
+    return PodFailure(
+        name,
+        rank if rank is not None else (result.rank if result else None),
+        exit_code if isinstance(exit_code, int) else None,
+        reason,
+        error,
+    )
+
+
+def _pending_reason(pod: Mapping[str, Any], name: str) -> str | None:
+    status = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and waiting["reason"] != "ContainerCreating":
+            detail = f": {excerpt(str(waiting['message']))}" if waiting.get("message") else ""
+            return f"pod {name} is waiting: {waiting['reason']}{detail}"
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            detail = f": {excerpt(str(condition['message']))}" if condition.get("message") else ""
+            return (
+                f"pod {name} is not scheduled ({condition.get('reason', 'Unschedulable')}){detail}"
+            )
+    return None
+
+
+def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The terminated state of the pod's container that carries a message, else of the first."""
+    states: list[Mapping[str, Any]] = [
+        terminated
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+        if isinstance(terminated := (cs.get("state") or {}).get("terminated"), Mapping)
+    ]
+    with_message = [s for s in states if s.get("message")]
+    if with_message:
+        return with_message[0]
+    return states[0] if states else None
+
+
+def _pod_rank(pod: Mapping[str, Any]) -> int | None:
+    meta = _meta(pod)
+    for source in (meta.get("annotations") or {}, meta.get("labels") or {}):
+        value = source.get(COMPLETION_INDEX)
+        if value is not None and str(value).isdigit():
+            return int(value)
+    return None
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    labels = _meta(obj).get("labels")
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def object_name(obj: Mapping[str, Any]) -> str:
+    return str(_meta(obj).get("name", ""))
+
+
+def _first_error(exc: ValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return "invalid"
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "message"
+    return excerpt(f"{where}: {first['msg']}")
+
+
+def excerpt(text: str) -> str:
+    return text if len(text) <= EXCERPT else text[: EXCERPT - 1] + "…"
