@@ -9,6 +9,10 @@ from collections.abc import Sequence
 # subcommand -> (module with a ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("ckptbench.workload.local.cli", "run a benchmark on this machine (N local ranks)"),
+    "sizes": (
+        "ckptbench.workload.local.sizes_cli",
+        "print a model's checkpoint sizes per rank and in all (computed, not run)",
+    ),
     "worker": (
         "ckptbench.workload.rank.worker",
         "run one rank (the entry point of a benchmark pod)",

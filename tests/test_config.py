@@ -142,3 +142,54 @@ def test_derived_sizes() -> None:
     assert not cfg.even_shards
     assert cfg.shard_bytes == 10 * 4000
     assert cfg.total_bytes == 6 * 10 * 4000
+
+
+def test_model_settings_round_trip_through_the_environment() -> None:
+    config = WorkloadConfig(
+        checkpoint_path="/tmp/x", backend="file", world_size=4, model="llama3-8b", layers=2,
+        vocab=1000, optimizer="none", dtype="bf16",
+    )  # fmt: skip
+    env = config.to_env()
+    assert env["CKPTBENCH_MODEL"] == "llama3-8b" and env["CKPTBENCH_DTYPE"] == "bf16"
+    assert "CKPTBENCH_LAYER_SIZE" not in env and "CKPTBENCH_PADDING_SIZE" not in env
+    back = WorkloadConfig.from_env(env)
+    assert back == config
+    assert back.model_spec is not None and back.model_spec.describe() == (
+        "llama3-8b (layers 2, vocab 1000), optimizer none, dtype bf16"
+    )
+    # The padding_size >= world_size rule is the reference layout's, not a model's.
+    assert WorkloadConfig.from_env({**env, "CKPTBENCH_WORLD_SIZE": "512"}).world_size == 512
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CKPTBENCH_MODEL": "gpt2"}, "CKPTBENCH_MODEL (model): unknown preset 'gpt2'"),
+        (
+            {"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYER_SIZE": "10"},
+            "CKPTBENCH_MODEL (model): a model preset and layer_size are exclusive",
+        ),
+        ({"CKPTBENCH_LAYERS": "2"}, "CKPTBENCH_LAYERS (layers): overrides need a model preset"),
+        ({"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_DTYPE": "fp8"}, "CKPTBENCH_DTYPE (dtype)"),
+        ({"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYERS": "0"}, "CKPTBENCH_LAYERS (layers)"),
+    ],
+)
+def test_bad_model_settings_name_their_variable(env: dict[str, str], message: str) -> None:
+    base = {"CKPTBENCH_CHECKPOINT_PATH": "/tmp/x", "CKPTBENCH_BACKEND": "file"}
+    with pytest.raises(ConfigError) as info:
+        WorkloadConfig.from_env({**base, **env})
+    assert message in str(info.value)
+
+
+def test_model_sizes_of_a_rank_follow_torch_chunk() -> None:
+    config = WorkloadConfig(
+        checkpoint_path="/tmp/x", backend="file", world_size=3, model="llama3-debug",
+        optimizer="none", rank=2,
+    )  # fmt: skip
+    # 2048-row embeddings over 3 ranks: 683, 683, 682 rows; 256-row norms: 86, 86, 84.
+    assert config.shard_bytes < WorkloadConfig(
+        checkpoint_path="/tmp/x", backend="file", world_size=3, model="llama3-debug",
+        optimizer="none", rank=0,
+    ).shard_bytes  # fmt: skip
+    assert not config.even_shards
+    assert config.total_bytes == 4 * 6_163_712

@@ -43,6 +43,8 @@ def small_config(checkpoint_path: str, **overrides: object) -> WorkloadConfig:
         "collective_timeout_seconds": 30,
     }
     values.update(overrides)
+    if values.get("model") is not None:  # a model preset excludes the reference layout's sizes
+        del values["layer_size"], values["padding_size"]
     return WorkloadConfig.model_validate(values)
 
 
@@ -139,12 +141,17 @@ def logs(workers: list[Worker]) -> str:
 # -- fault injection (runs inside a worker process) ------------------------------------------------
 
 
-def _corrupt(checkpoint_id: str, tensor: str) -> None:
-    """Flip one bit in the middle of ``tensor``'s bytes in its shard file."""
+def _corrupt(checkpoint_id: str, tensor: str, rank: int = 0) -> None:
+    """Flip one bit in the middle of ``tensor``'s bytes in ``rank``'s file (a DTensor has a
+    chunk in every rank's file; a reference tensor lives in its owner's only)."""
     from torch.distributed.checkpoint.filesystem import FileSystemReader
 
     metadata = FileSystemReader(checkpoint_id).read_metadata()
-    for index, info in metadata.storage_data.items():
+    entries = sorted(
+        metadata.storage_data.items(),
+        key=lambda kv: not kv[1].relative_path.startswith(f"__{rank}_"),
+    )
+    for index, info in entries:
         if index.fqn == tensor:
             path = Path(checkpoint_id) / info.relative_path
             with path.open("r+b") as f:
@@ -168,7 +175,7 @@ def _inject_main(argv: list[str]) -> int:
         if sample != first_timed or config.rank != target:
             return
         if mode == "corrupt":
-            _corrupt(checkpoint_id, argv[2])
+            _corrupt(checkpoint_id, argv[2], target)
         elif mode == "delete":
             objectio.delete_prefix(
                 checkpoint_id, name_prefix=f"__{target}_0.distcp", project=config.project

@@ -15,7 +15,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract import memory_plan, models, sizes
 from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV
 
 ENV_PREFIX = "CKPTBENCH_"
@@ -43,6 +43,34 @@ class WorkloadConfig(BaseModel):
         100_000, ge=1, le=10_000_000, description="Rows of each (layer_size, 1000) tensor."
     )
     padding_size: int = Field(196, ge=1, le=1_000_000, description="Number of tensors.")
+    model: str | None = Field(
+        None,
+        description="Model preset (llama3-debug, llama3-8b, llama3-70b, mlperf-llama3-70b, "
+        "llama3-405b) sharded as FSDP2 does; empty: the reference layout "
+        "(layer_size x padding_size).",
+    )
+    layers: int | None = Field(
+        None, ge=1, le=1000, description="Model: override the number of layers."
+    )
+    vocab: int | None = Field(
+        None, ge=1, le=10_000_000, description="Model: override the vocabulary size."
+    )
+    optimizer: models.Optimizer = Field(
+        models.Optimizer.ADAMW, description="Model: optimizer state saved (adamw or none)."
+    )
+    dtype: models.DtypeProfile = Field(
+        models.DtypeProfile.FP32,
+        description="Model: dtype profile (fp32: 12 B/param with AdamW, torchtitan's; "
+        "mlperf: 14 B/param, MLPerf Storage's; bf16).",
+    )
+    memory_check: bool = Field(
+        True, description="Refuse at start a run whose estimated peak exceeds the memory limit."
+    )
+    memory_limit_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="Memory one rank may use; empty: the container's cgroup limit.",
+    )
     sample_count: int = Field(8, ge=1, le=1000, description="Timed samples of save and load.")
     warmup_samples: int = Field(1, ge=0, le=100, description="Untimed samples run first.")
     backend: Backend = Field(Backend.GCS, description="Storage backend.")
@@ -84,7 +112,11 @@ class WorkloadConfig(BaseModel):
     def _check_consistency(self) -> Self:
         if self.rank >= self.world_size:
             raise ValueError(f"rank: {self.rank} must be below world_size {self.world_size}")
-        if self.padding_size < self.world_size:
+        if self.model is not None:
+            self._check_model()
+        elif self.layers is not None or self.vocab is not None:
+            raise ValueError("layers: overrides need a model preset (set model)")
+        elif self.padding_size < self.world_size:
             raise ValueError(
                 f"padding_size: {self.padding_size} must be at least world_size {self.world_size}: "
                 "every rank must own at least one tensor"
@@ -100,19 +132,72 @@ class WorkloadConfig(BaseModel):
             raise ValueError("checkpoint_path: is a gs:// URL but backend is file")
         return self
 
+    def _check_model(self) -> None:
+        if self.model not in models.PRESETS:
+            raise ValueError(
+                f"model: unknown preset {self.model!r}; known: {', '.join(models.PRESETS)}"
+            )
+        both = {"layer_size", "padding_size"} & self.model_fields_set
+        if both:
+            raise ValueError(
+                f"model: a model preset and {'/'.join(sorted(both))} are exclusive "
+                "(the reference layout's settings)"
+            )
+
     # -- derived facts -----------------------------------------------------------------------
 
     @property
+    def model_spec(self) -> models.ModelSpec | None:
+        """The model preset with its overrides, or None for the reference layout."""
+        if self.model is None:
+            return None
+        return models.ModelSpec(self.model, self.layers, self.vocab, self.optimizer, self.dtype)
+
+    def model_sizes(self) -> models.ModelSizes | None:
+        spec = self.model_spec
+        return None if spec is None else models.model_sizes(spec, self.world_size)
+
+    @property
     def even_shards(self) -> bool:
+        spec = self.model_spec
+        if spec is not None:
+            return all(
+                t.shape[0] % self.world_size == 0
+                for t in models.iter_sharded(models.state_tensors(spec))
+            )
         return self.padding_size % self.world_size == 0
 
     @property
     def shard_bytes(self) -> int:
+        spec = self.model_spec
+        if spec is not None:
+            return models.rank_bytes(models.state_tensors(spec), self.world_size, self.rank)
         return sizes.shard_bytes(self.rank, self.world_size, self.layer_size, self.padding_size)
 
     @property
     def total_bytes(self) -> int:
+        sized = self.model_sizes()
+        if sized is not None:
+            return sized.total_bytes
         return sizes.total_bytes(self.layer_size, self.padding_size)
+
+    def memory_estimate(self) -> memory_plan.MemoryEstimate:
+        """Rank 0's peak (the largest rank under either layout's dealing)."""
+        sized = self.model_sizes()
+        if sized is not None:
+            largest, item = sized.largest_rank_bytes, sized.largest_item_bytes
+        else:
+            largest = sizes.shard_bytes(0, self.world_size, self.layer_size, self.padding_size)
+            item = sizes.tensor_bytes(self.layer_size)
+        return memory_plan.estimate(largest, item, self.async_save)
+
+    def describe_state(self) -> str:
+        spec = self.model_spec
+        if spec is not None:
+            return spec.describe()
+        return (
+            f"reference layout, {self.padding_size} x ({self.layer_size}, {sizes.COLUMNS}) float32"
+        )
 
     @property
     def run_path(self) -> str:
@@ -133,7 +218,10 @@ class WorkloadConfig(BaseModel):
     def to_env(self) -> dict[str, str]:
         """The pod environment for this config. Rank is left out: each pod gets its own index."""
         env: dict[str, str] = {}
-        for name, value in self.model_dump(exclude={"rank"}).items():
+        # A model preset excludes the reference layout's settings: rendering them would make
+        # the round trip fail on exclusivity.
+        skip = {"rank", "layer_size", "padding_size"} if self.model is not None else {"rank"}
+        for name, value in self.model_dump(exclude=skip).items():
             if value is None:
                 # An empty value means "none"; leaving it out would bring back a non-None default.
                 if type(self).model_fields[name].default is None:
@@ -182,7 +270,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
-_OPTIONAL_STRINGS = ("project", "termination_log")
+_OPTIONAL_STRINGS = ("project", "termination_log", "model", "layers", "vocab", "memory_limit_bytes")
 
 
 def _env_names(field: str) -> tuple[str, ...]:

@@ -35,3 +35,43 @@ def return_big_buffers_to_the_os(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+
+
+# -- the memory a rank may use --------------------------------------------------------------
+
+_CGROUP_FILES = (
+    "/sys/fs/cgroup/memory.max",  # cgroup v2
+    "/sys/fs/cgroup/memory/memory.limit_in_bytes",  # cgroup v1
+)
+# cgroup v1 reports "no limit" as a huge number (PAGE_COUNTER_MAX pages) rather than "max".
+_V1_UNLIMITED = 1 << 60
+
+
+def cgroup_limit_bytes(files: tuple[str, ...] = _CGROUP_FILES) -> int | None:
+    """The container's memory limit, or None where there is none (or no cgroup to read)."""
+    for name in files:
+        try:
+            with open(name) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            continue
+        return None if value >= _V1_UNLIMITED else value
+    return None
+
+
+def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
+    """The kernel's estimate of memory available to new work (``MemAvailable``)."""
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -7,12 +7,16 @@ Shapes and ownership are the reference's: ``padding_size`` float32 tensors of sh
 stays in cache, so building runs at memory speed (``randn`` over gigabytes would take seconds),
 and any rank can recompute what it should have loaded. Every value is an integer below 2**23,
 so float32 holds it exactly and comparisons can be bitwise.
+
+A model preset (``config.model``) is built, templated and verified by ``model_state`` instead:
+the functions here hand over to it, so the loop calls one set of functions for both layouts.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -59,7 +63,7 @@ def _base_block(seed: int) -> torch.Tensor:
     return ints.to(torch.float32)
 
 
-def _splitmix64(x: int) -> int:
+def splitmix64(x: int) -> int:
     x = (x + 0x9E3779B97F4A7C15) & _MASK64
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
@@ -69,7 +73,7 @@ def _splitmix64(x: int) -> int:
 def _chunk_offset(seed: int, index: int, chunk: int) -> float:
     # Distinct offsets per chunk make a misplaced chunk (or a tensor saved under another name)
     # show up, which a plain tiling of one block would hide.
-    h = _splitmix64(_splitmix64(_splitmix64(seed) ^ index) ^ chunk)
+    h = splitmix64(splitmix64(splitmix64(seed) ^ index) ^ chunk)
     return float(h % _OFFSET_LIMIT)
 
 
@@ -94,21 +98,29 @@ def expected_tensor(config: WorkloadConfig, index: int) -> torch.Tensor:
     return fill_expected(torch.empty(tensor_shape(config), dtype=torch.float32), config.seed, index)
 
 
-def build_state(config: WorkloadConfig) -> dict[str, torch.Tensor]:
-    """This rank's shard: its own tensors, in index order."""
+def build_state(config: WorkloadConfig) -> dict[str, Any]:
+    """This rank's shard: its own tensors, in index order (or a model preset's, as DTensors)."""
+    if config.model is not None:
+        from ckptbench.workload.rank import model_state
+
+        return model_state.build_state(config)
     return {
         tensor_name(i): expected_tensor(config, i)
         for i in sizes.owned_indices(config.rank, config.world_size, config.padding_size)
     }
 
 
-def empty_template(config: WorkloadConfig) -> dict[str, torch.Tensor]:
+def empty_template(config: WorkloadConfig) -> dict[str, Any]:
     """Uninitialised tensors of this rank's keys, for DCP to load into in place."""
+    if config.model is not None:
+        from ckptbench.workload.rank import model_state
+
+        return model_state.empty_template(config)
     shape = tensor_shape(config)
     return {name: torch.empty(shape, dtype=torch.float32) for name in owned_names(config)}
 
 
-def mark_unwritten(template: Mapping[str, torch.Tensor]) -> None:
+def mark_unwritten(template: Mapping[str, Any]) -> None:
     """Put a NaN in every chunk of every tensor, so a load that skips a chunk fails verification.
 
     ``torch.empty`` may hand back the memory of the shard just saved, which already holds the
@@ -117,11 +129,19 @@ def mark_unwritten(template: Mapping[str, torch.Tensor]) -> None:
     reference's does.
     """
     for tensor in template.values():
-        tensor.view(-1)[::BLOCK] = float("nan")
+        if hasattr(tensor, "to_local"):  # a model preset's DTensor: mark this rank's rows
+            tensor = tensor.to_local()
+        if isinstance(tensor, torch.Tensor) and tensor.numel():
+            tensor.view(-1)[::BLOCK] = float("nan")
 
 
-def verify(state: Mapping[str, torch.Tensor], config: WorkloadConfig) -> None:
+def verify(state: Mapping[str, Any], config: WorkloadConfig) -> None:
     """Check every one of this rank's tensors bit for bit; raise :class:`VerificationError`."""
+    if config.model is not None:
+        from ckptbench.workload.rank import model_state
+
+        model_state.verify(state, config)
+        return
     bad: list[str] = []
     details: list[str] = []
     shape = tensor_shape(config)

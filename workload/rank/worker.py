@@ -66,12 +66,23 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     from ckptbench.workload.rank import environment, loop, rendezvous
 
     say = _logger(config.rank)
+    refused = _memory_refusal(config)
+    if refused is not None:
+        # Before the rendezvous and before any tensor: a run that cannot fit never starts.
+        say(f"refused: {refused}")
+        error = f"MemoryRefused: {refused}"
+        result = RankResult(
+            rank=config.rank, host=socket.gethostname(), bytes=config.shard_bytes, error=error
+        )
+        write_termination_log(config, result, say)
+        return EXIT_CONFIG
     if config.rank == 0:
         say(
-            f"{config.world_size} rank(s), backend {config.backend.value}, "
+            f"{config.world_size} rank(s), {config.describe_state()}, "
+            f"backend {config.backend.value}, "
             f"{sizes.format_bytes(config.total_bytes)} in all, "
             f"{sizes.format_bytes(config.shard_bytes)} on rank 0"
-            + ("" if config.even_shards else " (uneven shards: padding_size % world_size != 0)")
+            + ("" if config.even_shards else " (uneven shards)")
             + f", {config.sample_count} sample(s) after {config.warmup_samples} warm-up(s)"
         )
     grouped = False
@@ -103,6 +114,28 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     if code != EXIT_OK:
         _exit_if_threads_linger(code)
     return code
+
+
+def _memory_refusal(config: WorkloadConfig) -> str | None:
+    """Why this rank cannot fit in the memory it has, or None (also when unknown or forced)."""
+    if not config.memory_check:
+        return None
+    from ckptbench.workload.contract import memory_plan
+    from ckptbench.workload.rank import memory
+
+    if config.memory_limit_bytes is not None:
+        budget, source = config.memory_limit_bytes, "CKPTBENCH_MEMORY_LIMIT_BYTES"
+    else:
+        limit = memory.cgroup_limit_bytes()
+        if limit is None:
+            return None  # no limit to compare with: the local runner checks before it starts
+        budget, source = limit, "the container's memory limit"
+    if config.model is not None:
+        way_out = "use fewer layers (CKPTBENCH_LAYERS), more ranks, or a bigger memory limit"
+    else:
+        way_out = "use a smaller layer_size or padding_size, more ranks, or a bigger memory limit"
+    force = "CKPTBENCH_MEMORY_CHECK=false"
+    return memory_plan.refusal(config.memory_estimate(), budget, source, way_out, force)
 
 
 def _logger(rank: int) -> Callable[[str], None]:

@@ -1,0 +1,93 @@
+"""A rank's peak memory, estimated before anything is allocated, and the verdict on a budget.
+
+The timed loop holds one copy of the rank's state at a time: the shard it saves is freed before
+the load template is allocated (see ``rank/loop.py``), so the template replaces the shard rather
+than adding to it. On top of that: an async save's staging copy (a second copy of the shard
+while it uploads), one item-sized buffer (a tensor being serialised, or a saved chunk read whole
+and narrowed when a load reshards), and the interpreter with torch imported (~350 MiB RSS).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ckptbench.workload.contract.sizes import format_bytes
+
+MIB = 1024**2
+INTERPRETER_BYTES = 350 * MIB
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    shard_bytes: int  # the state the rank saves, then the template it loads into (one at a time)
+    staging_bytes: int  # async save: a second copy of the shard
+    buffer_bytes: int  # the largest single item in flight
+    interpreter_bytes: int = INTERPRETER_BYTES
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.interpreter_bytes + self.shard_bytes + self.staging_bytes + self.buffer_bytes
+
+    def breakdown(self) -> str:
+        parts = [f"shard or load template {format_bytes(self.shard_bytes)}"]
+        if self.staging_bytes:
+            parts.append(f"async staging copy {format_bytes(self.staging_bytes)}")
+        parts.append(f"largest item buffer {format_bytes(self.buffer_bytes)}")
+        parts.append(f"interpreter with torch {format_bytes(self.interpreter_bytes)}")
+        return " + ".join(parts)
+
+
+def estimate(shard_bytes: int, largest_item_bytes: int, async_save: bool) -> MemoryEstimate:
+    return MemoryEstimate(
+        shard_bytes=shard_bytes,
+        staging_bytes=shard_bytes if async_save else 0,
+        buffer_bytes=largest_item_bytes,
+    )
+
+
+class MemoryRefused(RuntimeError):
+    """The run cannot fit; the message gives the numbers and the way out."""
+
+
+def refusal(
+    est: MemoryEstimate, budget_bytes: int, budget_source: str, way_out: str, force: str
+) -> str | None:
+    """Why the run does not fit in ``budget_bytes``, or None when it does."""
+    if est.peak_bytes <= budget_bytes:
+        return None
+    return (
+        f"a rank needs about {format_bytes(est.peak_bytes)} ({est.breakdown()}) but has "
+        f"{format_bytes(budget_bytes)} ({budget_source}); {way_out}, or force the run with "
+        f"{force} (it will likely be killed for lack of memory)"
+    )
+
+
+def parse_quantity(text: str) -> int:
+    """A Kubernetes memory quantity (``64Gi``, ``500M``, ``1e9``, ``128974848``) in bytes."""
+    s = text.strip()
+    suffixes = {
+        "Ki": 1024,
+        "Mi": 1024**2,
+        "Gi": 1024**3,
+        "Ti": 1024**4,
+        "Pi": 1024**5,
+        "Ei": 1024**6,
+        "k": 1000,
+        "K": 1000,
+        "M": 1000**2,
+        "G": 1000**3,
+        "T": 1000**4,
+        "P": 1000**5,
+        "E": 1000**6,
+        "m": 0,  # milli-bytes: allowed by the grammar, divided below
+    }
+    for suffix in sorted(suffixes, key=len, reverse=True):
+        if s.endswith(suffix) and s[: -len(suffix)]:
+            number = float(s[: -len(suffix)])
+            if suffix == "m":
+                return int(number / 1000)
+            return int(number * suffixes[suffix])
+    try:
+        return int(float(s))
+    except ValueError:
+        raise ValueError(f"not a memory quantity: {text!r}") from None
