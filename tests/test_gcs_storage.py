@@ -24,10 +24,11 @@ from ckptbench.workload.storage.gcs.backend import (
     part_size_for,
 )
 from ckptbench.workload.storage.gcs.client import make_client
-from ckptbench.workload.storage.gcs.download import parse_tensor_blob, tensor_memory
+from ckptbench.workload.storage.gcs.download import tensor_memory
 from ckptbench.workload.storage.gcs.objects import GcsObjects
 from ckptbench.workload.storage.gcs.upload import first_level_groups
 from ckptbench.workload.storage.retry import GcsHttpError, RetryPolicy
+from ckptbench.workload.storage.torch_seam import parse_tensor_blob
 
 MiB = 1 << 20
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0)
@@ -92,9 +93,9 @@ def test_round_trip_with_hierarchical_compose(
     composes: list[tuple[str, int]] = []
     original = GcsObjects.compose
 
-    def spy(self: GcsObjects, dest: str, sources: list[str]) -> None:
+    def spy(self: GcsObjects, dest: str, sources: list[str], **kwargs: Any) -> None:
         composes.append((dest, len(sources)))
-        original(self, dest, sources)
+        original(self, dest, sources, **kwargs)
 
     monkeypatch.setattr(GcsObjects, "compose", spy)
     sd = state()
@@ -175,11 +176,11 @@ def test_failed_part_fails_the_save_and_cleans_up(
     original = GcsObjects.upload
     calls = {"n": 0}
 
-    def failing(self: GcsObjects, name: str, data: Any) -> None:
+    def failing(self: GcsObjects, name: str, data: Any) -> int | None:
         calls["n"] += 1
         if calls["n"] == 3:
             raise GcsHttpError(f"upload {self.url(name)}: HTTP 403: injected", 403)
-        original(self, name, data)
+        return original(self, name, data)
 
     monkeypatch.setattr(GcsObjects, "upload", failing)
     cid = f"gs://{gcs_bucket}/fail/ckpt.ckpt"
@@ -278,10 +279,11 @@ def test_part_size_and_compose_grouping() -> None:
     assert first_level_groups([MiB] * 32) is None
     assert part_size_for(32 * MiB, 10 * MiB) == 32 * MiB
     # 18.25 GiB at 1 MiB parts would pass GCS's 1024-component limit: the part grows.
-    grown = part_size_for(MiB, 19_600_000_000, items=49)
-    assert grown > MiB and 19_600_000_000 / grown + 2 * 49 <= 1024
-    with pytest.raises(ValueError, match="component limit"):
-        part_size_for(MiB, 10, items=5000)
+    grown = part_size_for(MiB, 19_600_000_000)
+    assert grown > MiB and -(-19_600_000_000 // grown) <= 1024 - 2
+    # Refused up front, with the numbers, when no allowed part size fits.
+    with pytest.raises(ValueError, match=r"need parts of \d+ bytes .* at most 5368709120"):
+        part_size_for(MiB, 6 * 1024**4)
 
 
 def test_pinned_tensor_owns_the_payload_torch_save_writes() -> None:
@@ -304,3 +306,42 @@ def test_pinned_tensor_owns_the_payload_torch_save_writes() -> None:
     torch.save(other, cast(IO[bytes], Probe()))
     assert owners == [pinned, None]
     assert pins.owner(memoryview(b"x" * 10)) is None
+
+
+def test_plain_tensors_take_the_fast_path_and_no_deprecation_warning_is_shown(
+    client: storage.Client, gcs_bucket: str
+) -> None:
+    sd = state(seed=3)
+    cid = f"gs://{gcs_bucket}/paths/ckpt.ckpt"
+    dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=2, part_size_bytes=MiB))
+    reader = GcsStorageReader(cid, project=None, threads=2, part_size_bytes=MiB)
+    loaded = template(sd)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dcp_load(loaded, storage_reader=reader)
+    assert_same(sd, loaded)
+    shown = [str(w.message) for w in caught]
+    assert not [m for m in shown if "TypedStorage" in m], shown
+    paths = reader.gcs.read_paths
+    # The eight plain tensors over 1 MiB go straight into their destination; the two small
+    # ones are copied out of a coalesced read; only the transposed view needs torch.load.
+    assert paths.as_dict() == {"direct": 8, "copied": 2, "generic": 1, "bytes": 2}
+
+
+def test_a_corrupted_blob_names_the_object_and_never_suggests_weights_only_false(
+    client: storage.Client, gcs_bucket: str
+) -> None:
+    sd = {"view": torch.rand((60, 70)).t()}  # stored as a view: the torch.load path
+    cid = f"gs://{gcs_bucket}/bad/ckpt.ckpt"
+    dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=2, part_size_bytes=MiB))
+    blob = client.bucket(gcs_bucket).blob("bad/ckpt.ckpt/__0_0.distcp")
+    data = bytearray(blob.download_as_bytes())
+    data[40:80] = b"\xff" * 40  # inside the zip's first records
+    blob.upload_from_string(bytes(data))
+    reader = GcsStorageReader(cid, project=None, threads=2, part_size_bytes=MiB)
+    with pytest.raises(CheckpointException) as info:
+        dcp_load(template(sd), storage_reader=reader)
+    text = str(info.value)
+    assert f"gs://{gcs_bucket}/bad/ckpt.ckpt/__0_0.distcp" in text
+    assert "corrupted" in text
+    assert "weights_only" not in text

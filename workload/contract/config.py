@@ -94,6 +94,13 @@ class WorkloadConfig(BaseModel):
     part_size_bytes: int = Field(
         32 * MIB, ge=1 * MIB, le=5 * 1024 * MIB, description="Upload/download part size (gcs)."
     )
+    sync_files: bool = Field(
+        False,
+        description=(
+            "gcsfs: let DCP os.sync() the node after each file, as it does for streams without "
+            "fileno() (off, as the reference runs it; on reproduces the old handicapped baseline)."
+        ),
+    )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of the synthetic tensor content.")
     master_addr: str = Field("127.0.0.1", min_length=1, description="Rank 0's host name.")
     master_port: int = Field(29500, ge=1, le=65535, description="Rank 0's rendezvous port.")

@@ -99,6 +99,16 @@ class RankResult(BaseModel):
     save: OpTiming | None = None
     load: OpTiming | None = None
     verified: bool | None = Field(None, description="Every load verified; None when not checked.")
+    setup_seconds: float | None = Field(
+        None, description="Making the storage client and authenticating, once, before timing."
+    )
+    read_paths: dict[str, int] | None = Field(
+        None,
+        description=(
+            "gcs: loaded items per read path: direct (ranged reads into the tensor), copied "
+            "(payload copied from a coalesced read), generic (torch.load), bytes (non-tensors)."
+        ),
+    )
     error: str | None = None
 
     def to_termination_message(self, limit: int = TERMINATION_MESSAGE_LIMIT) -> str:

@@ -11,13 +11,13 @@ import datetime as dt
 import itertools
 import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from ckptbench.workload.contract.config import Backend, WorkloadConfig
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
+from ckptbench.workload.storage.paths import local_path
 
 EMULATOR_BUCKET = "ckptbench"
 EMULATOR_PREFIX = "ckptbench"
@@ -59,10 +59,10 @@ def _storage_kind(storage: str | None) -> str:
 
 
 def _local_path(storage: str) -> str:
-    path = storage.removeprefix("file://")
-    if not path:
-        raise UsageError(f"--storage: no path in {storage!r}")
-    return str(Path(path).expanduser().absolute())
+    try:
+        return str(local_path(storage).absolute())
+    except ValueError as exc:
+        raise UsageError(f"--storage: {exc}") from None
 
 
 def _backends(raw: str | None, kind: str) -> list[tuple[str, Any]]:

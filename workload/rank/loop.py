@@ -31,7 +31,6 @@ from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import OpTiming, RankResult
 from ckptbench.workload.rank import state
 from ckptbench.workload.storage import factory as backends
-from ckptbench.workload.storage import objects as objectio
 
 AfterSave = Callable[[int, str], None]
 """A hook run on every rank after a sample's save, before its load: ``(sample, checkpoint id)``."""
@@ -97,6 +96,7 @@ class _Loop:
         self.timings = _Timings()
         self.verified: bool | None = None
         self.save_group: Any = None
+        self.session: backends.StorageSession | None = None
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -110,6 +110,8 @@ class _Loop:
                 self.save_group = dist.new_group(
                     backend="gloo", timeout=_timedelta(config.collective_timeout_seconds)
                 )
+            # One storage client for the whole run, made and authenticated before any timing.
+            self.session = self._step("open storage", lambda: backends.open_session(config))
             # The shard is handed over in a one-element list so that no frame of ours keeps the
             # saved shard alive while the next one is loaded: one shard in memory, not two.
             holder = [self._step("build state", lambda: state.build_state(config))]
@@ -121,7 +123,10 @@ class _Loop:
             error = exc
             if not isinstance(exc, PeerFailure):
                 self.say(f"[rank {config.rank}] error: {RankResult.error_text(exc)}")
-        return self._result(error)
+        result = self._result(error)
+        if self.session is not None:
+            self.session.close()
+        return result
 
     def _sample(
         self, index: int, timed: bool, holder: list[dict[str, torch.Tensor]]
@@ -163,9 +168,8 @@ class _Loop:
     # -- operations --------------------------------------------------------------------------------
 
     def _save(self, checkpoint_id: str, shard: dict[str, torch.Tensor]) -> _Op:
-        writer = self._step(
-            "prepare save", lambda: backends.storage_writer(self.config, checkpoint_id)
-        )
+        session = self._session()
+        writer = self._step("prepare save", lambda: session.writer(checkpoint_id))
         blocked: float | None = None
 
         def save() -> None:
@@ -217,14 +221,21 @@ class _Loop:
             )
 
     def _load(self, checkpoint_id: str) -> tuple[dict[str, torch.Tensor], _Op]:
+        session = self._session()
+
         def prepare() -> tuple[dict[str, torch.Tensor], Any]:
             template = state.empty_template(self.config)
             state.mark_unwritten(template)
-            return template, backends.storage_reader(self.config, checkpoint_id)
+            return template, session.reader(checkpoint_id)
 
         template, reader = self._step("prepare load", prepare)
         seconds, own = self._timed("load", lambda: dcp_load(template, storage_reader=reader))
         return template, _Op(seconds, own)
+
+    def _session(self) -> backends.StorageSession:
+        if self.session is None:
+            raise RuntimeError("the storage session is opened before the first sample")
+        return self.session
 
     def _verify(self, loaded: dict[str, torch.Tensor]) -> None:
         try:
@@ -236,14 +247,11 @@ class _Loop:
     def _cleanup(self, checkpoint_id: str) -> None:
         # Each rank deletes its own data objects; only then rank 0 sweeps what is left (the
         # .metadata, and any folder), so no two ranks ever delete the same object.
-        project = self.config.project
+        session = self._session()
         rank_prefix = f"__{self.config.rank}_"
-        self._step(
-            "cleanup",
-            lambda: objectio.delete_prefix(checkpoint_id, name_prefix=rank_prefix, project=project),
-        )
+        self._step("cleanup", lambda: session.delete_prefix(checkpoint_id, rank_prefix))
         if self.config.rank == 0:
-            self._step("cleanup", lambda: objectio.delete_prefix(checkpoint_id, project=project))
+            self._step("cleanup", lambda: session.delete_prefix(checkpoint_id))
         else:
             self._agree(None, "cleanup")
 
@@ -291,6 +299,8 @@ class _Loop:
         save = OpTiming.of(t.save, t.save_own, t.save_blocked or None) if t.save else None
         load = OpTiming.of(t.load, t.load_own) if t.load else None
         verified = self.verified
+        session = self.session
+        paths = session.read_paths if session else None
         if error is not None and verified is True:
             verified = None  # not every load was checked
         return RankResult(
@@ -300,6 +310,8 @@ class _Loop:
             save=save,
             load=load,
             verified=verified if self.config.verify else None,
+            setup_seconds=round(session.setup_seconds, 6) if session else None,
+            read_paths={k: v for k, v in paths.items() if v} if paths else None,
             error=RankResult.error_text(error) if error is not None else None,
         )
 

@@ -1,13 +1,18 @@
-"""DCP storage writers and readers for the three backends, chosen by name.
+"""DCP storage writers and readers for the three backends, from one storage session per rank.
 
 ``file`` and ``gcsfs`` are DCP's own (``FileSystemWriter``/``Reader`` and the fsspec ones over
 gcsfs: the reference's baseline); ``gcs`` is ours, in :mod:`ckptbench.workload.storage.gcs.backend`,
 imported only when asked for.
+
+A rank opens one :class:`StorageSession` before its first timed operation and makes every writer
+and reader from it, so the storage client (its credentials, token and connection pool) is made and
+authenticated once, outside the timings, and reused by every sample, as a training job would.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
@@ -15,45 +20,116 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from ckptbench.workload.contract.config import Backend, WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
-
-# gcsfs's experimental zonal/HNS support probes every bucket, and against an emulator each probe
-# stalls about 60 s; the flag is read when gcsfs is imported, so it must be set before that.
+from ckptbench.workload.storage.paths import local_path
 
 
-def storage_writer(config: WorkloadConfig, checkpoint_id: str) -> StorageWriter:
-    if config.backend is Backend.FILE:
-        return FileSystemWriter(_local_path(checkpoint_id))
-    if config.backend is Backend.GCSFS:
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+class StorageSession:
+    """One rank's storage: a client made once, and the writers and readers built on it.
 
-        return FsspecWriter(checkpoint_id, **gcsfs_options(config))
-    from ckptbench.workload.storage.gcs.backend import GcsStorageWriter
+    ``setup_seconds`` is how long making the client and authenticating took (the gcs backend
+    fetches the bucket's metadata, gcsfs lists the bucket: either needs a token and opens a
+    connection). ``read_paths`` counts, for the gcs backend, which path each loaded item took.
+    """
 
-    writer: StorageWriter = GcsStorageWriter(
-        checkpoint_id,
-        project=config.project,
-        threads=config.threads,
-        part_size_bytes=config.part_size_bytes,
+    def __init__(self, config: WorkloadConfig) -> None:
+        self.config = config
+        self._gcs: Any = None
+        self._gcsfs_options: dict[str, Any] = {}
+        self._gcsfs: Any = None
+        t0 = time.perf_counter()
+        if config.backend is Backend.GCS:
+            self._gcs = _gcs_filesystem(config)
+        elif config.backend is Backend.GCSFS:
+            self._gcsfs_options = gcsfs_options(config)
+            self._gcsfs = _gcsfs_filesystem(config, self._gcsfs_options)
+        self.setup_seconds = time.perf_counter() - t0
+
+    def writer(self, checkpoint_id: str) -> StorageWriter:
+        config = self.config
+        if config.backend is Backend.FILE:
+            return FileSystemWriter(str(local_path(checkpoint_id)))
+        if config.backend is Backend.GCSFS:
+            from ckptbench.workload.storage.torch_seam import FsspecWriter
+
+            fsspec_writer: StorageWriter = FsspecWriter(
+                checkpoint_id, sync_files=config.sync_files, **self._gcsfs_options
+            )
+            return fsspec_writer
+        from ckptbench.workload.storage.gcs.backend import GcsStorageWriter
+
+        return GcsStorageWriter(checkpoint_id, filesystem=self._gcs)
+
+    def reader(self, checkpoint_id: str) -> StorageReader:
+        config = self.config
+        if config.backend is Backend.FILE:
+            return FileSystemReader(str(local_path(checkpoint_id)))
+        if config.backend is Backend.GCSFS:
+            from ckptbench.workload.storage.torch_seam import FsspecReader
+
+            fsspec_reader: StorageReader = FsspecReader(checkpoint_id, **self._gcsfs_options)
+            return fsspec_reader
+        from ckptbench.workload.storage.gcs.backend import GcsStorageReader
+
+        return GcsStorageReader(checkpoint_id, filesystem=self._gcs)
+
+    @property
+    def read_paths(self) -> dict[str, int] | None:
+        if self._gcs is None:
+            return None
+        counts: dict[str, int] = self._gcs.read_paths.as_dict()
+        return counts
+
+    @property
+    def filesystem(self) -> Any:
+        """The gcs file system or the gcsfs instance every writer and reader shares (None for
+        ``file``)."""
+        return self._gcs if self._gcs is not None else self._gcsfs
+
+    def delete_prefix(self, url: str, name_prefix: str = "") -> int:
+        """Delete a checkpoint's objects (or files) under ``url`` starting with ``name_prefix``,
+        with this session's client when it has one."""
+        from ckptbench.workload.storage import objects
+
+        client = self._gcs.client if self._gcs is not None else None
+        return objects.delete_prefix(
+            url, name_prefix=name_prefix, project=self.config.project, client=client
+        )
+
+    def close(self) -> None:
+        if self._gcs is not None:
+            self._gcs.client.close()
+        self._gcs = None
+
+
+def open_session(config: WorkloadConfig) -> StorageSession:
+    return StorageSession(config)
+
+
+def _gcs_filesystem(config: WorkloadConfig) -> Any:
+    from ckptbench.workload.storage.gcs.backend import GcsFileSystem
+    from ckptbench.workload.storage.gcs.client import make_client, split_gs_url
+
+    # One pooled connection per worker, plus a few for metadata calls.
+    client = make_client(config.project, pool_size=config.threads + 4)
+    bucket, prefix = split_gs_url(config.checkpoint_path)
+    # Authenticates (fetches a token) and opens a connection; a missing bucket fails here,
+    # before any timing. Listing needs only the object permissions the benchmark needs anyway.
+    list(client.list_blobs(bucket, prefix=prefix, max_results=1, timeout=60))
+    return GcsFileSystem(
+        client=client, threads=config.threads, part_size_bytes=config.part_size_bytes
     )
-    return writer
 
 
-def storage_reader(config: WorkloadConfig, checkpoint_id: str) -> StorageReader:
-    if config.backend is Backend.FILE:
-        return FileSystemReader(_local_path(checkpoint_id))
-    if config.backend is Backend.GCSFS:
-        from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+def _gcsfs_filesystem(config: WorkloadConfig, options: dict[str, Any]) -> Any:
+    import fsspec
 
-        return FsspecReader(checkpoint_id, **gcsfs_options(config))
-    from ckptbench.workload.storage.gcs.backend import GcsStorageReader
-
-    reader: StorageReader = GcsStorageReader(
-        checkpoint_id,
-        project=config.project,
-        threads=config.threads,
-        part_size_bytes=config.part_size_bytes,
-    )
-    return reader
+    # fsspec caches file-system instances by their options: the FsspecWriter/Reader made later
+    # with the same options get this very instance, with its token and connections.
+    fs = fsspec.filesystem("gs", **options)
+    bucket = config.checkpoint_path.removeprefix("gs://").split("/", 1)[0]
+    fs.ls(bucket, detail=False)
+    fs.invalidate_cache()  # later listings must see the objects, not this moment's
+    return fs
 
 
 def gcsfs_options(config: WorkloadConfig) -> dict[str, Any]:
@@ -72,9 +148,8 @@ def gcsfs_options(config: WorkloadConfig) -> dict[str, Any]:
 
 
 def prepare_gcsfs() -> None:
-    """Call before anything imports gcsfs (fsspec imports it lazily on the first gs:// URL)."""
+    """Call before anything imports gcsfs (fsspec imports it lazily on the first gs:// URL).
+
+    gcsfs's experimental zonal/HNS support probes every bucket, and against an emulator each probe
+    stalls about 60 s; the flag is read when gcsfs is imported, so it must be set before that."""
     os.environ.setdefault(GCSFS_HNS_FLAG, "false")
-
-
-def _local_path(checkpoint_id: str) -> str:
-    return checkpoint_id.removeprefix("file://")

@@ -4,8 +4,8 @@ They reuse DCP's own file layout and planning (``FileSystemWriter`` / ``FileSyst
 checkpoint is object for object what DCP's file and fsspec writers produce: one
 ``__{rank}_0.distcp`` per rank holding its tensors back to back as ``torch.save`` blobs, and a
 ``.metadata`` written by the coordinator. Only the byte movement differs: a rank's object is
-uploaded as parallel parts composed into one object (:mod:`.gcs_upload`), and loads are
-parallel ranged reads into the destination tensors (:mod:`.gcs_download`).
+uploaded as parallel parts composed into one object (:mod:`.upload`), and loads are
+parallel ranged reads into the destination tensors (:mod:`.download`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from torch.distributed.checkpoint.filesystem import (
     FileSystemBase,
     FileSystemReader,
     FileSystemWriter,
-    _item_size,
 )
 from torch.distributed.checkpoint.metadata import StorageMeta
 from torch.distributed.checkpoint.planner import (
@@ -36,16 +35,21 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
+from ckptbench.workload.storage import torch_seam
 from ckptbench.workload.storage.gcs.client import make_client, split_gs_url
-from ckptbench.workload.storage.gcs.download import ParallelReader
+from ckptbench.workload.storage.gcs.download import ParallelReader, ReadPaths
 from ckptbench.workload.storage.gcs.objects import GcsObjects
-from ckptbench.workload.storage.gcs.upload import MAX_COMPONENTS, CompositeUploadStream
+from ckptbench.workload.storage.gcs.upload import (
+    MAX_COMPONENTS,
+    RESERVED_COMPONENTS,
+    CompositeUploadStream,
+)
 from ckptbench.workload.storage.retry import DEFAULT_POLICY, RetryPolicy
 
 DEFAULT_THREADS = 8
 DEFAULT_PART_SIZE = 32 * 1024 * 1024
-# Leave headroom under GCS's component limit for rounding.
-_MAX_PARTS = MAX_COMPONENTS - 24
+# The largest part the configuration allows (parts are buffered in memory when gathered).
+MAX_PART_BYTES = 5 * 1024**3
 
 
 def is_gs_url(checkpoint_id: str | os.PathLike[str]) -> bool:
@@ -58,18 +62,21 @@ def is_gs_url(checkpoint_id: str | os.PathLike[str]) -> bool:
     return True
 
 
-def part_size_for(requested: int, expected_bytes: int, items: int = 0) -> int:
-    """The requested part size, raised if needed so the object stays within the component
-    limit of a composite object. Each of ``items`` written may add two short parts (its
-    framing, and its payload's last partial part)."""
-    room = _MAX_PARTS - 2 * items
-    if room < 1:
+def part_size_for(requested: int, expected_bytes: int) -> int:
+    """The requested part size, raised if needed so that the full parts of ``expected_bytes``
+    stay within a composite object's component limit. Short parts (a tensor's tail, the zip
+    framing between tensors) are sent only while the budget allows and gathered otherwise, so
+    the number of tensors does not matter. Refused, with the numbers, when even the largest
+    part size allowed would not do."""
+    room = MAX_COMPONENTS - RESERVED_COMPONENTS - 1
+    needed = max(requested, -(-expected_bytes // room))
+    if needed > MAX_PART_BYTES:
         raise ValueError(
-            f"{items} items in one object exceed the {MAX_COMPONENTS}-component limit of a "
-            "composite object"
+            f"{expected_bytes} bytes in one object need parts of {needed} bytes to stay within "
+            f"the {MAX_COMPONENTS}-component limit of a composite object; parts are at most "
+            f"{MAX_PART_BYTES} bytes"
         )
-    needed = -(-expected_bytes // room)
-    return max(requested, needed)
+    return needed
 
 
 class GcsFileSystem(FileSystemBase):
@@ -93,8 +100,9 @@ class GcsFileSystem(FileSystemBase):
         self.policy = policy
         # Set by the writer before the data stream opens: the bytes the stream will carry.
         self.expected_bytes = 0
-        self.expected_items = 0
         self.pins: PinnedTensors | None = None
+        # Counted across every load through this file system (one per rank with a session).
+        self.read_paths = ReadPaths()
         self._buckets: dict[str, GcsObjects] = {}
 
     def objects(self, bucket: str) -> GcsObjects:
@@ -116,13 +124,14 @@ class GcsFileSystem(FileSystemBase):
         if mode == "rb":
             yield io.BytesIO(objects.read_all(name))
         elif mode == "wb":
-            part = part_size_for(self.part_size, self.expected_bytes, self.expected_items)
+            part = part_size_for(self.part_size, self.expected_bytes)
             stream = CompositeUploadStream(
                 objects,
                 name,
                 threads=self.threads,
                 part_size=part,
                 keepalive=self.pins.owner if self.pins is not None else None,
+                expected_bytes=self.expected_bytes,
             )
             try:
                 yield stream
@@ -253,23 +262,23 @@ class GcsStorageWriter(FileSystemWriter):
         part_size_bytes: int = DEFAULT_PART_SIZE,
         client: storage.Client | None = None,
         retry_policy: RetryPolicy = DEFAULT_POLICY,
+        filesystem: GcsFileSystem | None = None,
     ) -> None:
         # One DCP write thread, hence one object per rank; the parallelism is inside it.
         # sync_files is off: durability comes from the upload's completion, and DCP's
         # fallback for streams without fileno() would os.sync() the local disk.
         super().__init__(checkpoint_id, single_file_per_rank=True, sync_files=False, thread_count=1)
-        self.gcs = _filesystem(project, threads, part_size_bytes, client, retry_policy)
-        # DCP annotates ``fs`` as its local FileSystem but uses only the FileSystemBase
-        # interface (DCP's own FsspecWriter swaps it the same way).
-        self.fs = self.gcs  # type: ignore[assignment]
-        self.path = self.gcs.init_path(checkpoint_id)
+        self.gcs = filesystem or _filesystem(
+            project, threads, part_size_bytes, client, retry_policy
+        )
+        torch_seam.use_filesystem(self, self.gcs, os.fspath(self.gcs.init_path(checkpoint_id)))
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         # torch.save adds under a KiB of zip framing per tensor.
         self.gcs.expected_bytes = sum(
-            _item_size(i) + 4096 if i.tensor_data is not None else 4096 for i in plan.items
+            torch_seam.item_size(i) + 4096 if i.tensor_data is not None else 4096
+            for i in plan.items
         )
-        self.gcs.expected_items = len(plan.items)
         self.gcs.pins = PinnedTensors()
         try:
             return super().write_data(
@@ -299,13 +308,13 @@ class GcsStorageReader(FileSystemReader):
         part_size_bytes: int = DEFAULT_PART_SIZE,
         client: storage.Client | None = None,
         retry_policy: RetryPolicy = DEFAULT_POLICY,
+        filesystem: GcsFileSystem | None = None,
     ) -> None:
         super().__init__(checkpoint_id)
-        self.gcs = _filesystem(project, threads, part_size_bytes, client, retry_policy)
-        # DCP annotates ``fs`` as its local FileSystem but uses only the FileSystemBase
-        # interface (DCP's own FsspecWriter swaps it the same way).
-        self.fs = self.gcs  # type: ignore[assignment]
-        self.path = self.gcs.init_path(checkpoint_id)
+        self.gcs = filesystem or _filesystem(
+            project, threads, part_size_bytes, client, retry_policy
+        )
+        torch_seam.use_filesystem(self, self.gcs, os.fspath(self.gcs.init_path(checkpoint_id)))
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         objects, prefix = self.gcs.locate(self.path)
@@ -314,9 +323,10 @@ class GcsStorageReader(FileSystemReader):
             lambda relative: f"{prefix}/{relative}",
             threads=self.gcs.threads,
             part_size=self.gcs.part_size,
-            transforms=self.transforms,
+            transforms=torch_seam.reader_transforms(self),
+            paths=self.gcs.read_paths,
         )
-        reader.read(plan.items, self.storage_data, planner)
+        reader.read(plan.items, torch_seam.reader_storage_data(self), planner)
         fut: Future[None] = Future()
         fut.set_result(None)
         return fut

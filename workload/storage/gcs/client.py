@@ -8,6 +8,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from ckptbench.workload.contract.names import EMULATOR_ENV
+from ckptbench.workload.storage.gcs import google_seam
 
 
 def emulator_host() -> str | None:
@@ -24,19 +25,8 @@ def make_client(project: str | None = None, pool_size: int = 16) -> storage.Clie
         client = storage.Client(project=project or "ckptbench", credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
     else:
         client = storage.Client(project=project)
-    _size_pool(client, pool_size)
+    google_seam.size_pool(client, pool_size)
     return client
-
-
-def _size_pool(client: storage.Client, pool_size: int) -> None:
-    import requests.adapters
-
-    session = client._http
-    adapter = requests.adapters.HTTPAdapter(
-        pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0
-    )
-    session.mount("https://", adapter)
-    session.mount("http://", adapter)
 
 
 def split_gs_url(url: str) -> tuple[str, str]:

@@ -12,23 +12,26 @@ takes DCP's generic path, with small neighbouring items coalesced into one range
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import io
-import pickle
-import struct
-import zipfile
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, as_completed, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 import torch
-from torch.distributed._shard._utils import narrow_tensor_by_index
-from torch.distributed.checkpoint.filesystem import _StorageInfo, _StorageReaderTransforms
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, ReadItem
 
 from ckptbench.workload.storage.gcs.objects import GcsObjects
+from ckptbench.workload.storage.retry import IntegrityError
+from ckptbench.workload.storage.torch_seam import (
+    StorageInfo,
+    StorageReaderTransforms,
+    TensorRecord,
+    narrow_tensor_by_index,
+    parse_tensor_blob,
+)
 
 # Enough for the zip records before a tensor's payload (the pickled layout among them), and
 # for the records and central directory after it.
@@ -38,211 +41,26 @@ TAIL_BYTES = 16 * 1024
 # blob's ends (two small requests); smaller ones are coalesced with their neighbours.
 DIRECT_MIN_BYTES = 1 << 20
 
-_LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")
-_LOCAL_SIG = 0x04034B50
 
+@dataclass
+class ReadPaths:
+    """How many items took each path: ``direct`` (ranged reads straight into the tensor),
+    ``copied`` (payload copied from a coalesced read, no ``torch.load``), ``generic``
+    (``torch.load`` then a copy: DCP's own way) and ``bytes`` (non-tensor items)."""
 
-@dataclass(frozen=True)
-class TensorRecord:
-    """Where a ``torch.save``d tensor's payload sits in its blob, and its stored layout."""
+    direct: int = 0
+    copied: int = 0
+    generic: int = 0
+    bytes: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    dtype: torch.dtype
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-    storage_offset: int
-    storage_numel: int
-    data_offset: int
-    data_length: int
+    def count(self, path: str) -> None:
+        with self._lock:
+            setattr(self, path, getattr(self, path) + 1)
 
-    def is_dense(self) -> bool:
-        """True when the payload is exactly the tensor's elements in row-major order."""
-        numel = 1
-        for s in self.size:
-            numel *= s
-        expected = _contiguous_strides(self.size)
-        # A dimension of size 1 may carry any stride without changing the byte order.
-        strides_ok = len(self.stride) == len(self.size) and all(
-            st == e for sz, st, e in zip(self.size, self.stride, expected, strict=True) if sz != 1
-        )
-        itemsize = torch.empty((), dtype=self.dtype).element_size()
-        return (
-            self.storage_offset == 0
-            and strides_ok
-            and self.storage_numel == numel
-            and self.data_length == numel * itemsize
-        )
-
-
-def _contiguous_strides(size: Sequence[int]) -> list[int]:
-    strides: list[int] = []
-    acc = 1
-    for s in reversed(size):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return list(reversed(strides))
-
-
-class _NotPlain(Exception):
-    """The blob holds something other than one plain tensor: use the generic path."""
-
-
-@dataclass(frozen=True)
-class _StorageRef:
-    dtype: torch.dtype
-    key: str
-    numel: int
-
-
-@dataclass(frozen=True)
-class _StorageType:
-    dtype: torch.dtype
-
-
-@dataclass(frozen=True)
-class _Rebuilt:
-    storage: _StorageRef
-    storage_offset: int
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-
-
-def _rebuild_tensor_v2(
-    storage: Any, storage_offset: Any, size: Any, stride: Any, *_rest: Any
-) -> _Rebuilt:
-    if not isinstance(storage, _StorageRef):
-        raise _NotPlain("tensor without a storage reference")
-    return _Rebuilt(storage, int(storage_offset), tuple(size), tuple(stride))
-
-
-class _LayoutUnpickler(pickle.Unpickler):
-    """Reads a tensor's layout from ``data.pkl`` without building the tensor. It resolves only
-    the three globals a plain tensor pickle uses, so it never runs arbitrary code."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
-            return _rebuild_tensor_v2
-        if (module, name) == ("collections", "OrderedDict"):
-            return collections.OrderedDict
-        if module == "torch" and name.endswith("Storage"):
-            cls = getattr(torch, name, None)
-            dtype = getattr(cls, "dtype", None)
-            if isinstance(dtype, torch.dtype):
-                return _StorageType(dtype)
-        raise _NotPlain(f"{module}.{name}")
-
-    def persistent_load(self, pid: Any) -> Any:
-        if (
-            isinstance(pid, tuple)
-            and len(pid) == 5
-            and pid[0] == "storage"
-            and isinstance(pid[1], _StorageType)
-        ):
-            return _StorageRef(pid[1].dtype, str(pid[2]), int(pid[4]))
-        raise _NotPlain(f"persistent id {pid!r}")
-
-
-class _SparseBlob(io.RawIOBase):
-    """A blob of which only the head and the tail were fetched: enough for ``zipfile`` to read
-    the central directory (at the end) and the small records before the payload. Reading
-    anywhere else means the layout is not the expected one."""
-
-    def __init__(
-        self,
-        head: bytes | bytearray | memoryview,
-        tail: bytes | bytearray | memoryview,
-        length: int,
-    ) -> None:
-        super().__init__()
-        self._head = bytes(head)
-        self._tail = bytes(tail)
-        self._tail_start = length - len(tail)
-        self._length = length
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._length}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def read(self, size: int | None = -1) -> bytes:
-        end = self._length if size is None or size < 0 else min(self._length, self._pos + size)
-        start = self._pos
-        if end <= start:
-            return b""
-        if end <= len(self._head):
-            out = self._head[start:end]
-        elif start >= self._tail_start:
-            out = self._tail[start - self._tail_start : end - self._tail_start]
-        else:
-            raise _NotPlain(f"bytes {start}-{end} are neither in the head nor the tail")
-        self._pos = end
-        return out
-
-
-def _local_data_start(head: bytes, header_offset: int) -> int:
-    if header_offset + _LOCAL_HEADER.size > len(head):
-        raise _NotPlain("local header beyond the fetched head")
-    fields = _LOCAL_HEADER.unpack_from(head, header_offset)
-    if fields[0] != _LOCAL_SIG:
-        raise _NotPlain("no local header where the central directory points")
-    name_len, extra_len = int(fields[9]), int(fields[10])
-    return header_offset + _LOCAL_HEADER.size + name_len + extra_len
-
-
-def parse_tensor_blob(
-    head: bytes | bytearray | memoryview, tail: bytes | bytearray | memoryview, length: int
-) -> TensorRecord | None:
-    """Where a ``torch.save``d plain tensor's payload lies in its blob of ``length`` bytes,
-    and its stored layout, from the blob's first and last bytes. None when they do not show
-    one plain, uncompressed tensor: the caller then takes the generic path.
-
-    ``torch.save`` writes zip records with trailing data descriptors (local headers carry no
-    sizes), so sizes and offsets come from the central directory at the blob's end.
-    """
-    try:
-        blob = _SparseBlob(head, tail, length)
-        with zipfile.ZipFile(cast(IO[bytes], blob)) as archive:
-            infos = {i.filename: i for i in archive.infolist()}
-            pkl = [n for n in infos if n.endswith("/data.pkl")]
-            if len(pkl) != 1:
-                return None
-            rebuilt = _LayoutUnpickler(io.BytesIO(archive.read(pkl[0]))).load()
-        if not isinstance(rebuilt, _Rebuilt):
-            return None
-        payload = infos.get(f"{pkl[0][: -len('data.pkl')]}data/{rebuilt.storage.key}")
-        if payload is None or payload.compress_type != zipfile.ZIP_STORED:
-            return None
-        data_offset = _local_data_start(bytes(head), payload.header_offset)
-    except (
-        _NotPlain,
-        zipfile.BadZipFile,
-        pickle.UnpicklingError,
-        struct.error,
-        EOFError,
-        ValueError,
-        TypeError,
-        KeyError,
-        OSError,
-    ):
-        return None
-    return TensorRecord(
-        dtype=rebuilt.storage.dtype,
-        size=rebuilt.size,
-        stride=rebuilt.stride,
-        storage_offset=rebuilt.storage_offset,
-        storage_numel=rebuilt.storage.numel,
-        data_offset=data_offset,
-        data_length=payload.file_size,
-    )
+    def as_dict(self) -> dict[str, int]:
+        return {"direct": self.direct, "copied": self.copied, "generic": self.generic,
+                "bytes": self.bytes}  # fmt: skip
 
 
 def tensor_memory(t: torch.Tensor) -> memoryview:
@@ -259,7 +77,7 @@ def tensor_memory(t: torch.Tensor) -> memoryview:
 @dataclass
 class _Item:
     req: ReadItem
-    info: _StorageInfo
+    info: StorageInfo
     target: torch.Tensor | None  # None for BYTE_IO
 
 
@@ -287,18 +105,20 @@ class ParallelReader:
         *,
         threads: int,
         part_size: int,
-        transforms: _StorageReaderTransforms,
+        transforms: StorageReaderTransforms,
+        paths: ReadPaths | None = None,
     ) -> None:
         self._objects = objects
         self._object_name = object_name
         self._threads = threads
         self._part_size = part_size
         self._transforms = transforms
+        self.paths = paths if paths is not None else ReadPaths()
 
     def read(
         self,
         reqs: Sequence[ReadItem],
-        storage_data: dict[Any, _StorageInfo],
+        storage_data: dict[Any, StorageInfo],
         planner: LoadPlanner,
     ) -> None:
         items: list[_Item] = []
@@ -332,6 +152,7 @@ class ParallelReader:
                     head, tail = fut.result()
                     record = parse_tensor_blob(head, tail, item.info.length)
                     if record is not None and _fits_directly(item, record):
+                        self.paths.count("direct")
                         futures.extend(self._submit_direct(pool, item, record))
                     else:
                         futures.append(pool.submit(self._read_group, [item]))
@@ -389,16 +210,28 @@ class ParallelReader:
             lo = item.info.offset - start
             blob = view[lo : lo + item.info.length]
             if self._copy_payload(item, blob):
+                self.paths.count("copied")
                 continue
             raw = cast(IO[bytes], io.BytesIO(blob))
             stream = self._transforms.transform_load_stream(
                 item.req, item.info.transform_descriptors or (), raw
             )
             if item.target is None:
+                self.paths.count("bytes")
                 out.append((item.req, stream.read()))
                 continue
             seekable = stream if stream.seekable() else io.BytesIO(stream.read())
-            loaded = torch.load(seekable, map_location="cpu", weights_only=True)
+            try:
+                loaded = torch.load(seekable, map_location="cpu", weights_only=True)
+            except Exception as exc:
+                # torch's own message would advise weights_only=False, which is never the cure
+                # for a damaged object and would run its pickle: name the object instead.
+                raise IntegrityError(
+                    f"{self._objects.url(self._object_name(item.info.relative_path))}: the "
+                    f"blob of {item.req.storage_index.fqn} at offset {item.info.offset} "
+                    f"({item.info.length} bytes) is not a readable tensor "
+                    f"({type(exc).__name__}): the object is corrupted"
+                ) from None
             if not isinstance(loaded, torch.Tensor):
                 raise TypeError(
                     f"{self._objects.url(self._object_name(item.info.relative_path))} at "
@@ -411,6 +244,7 @@ class ParallelReader:
                     f"match the destination's {tuple(item.target.size())}"
                 )
             item.target.copy_(loaded)
+            self.paths.count("generic")
         return out
 
     @staticmethod

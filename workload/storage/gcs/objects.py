@@ -9,35 +9,25 @@ and a range is received straight into the destination tensor.
 
 from __future__ import annotations
 
-import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import requests
 from google.cloud import storage
 
+from ckptbench.workload.storage.gcs import crc, google_seam
 from ckptbench.workload.storage.retry import (
     DEFAULT_POLICY,
     GcsHttpError,
+    IntegrityError,
     RetryPolicy,
+    TransientError,
     call_with_retry,
 )
 
 # Read the response body in slices this large: small enough not to double memory per worker,
 # large enough that Python overhead per slice is negligible.
 _READ_SLICE = 1 << 20
-# (connect, read) seconds; read is the longest silence tolerated mid-transfer.
-_TIMEOUT = (30.0, 300.0)
-
-
-def _api_base(client: storage.Client) -> str:
-    conn = client._connection
-    base: str = (
-        conn.get_api_base_url_for_mtls()
-        if hasattr(conn, "get_api_base_url_for_mtls")
-        else conn.API_BASE_URL
-    )
-    return base.rstrip("/")
 
 
 def _check(resp: requests.Response, what: str, ok: Sequence[int] = (200,)) -> None:
@@ -50,71 +40,93 @@ class GcsObjects:
     """Object operations inside one bucket. Thread-safe: workers share one instance."""
 
     def __init__(
-        self, client: storage.Client, bucket: str, policy: RetryPolicy = DEFAULT_POLICY
+        self,
+        client: storage.Client,
+        bucket: str,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        *,
+        checksums: bool = True,
     ) -> None:
         self.client = client
+        self.checksums = checksums
         self.bucket_name = bucket
         self.bucket = client.bucket(bucket)
         self.policy = policy
-        self._session: Any = client._http
-        base = _api_base(client)
-        quoted_bucket = urllib.parse.quote(bucket, safe="")
-        self._upload_url = f"{base}/upload/storage/v1/b/{quoted_bucket}/o"
-        self._download_url = f"{base}/download/storage/v1/b/{quoted_bucket}/o"
+        self._session: Any = google_seam.session(client)
+        self._upload_url = google_seam.upload_url(client, bucket)
 
     def url(self, name: str) -> str:
         return f"gs://{self.bucket_name}/{name}"
 
-    def upload(self, name: str, data: bytes | bytearray | memoryview) -> None:
-        """Write one object in a single request (media upload).
+    def upload(self, name: str, data: bytes | bytearray | memoryview) -> int | None:
+        """Write one object in a single request (media upload); its crc32c when checked.
 
-        ``data`` is sent as is: a memoryview goes to ``socket.sendall`` without a copy.
+        ``data`` is sent as is: a memoryview goes to ``socket.sendall`` without a copy. With
+        checksums on, the crc32c goes with the request (``X-Goog-Hash``: GCS rejects a body
+        that does not match it) and the crc32c the server stored is compared with it: a part
+        corrupted in flight is sent again.
         """
         what = f"upload {self.url(name)}"
         body = memoryview(data).cast("B")
+        headers = {"Content-Type": "application/octet-stream"}
+        sent = crc.value(body) if self.checksums else None
+        if sent is not None:
+            headers["X-Goog-Hash"] = f"crc32c={crc.to_gcs(sent)}"
+        op = self.policy.start()
 
         def attempt() -> None:
             resp = self._session.post(
                 self._upload_url,
                 params={"uploadType": "media", "name": name},
                 data=body,
-                headers={"Content-Type": "application/octet-stream"},
-                timeout=_TIMEOUT,
+                headers=headers,
+                timeout=op.timeout(),
             )
             with resp:
                 _check(resp, what)
+                if sent is not None:
+                    stored = _crc_of(resp.json(), what)
+                    if stored != sent:
+                        raise TransientError(
+                            f"{what}: stored crc32c {crc.to_gcs(stored)} differs from the "
+                            f"crc32c sent {crc.to_gcs(sent)}: corrupted in flight"
+                        )
 
-        call_with_retry(attempt, what, self.policy)
+        call_with_retry(attempt, what, self.policy, operation=op)
+        return sent
 
     def read_range_into(self, name: str, start: int, dest: memoryview) -> None:
-        """Fill ``dest`` with the object's bytes [start, start + len(dest))."""
+        """Fill ``dest`` with the object's bytes [start, start + len(dest)).
+
+        A body cut short is retried from the byte reached, not from ``start``."""
         what = f"read {self.url(name)} bytes {start}+{dest.nbytes}"
         dest = dest.cast("B") if dest.format != "B" else dest
         end = start + dest.nbytes - 1
+        url = google_seam.download_url(self.client, self.bucket_name, name)
+        got = 0
+        op = self.policy.start()
 
         def attempt() -> None:
+            nonlocal got
             resp = self._session.get(
-                f"{self._download_url}/{urllib.parse.quote(name, safe='')}",
+                url,
                 params={"alt": "media"},
-                headers={"Range": f"bytes={start}-{end}", "Accept-Encoding": "identity"},
+                headers={"Range": f"bytes={start + got}-{end}", "Accept-Encoding": "identity"},
                 stream=True,
-                timeout=_TIMEOUT,
+                timeout=op.timeout(),
             )
             with resp:
                 _check(resp, what, ok=(200, 206))
-                if resp.status_code == 200 and start != 0:
+                if resp.status_code == 200 and start + got != 0:
                     raise GcsHttpError(f"{what}: server ignored the Range header", 200)
-                got = 0
-                for piece in _iter_raw(resp, dest.nbytes):
+                for piece in _iter_raw(resp, dest.nbytes - got):
                     dest[got : got + len(piece)] = piece
                     got += len(piece)
                 if got != dest.nbytes:
-                    # A short body means the connection broke: worth another try.
-                    raise requests.exceptions.ChunkedEncodingError(
-                        f"{what}: got {got} of {dest.nbytes} bytes"
-                    )
+                    # The connection closed early: worth another try, from where it stopped.
+                    raise TransientError(f"{what}: body ended after {got} of {dest.nbytes} bytes")
 
-        call_with_retry(attempt, what, self.policy)
+        call_with_retry(attempt, what, self.policy, operation=op)
 
     def read_range(self, name: str, start: int, length: int) -> bytearray:
         buf = bytearray(length)
@@ -123,62 +135,124 @@ class GcsObjects:
         return buf
 
     def read_all(self, name: str) -> bytes:
+        """The whole object; with checksums on, checked against its stored crc32c."""
         what = f"read {self.url(name)}"
+        op = self.policy.start()
 
         def attempt() -> bytes:
-            data: bytes = self.bucket.blob(name).download_as_bytes(
-                retry=None, checksum=None, raw_download=True, timeout=_TIMEOUT
+            blob = self.bucket.blob(name)
+            data: bytes = blob.download_as_bytes(
+                retry=None, checksum=None, raw_download=True, timeout=op.timeout()
             )
+            if self.checksums:
+                if blob.crc32c is None:  # no X-Goog-Hash in the answer: ask for it
+                    blob.reload(retry=None, timeout=op.timeout())
+                stored = _crc_of({"crc32c": blob.crc32c}, what)
+                if crc.value(data) != stored:
+                    raise TransientError(
+                        f"{what}: crc32c of the {len(data)} bytes read differs from the "
+                        f"object's {crc.to_gcs(stored)}: the object is corrupted"
+                    )
             return data
 
-        return call_with_retry(attempt, what, self.policy)
+        return call_with_retry(attempt, what, self.policy, operation=op)
 
-    def compose(self, dest: str, sources: Sequence[str]) -> None:
+    def stat(self, name: str) -> tuple[int, int]:
+        """The object's size and stored crc32c."""
+        what = f"stat {self.url(name)}"
+        op = self.policy.start()
+
+        def attempt() -> tuple[int, int]:
+            blob = self.bucket.blob(name)
+            blob.reload(retry=None, timeout=op.timeout())
+            return int(blob.size or 0), _crc_of({"crc32c": blob.crc32c}, what)
+
+        return call_with_retry(attempt, what, self.policy, operation=op)
+
+    def compose(
+        self, dest: str, sources: Sequence[str], *, expected_crc: int | None = None
+    ) -> None:
+        """Compose ``sources`` into ``dest``; with ``expected_crc`` (the sources' crc32cs
+        combined), the composed object's crc32c must match it."""
         what = f"compose {self.url(dest)} from {len(sources)} parts"
         blobs = [self.bucket.blob(s) for s in sources]
         target = self.bucket.blob(dest)
         target.content_type = "application/octet-stream"
-        call_with_retry(lambda: target.compose(blobs, retry=None, timeout=_TIMEOUT), what)
+        op = self.policy.start()
+        call_with_retry(
+            lambda: target.compose(blobs, retry=None, timeout=op.timeout()),
+            what,
+            self.policy,
+            operation=op,
+        )
+        if expected_crc is not None and self.checksums:
+            stored = _crc_of({"crc32c": target.crc32c}, what)
+            if stored != expected_crc:
+                raise IntegrityError(
+                    f"{what}: composed crc32c {crc.to_gcs(stored)} differs from the parts' "
+                    f"combined {crc.to_gcs(expected_crc)}"
+                )
 
     def delete(self, name: str, *, missing_ok: bool = False) -> None:
         what = f"delete {self.url(name)}"
+        op = self.policy.start()
 
         def attempt() -> None:
             try:
-                self.bucket.blob(name).delete(retry=None, timeout=_TIMEOUT)
+                self.bucket.blob(name).delete(retry=None, timeout=op.timeout())
             except Exception as exc:
                 if missing_ok and getattr(exc, "code", None) == 404:
                     return
                 raise
 
-        call_with_retry(attempt, what, self.policy)
+        call_with_retry(attempt, what, self.policy, operation=op)
 
     def exists(self, name: str) -> bool:
         what = f"stat {self.url(name)}"
+        op = self.policy.start()
         return bool(
             call_with_retry(
-                lambda: self.bucket.blob(name).exists(retry=None, timeout=_TIMEOUT),
+                lambda: self.bucket.blob(name).exists(retry=None, timeout=op.timeout()),
                 what,
                 self.policy,
+                operation=op,
             )
         )
 
     def copy(self, source: str, dest: str) -> None:
         what = f"copy {self.url(source)} to {self.url(dest)}"
         blob = self.bucket.blob(source)
+        op = self.policy.start()
         call_with_retry(
-            lambda: self.bucket.copy_blob(blob, self.bucket, dest, retry=None, timeout=_TIMEOUT),
+            lambda: self.bucket.copy_blob(
+                blob, self.bucket, dest, retry=None, timeout=op.timeout()
+            ),
             what,
             self.policy,
+            operation=op,
         )
 
     def list_names(self, prefix: str) -> list[str]:
         what = f"list {self.url(prefix)}*"
+        op = self.policy.start()
         return call_with_retry(
-            lambda: [b.name for b in self.client.list_blobs(self.bucket_name, prefix=prefix)],
+            lambda: [
+                b.name
+                for b in self.client.list_blobs(
+                    self.bucket_name, prefix=prefix, retry=None, timeout=op.timeout()
+                )
+            ],
             what,
             self.policy,
+            operation=op,
         )
+
+
+def _crc_of(resource: dict[str, Any], what: str) -> int:
+    text = resource.get("crc32c")
+    if not isinstance(text, str) or not text:
+        raise IntegrityError(f"{what}: the server reported no crc32c to check against")
+    return crc.from_gcs(text)
 
 
 def _iter_raw(resp: requests.Response, expected: int) -> Iterator[bytes]:

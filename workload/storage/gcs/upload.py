@@ -24,6 +24,7 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from types import TracebackType
 from typing import Any
 
+from ckptbench.workload.storage.gcs import crc
 from ckptbench.workload.storage.gcs.objects import GcsObjects
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 COMPOSE_MAX_SOURCES = 32
 # A composite object may have at most this many components in all.
 MAX_COMPONENTS = 1024
+# Components kept free for the last, short part (the buffer flushed at close).
+RESERVED_COMPONENTS = 2
 # Writes from this size up are sent without a copy when their memory's owner is known.
 ZERO_COPY_MIN_BYTES = 1 << 20
 
@@ -78,9 +81,12 @@ class CompositeUploadStream(io.RawIOBase):
         threads: int,
         part_size: int,
         keepalive: Callable[[memoryview], object | None] | None = None,
+        expected_bytes: int = 0,
     ) -> None:
         """``keepalive(view)`` may return an object whose life keeps ``view``'s memory valid
-        (e.g. the tensor that owns it); such writes are uploaded without blocking ``write``."""
+        (e.g. the tensor that owns it); such writes are uploaded without blocking ``write``.
+        ``expected_bytes`` (an estimate of the stream's length) sizes the component budget:
+        short parts are sent only while full parts for the rest still fit under the limit."""
         super().__init__()
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
@@ -98,8 +104,11 @@ class CompositeUploadStream(io.RawIOBase):
         self._buf: bytearray | None = None
         self._fill = 0
         self._pos = 0
+        self._expected = expected_bytes
         self._parts: list[str] = []
         self._sizes: list[int] = []
+        self._crcs: list[int | None] = []
+        self._shorts = 0
         self._temps: list[str] = []
         self._pending: list[Future[None]] = []
         self._error: BaseException | None = None
@@ -115,10 +124,6 @@ class CompositeUploadStream(io.RawIOBase):
         """The first upload failure, if any. Callers such as ``torch.save``'s zip writer may
         replace the exception a failing ``write`` raises with their own; this keeps ours."""
         return self._error
-
-    @property
-    def part_names(self) -> list[str]:
-        return list(self._parts)
 
     def writable(self) -> bool:
         return True
@@ -137,37 +142,48 @@ class CompositeUploadStream(io.RawIOBase):
         owner = None
         if self._keepalive is not None and n >= min(size, ZERO_COPY_MIN_BYTES):
             owner = self._keepalive(mv)
-        if owner is not None:
-            # Memory someone vouched for: every slice goes out as is, the last one short,
-            # each holding a reference to the owner, and write returns at once so the
-            # uploads overlap the serialization of the next tensor.
-            if self._fill:
-                self._submit_buffer()
-            for lo in range(0, n, size):
-                self._submit(mv[lo : lo + size], owner)
-            self._raise_if_failed()
-            return n
         if self._fill:
-            if n >= size:
+            if n >= size and self._may_add_short():
                 # Send the buffered bytes as a short part rather than topping the buffer up
                 # from this write: then all of a tensor's payload but its tail goes out
                 # without a copy. Compose accepts parts of any size.
                 self._submit_buffer()
             else:
+                # Out of short parts (or a small write): gather into the buffer.
                 mv = self._copy_in(mv)
-        borrowed: list[Future[None]] = []
-        try:
-            while mv.nbytes >= size:
-                borrowed.append(self._submit(mv[:size]))
-                mv = mv[size:]
-        finally:
-            # These slices point into memory nobody vouched for: none may outlive this call.
-            if borrowed:
-                wait(borrowed)
-        if mv.nbytes:
-            self._copy_in(mv)
+        full = mv.nbytes - mv.nbytes % size
+        tail = mv[full:]
+        if owner is not None:
+            # Memory someone vouched for: every slice goes out as is, each holding a
+            # reference to the owner, and write returns at once so the uploads overlap the
+            # serialization of the next tensor.
+            for lo in range(0, full, size):
+                self._submit(mv[lo : lo + size], owner)
+            if tail.nbytes and self._may_add_short():
+                self._submit(tail, owner)
+                self._shorts += 1
+                tail = tail[:0]
+        else:
+            borrowed: list[Future[None]] = []
+            try:
+                for lo in range(0, full, size):
+                    borrowed.append(self._submit(mv[lo : lo + size]))
+            finally:
+                # These slices point into memory nobody vouched for: none may outlive this
+                # call.
+                if borrowed:
+                    wait(borrowed)
+        if tail.nbytes:
+            self._copy_in(tail)
         self._raise_if_failed()
         return n
+
+    def _may_add_short(self) -> bool:
+        """Whether one more short part still leaves room, under the component limit, for the
+        full parts the rest of the stream needs (counted from what was actually written)."""
+        stream = max(self._expected, self._pos)
+        full_parts = -(-stream // self._part_size)
+        return self._shorts + 1 + full_parts + RESERVED_COMPONENTS <= MAX_COMPONENTS
 
     def close(self) -> None:
         if self._finished:
@@ -225,6 +241,8 @@ class CompositeUploadStream(io.RawIOBase):
         assert self._buf is not None
         buf, fill = self._buf, self._fill
         self._buf, self._fill = None, 0
+        if fill < self._part_size:
+            self._shorts += 1
         self._submit(memoryview(buf)[:fill])
 
     def _submit(self, data: memoryview, owner: object | None = None) -> Future[None]:
@@ -234,22 +252,24 @@ class CompositeUploadStream(io.RawIOBase):
                 f"upload of {self._objects.url(self._name)} needs more than {MAX_COMPONENTS} "
                 f"parts of {self._part_size} bytes: use a larger part size"
             )
+        index = len(self._parts)
         self._parts.append(name)
         self._sizes.append(data.nbytes)
+        self._crcs.append(None)
         self._slots.acquire()
         try:
-            fut = self._pool.submit(self._upload_part, name, data, owner)
+            fut = self._pool.submit(self._upload_part, index, name, data, owner)
         except BaseException:
             self._slots.release()
             raise
         self._pending.append(fut)
         return fut
 
-    def _upload_part(self, name: str, data: memoryview, owner: object | None) -> None:
+    def _upload_part(self, index: int, name: str, data: memoryview, owner: object | None) -> None:
         # ``owner`` is held (as this call's argument) until the part is sent.
         try:
             if self._error is None and not self._aborted:
-                self._objects.upload(name, data)
+                self._crcs[index] = self._objects.upload(name, data)
         except BaseException as exc:
             if self._error is None:
                 self._error = exc
@@ -303,7 +323,13 @@ class CompositeUploadStream(io.RawIOBase):
             )
             sources = names
             level += 1
-        self._objects.compose(self._name, sources)
+        expected = None
+        if all(c is not None for c in self._crcs):
+            # The parts were each checked on arrival; the object must be exactly them in order.
+            expected = crc.combine_all(
+                (c, n) for c, n in zip(self._crcs, self._sizes, strict=True) if c is not None
+            )
+        self._objects.compose(self._name, sources, expected_crc=expected)
 
     def _run_all(self, tasks: list[Callable[[], None]]) -> None:
         futures = [self._pool.submit(t) for t in tasks]
