@@ -44,8 +44,7 @@ def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
         "backend": config.backend.value,
         "storage": config.checkpoint_path,
         "run_id": config.run_id,
-        "layer_size": config.layer_size,
-        "padding_size": config.padding_size,
+        **_layout(config),
         "even_shards": config.even_shards,
         "warmup_samples": config.warmup_samples,
         "async_save": config.async_save,
@@ -57,6 +56,20 @@ def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
     if emulator:
         s["emulator"] = emulator
     return s
+
+
+def _layout(config: WorkloadConfig) -> dict[str, Any]:
+    spec = config.model_spec
+    if spec is None:
+        return {"layer_size": config.layer_size, "padding_size": config.padding_size}
+    arch = spec.arch
+    return {
+        "model": spec.preset,
+        "layers": arch.n_layers,
+        "vocab": arch.vocab_size,
+        "optimizer": spec.optimizer.value,
+        "dtype": spec.dtype.value,
+    }
 
 
 def summary_of(config: WorkloadConfig, outcome: RanksOutcome, emulator: str | None) -> RunSummary:
@@ -127,12 +140,14 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
                 break
             config, label = cell.config, cell.label
             where = f"emulator {emulator_url}" if emulator_url else config.checkpoint_path
-            size = sizes.checkpoint_size(config.world_size, config.layer_size, config.padding_size)
+            largest = config.model_copy(update={"rank": 0}).shard_bytes
             print(
-                f"{label}: {config.world_size} ranks, {sizes.format_bytes(size.total_bytes)} in "
-                f"all, {sizes.format_bytes(size.largest_shard_bytes)} a shard"
-                f"{'' if size.even else ' (uneven shards)'}, {config.sample_count} samples "
-                f"+ {config.warmup_samples} warm-up, on {where}, run {config.run_id}",
+                f"{label}: {config.world_size} ranks, {config.describe_state()}, "
+                f"{sizes.format_bytes(config.total_bytes)} in all, "
+                f"{sizes.format_bytes(largest)} a shard"
+                f"{'' if config.even_shards else ' (uneven shards)'}, "
+                f"{config.sample_count} samples + {config.warmup_samples} warm-up, on {where}, "
+                f"run {config.run_id}",
                 file=err,
                 flush=True,
             )

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ckptbench.workload.contract import models
 from ckptbench.workload.contract.config import Backend, field_errors
 
 DEFAULT_TIMEOUT_SECONDS = 3600.0
@@ -87,6 +88,34 @@ def parse_backend(text: str) -> Backend:
         ) from None
 
 
+def parse_model(text: str) -> str:
+    if text not in models.PRESETS:
+        raise argparse.ArgumentTypeError(
+            f"unknown preset {text!r} (choose from {', '.join(models.PRESETS)})"
+        )
+    return text
+
+
+def parse_optimizer(text: str) -> models.Optimizer:
+    try:
+        return models.Optimizer(text.lower())
+    except ValueError:
+        valid = ", ".join(o.value for o in models.Optimizer)
+        raise argparse.ArgumentTypeError(
+            f"unknown optimizer {text!r} (choose from {valid})"
+        ) from None
+
+
+def parse_dtype(text: str) -> models.DtypeProfile:
+    try:
+        return models.DtypeProfile(text.lower())
+    except ValueError:
+        valid = ", ".join(d.value for d in models.DtypeProfile)
+        raise argparse.ArgumentTypeError(
+            f"unknown dtype profile {text!r} (choose from {valid})"
+        ) from None
+
+
 def parse_int(text: str) -> int:
     try:
         return int(text)
@@ -131,6 +160,37 @@ OPTIONS: tuple[Option, ...] = (
         metavar="ROWS",
     ),
     Option("--padding-size", "number of tensors (default 8)", "padding_size", parse_int, 8),
+    Option(
+        "--model",
+        "a model preset instead of the reference layout: "
+        + ", ".join(models.PRESETS)
+        + " (sharded as FSDP2 does; see docs/models.md)",
+        "model",
+        parse_model,
+        metavar="PRESET",
+    ),
+    Option("--layers", "model: override the number of layers", "layers", parse_int),
+    Option("--vocab", "model: override the vocabulary size", "vocab", parse_int),
+    Option(
+        "--optimizer",
+        "model: optimizer state saved, adamw (default) or none",
+        "optimizer",
+        parse_optimizer,
+        metavar="NAME",
+    ),
+    Option(
+        "--dtype",
+        "model: dtype profile, fp32 (default, 12 B/param), mlperf (14 B/param) or bf16",
+        "dtype",
+        parse_dtype,
+        metavar="PROFILE",
+    ),
+    Option(
+        "--force",
+        "run even when the memory estimate exceeds the memory available to the ranks",
+        "memory_check",
+        const=False,
+    ),
     Option("--samples", "timed samples (default 3)", "sample_count", parse_int, 3),
     Option("--warmup", "untimed samples first (default 1)", "warmup_samples", parse_int, 1),
     Option("--threads", "transfer threads per rank (gcs; default 8)", "threads", parse_int, 8),

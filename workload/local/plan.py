@@ -15,8 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ckptbench.workload.contract import memory_plan, sizes
 from ckptbench.workload.contract.config import Backend, WorkloadConfig
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
+from ckptbench.workload.rank import memory
 from ckptbench.workload.storage.paths import local_path
 
 EMULATOR_BUCKET = "ckptbench"
@@ -124,6 +126,7 @@ def plan(args: argparse.Namespace) -> Plan:
         "collective_timeout_seconds": min(timeout, MAX_COLLECTIVE_SECONDS),
     }
     axes: list[tuple[Option, list[tuple[str, Any]]]] = []
+    given = {o.field for o in OPTIONS if o.field and getattr(args, o.dest) not in (None, False)}
     for o in OPTIONS:
         if o.field is None:
             continue
@@ -145,12 +148,59 @@ def plan(args: argparse.Namespace) -> Plan:
     if count > MAX_CELLS:
         varied = " x ".join(f"{o.flag} {len(v)}" for o, v in axes if len(v) > 1)
         raise UsageError(f"{varied}: {count} cells, more than the {MAX_CELLS} a run may hold")
-    cells = _cells(fixed, [(o, v) for o, v in axes if v], several=count > 1)
+    cells = _cells(fixed, [(o, v) for o, v in axes if v], several=count > 1, given=given)
+    for cell in cells:
+        check_memory(cell, memory.available_bytes())
     return Plan(cells, emulator_bucket, storage, timeout)
 
 
+def check_memory(cell: Cell, available: int | None) -> None:
+    """Refuse a cell whose ranks cannot fit in this machine's available memory, naming the way out.
+
+    The ranks share the machine, so each gets ``available / world_size``. Fewer ranks need less
+    in all (one interpreter and one item buffer fewer each), so the message names the largest
+    ``--world-size`` that fits, if any does.
+    """
+    config = cell.config
+    if not config.memory_check or available is None:
+        return
+    n = config.world_size
+    budget = available // n
+    est = config.memory_estimate()
+    if est.peak_bytes <= budget:
+        return
+    fits = [
+        k
+        for k in range(n - 1, 0, -1)
+        if _fits(config.model_copy(update={"world_size": k, "rank": 0}), available // k)
+    ]
+    if fits:
+        way_out = f"--world-size {fits[0]} fits on this machine"
+    else:
+        way_out = "no --world-size fits on this machine"
+    way_out += (
+        "; use fewer --layers or a smaller model"
+        if config.model
+        else ("; use a smaller --layer-size or --padding-size")
+    )
+    source = f"{sizes.format_bytes(available)} available on this machine / {n} ranks"
+    text = memory_plan.refusal(est, budget, source, way_out, "--force")
+    where = f" (in cell {cell.label})" if cell.axes else ""
+    raise UsageError(f"--world-size {n}: {text}{where}")
+
+
+def _fits(config: WorkloadConfig, budget: int) -> bool:
+    try:
+        return config.memory_estimate().peak_bytes <= budget
+    except ValueError:
+        return False
+
+
 def _cells(
-    fixed: dict[str, Any], axes: list[tuple[Option, list[tuple[str, Any]]]], several: bool
+    fixed: dict[str, Any],
+    axes: list[tuple[Option, list[tuple[str, Any]]]],
+    several: bool,
+    given: set[str],
 ) -> list[Cell]:
     stamp = dt.datetime.now(dt.UTC)
     cells = []
@@ -162,6 +212,11 @@ def _cells(
             raw[o.field] = value
             if len(values) > 1:
                 varied[o.name] = text
+        if raw.get("model") is not None:
+            # The reference layout's defaults do not apply to a model; given, they conflict.
+            for name in ("layer_size", "padding_size"):
+                if name not in given:
+                    raw.pop(name, None)
         backend: Backend = raw["backend"]
         raw["run_id"] = run_id(backend, stamp, index if several else None)
         where = [f"{k}={v}" for k, v in varied.items()]
