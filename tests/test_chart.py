@@ -501,3 +501,41 @@ def test_operator_accepts_the_deployments_arguments(render: Any, name: str) -> N
         roles = {r["metadata"]["namespace"] for r in of_kind(render(name), "Role")}
         assert set(options.namespaces) == roles, "RBAC must cover exactly the watched namespaces"
         assert deployment["metadata"]["namespace"] == NAMESPACE
+
+
+# ---- what benchmark pods may do beyond the restricted defaults --------------------------------
+
+
+def test_network_policy_admits_only_benchmark_pods(helm: str) -> None:
+    sets = ["workload.networkPolicy.enabled=true", "watch.namespaces={team-a,team-b}"]
+    result = run_helm(helm, *template_args(sets))
+    assert result.returncode == 0, result.stderr
+    policies = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "NetworkPolicy"]
+    assert {p["metadata"]["namespace"] for p in policies} == {"team-a", "team-b"}
+    benchmark_pods = {"matchLabels": {"app.kubernetes.io/managed-by": "ckptbench-operator"}}
+    for policy in policies:
+        assert policy["spec"]["podSelector"] == benchmark_pods
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        assert policy["spec"]["ingress"] == [{"from": [{"podSelector": benchmark_pods}]}]
+
+
+def test_allowed_tolerations_and_priority_classes_reach_the_operator(helm: str) -> None:
+    sets = [
+        "workload.allowedTolerationKeys={dedicated,spot}",
+        "workload.allowedPriorityClassNames={batch-high}",
+    ]
+    result = run_helm(helm, *template_args(sets))
+    assert result.returncode == 0, result.stderr
+    objects = tuple(d for d in yaml.safe_load_all(result.stdout) if d)
+    main = importlib.import_module("ckptbench.operator.runtime.main")
+    options = main.parse_args(operator_container(objects)["args"], environ={})
+    assert options.allowed_toleration_keys == {"dedicated", "spot"}
+    assert options.allowed_priority_classes == {"batch-high"}
+    default = main.parse_args(operator_container(render_default(helm))["args"], environ={})
+    assert default.allowed_toleration_keys == default.allowed_priority_classes == frozenset()
+
+
+def render_default(helm: str) -> tuple[dict[str, Any], ...]:
+    result = run_helm(helm, *template_args([]))
+    assert result.returncode == 0, result.stderr
+    return tuple(d for d in yaml.safe_load_all(result.stdout) if d)

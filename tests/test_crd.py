@@ -127,9 +127,21 @@ def test_enums_bounds_and_patterns_come_through() -> None:
     )
     assert props["checkpointPath"]["pattern"] == spec_names.CHECKPOINT_PATH_PATTERN
     assert props["nodeSelector"]["additionalProperties"] == {"type": "string"}
-    for free_form in ("affinity", "tolerations", "volumes", "volumeMounts"):
-        node = props[free_form].get("items", props[free_form])
-        assert node["x-kubernetes-preserve-unknown-fields"] is True, free_form
+    assert props["affinity"]["x-kubernetes-preserve-unknown-fields"] is True
+    # Volumes, mounts and tolerations name their keys, so a hostPath is refused, not kept; what
+    # a volume source holds (a PVC's claimName, a CSI driver's attributes) stays free-form.
+    for listed in ("tolerations", "volumes", "volumeMounts"):
+        assert "x-kubernetes-preserve-unknown-fields" not in props[listed]["items"], listed
+    volume = props["volumes"]["items"]["properties"]
+    assert set(volume) == {
+        "name",
+        "persistentVolumeClaim",
+        "csi",
+        "emptyDir",
+        "configMap",
+        "secret",
+    }
+    assert all(volume[s]["x-kubernetes-preserve-unknown-fields"] for s in set(volume) - {"name"})
     assert props["volumes"]["items"]["required"] == ["name"]
 
 

@@ -19,6 +19,7 @@ from tests.crd_validation import cel_failures, schema_errors
 
 GOOD: dict[str, Any] = {"checkpointPath": "gs://bucket/ckpt", "worldSize": 4}
 PVC = {"name": "shared", "persistentVolumeClaim": {"claimName": "ckpt"}}
+PVC_MOUNT = {"name": "shared", "mountPath": "/data"}
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,147 @@ CASES = [
     Case("duplicate-volumes", _with(volumes=[PVC, PVC]), "volumes", "cel"),
 ]
 
+# Specs that would get their author, through the operator's service account, pods beyond their
+# own RBAC (DESIGN.md, "Benchmark pods are not a way around RBAC"). ``field`` is where both the
+# schema/CEL and the model must point; ``detail`` is what each message must name besides.
+EMPTY_DIR = {"name": "scratch", "emptyDir": {}}
+TOKEN = {"serviceAccountToken": {"path": "token", "audience": "https://kubernetes.default.svc"}}
+
+
+@dataclass(frozen=True)
+class Hostile:
+    id: str
+    spec: dict[str, Any]
+    field: str
+    detail: str
+    by: str
+
+
+HOSTILE = [
+    Hostile(
+        "host-path-root",
+        _with(volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
+        "volumes",
+        "hostPath",
+        "schema",
+    ),
+    Hostile(
+        "host-path-beside-a-pvc",
+        _with(volumes=[{**PVC, "hostPath": {"path": "/var/run"}}]),
+        "volumes",
+        "hostPath",
+        "schema",
+    ),
+    Hostile(
+        "projected-token",
+        _with(volumes=[{"name": "token", "projected": {"sources": [TOKEN]}}]),
+        "volumes",
+        "projected",
+        "schema",
+    ),
+    Hostile(
+        "foreign-service-account-token",
+        _with(
+            serviceAccountName="cluster-admin",
+            volumes=[{"name": "token", "projected": {"sources": [TOKEN]}}],
+        ),
+        "volumes",
+        "projected",
+        "schema",
+    ),
+    Hostile("host-network", _with(hostNetwork=True), "hostNetwork", "hostNetwork", "schema"),
+    Hostile("host-pid", _with(hostPID=True), "hostPID", "hostPID", "schema"),
+    Hostile("host-ipc", _with(hostIPC=True), "hostIPC", "hostIPC", "schema"),
+    Hostile(
+        "privileged",
+        _with(securityContext={"privileged": True}),
+        "securityContext",
+        "securityContext",
+        "schema",
+    ),
+    Hostile(
+        "added-capabilities",
+        _with(securityContext={"capabilities": {"add": ["SYS_ADMIN"]}}),
+        "securityContext",
+        "securityContext",
+        "schema",
+    ),
+    Hostile(
+        "run-as-root",
+        _with(securityContext={"runAsUser": 0}),
+        "securityContext",
+        "securityContext",
+        "schema",
+    ),
+    Hostile(
+        "bidirectional-mount-propagation",
+        _with(
+            volumes=[PVC],
+            volumeMounts=[{**PVC_MOUNT, "mountPropagation": "Bidirectional"}],
+        ),
+        "volumeMounts",
+        "mountPropagation",
+        "schema",
+    ),
+    Hostile(
+        "toleration-unknown-operator",
+        _with(tolerations=[{"key": "gpu", "operator": "Any"}]),
+        "tolerations",
+        "operator",
+        "schema",
+    ),
+    Hostile(
+        "toleration-of-every-taint",
+        _with(tolerations=[{"operator": "Exists"}]),
+        "tolerations",
+        "every taint",
+        "cel",
+    ),
+    Hostile(
+        "control-plane-toleration",
+        _with(tolerations=[{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]),
+        "tolerations",
+        "control-plane",
+        "cel",
+    ),
+    Hostile(
+        "control-plane-node-selector",
+        _with(nodeSelector={"node-role.kubernetes.io/control-plane": ""}),
+        "nodeSelector",
+        "control-plane",
+        "cel",
+    ),
+    Hostile(
+        "system-priority-class",
+        _with(priorityClassName="system-node-critical"),
+        "priorityClassName",
+        "system-",
+        "cel",
+    ),
+    Hostile(
+        # What an API server that prunes unknown fields leaves of a hostPath volume.
+        "volume-without-a-source",
+        _with(volumes=[{"name": "root"}]),
+        "volumes",
+        "exactly one source",
+        "cel",
+    ),
+    Hostile(
+        "volume-named-like-the-operators-tmp",
+        _with(volumes=[{"name": "ckptbench-tmp", "emptyDir": {}}]),
+        "volumes",
+        "ckptbench-tmp",
+        "cel",
+    ),
+    Hostile(
+        "mount-over-tmp",
+        _with(volumes=[EMPTY_DIR], volumeMounts=[{"name": "scratch", "mountPath": "/tmp"}]),
+        "volumeMounts",
+        "/tmp",
+        "cel",
+    ),
+]
+
 
 def _benchmark(spec: Any) -> dict[str, Any]:
     return {
@@ -159,6 +301,35 @@ def test_operator_model_rejects_naming_the_field(case: Case) -> None:
     assert str(caught.value) == "; ".join(problems)
 
 
+@pytest.mark.parametrize("case", HOSTILE, ids=[case.id for case in HOSTILE])
+def test_api_server_refuses_hostile_specs_naming_the_field(case: Hostile) -> None:
+    obj = _benchmark(case.spec)
+    errors = schema_errors(obj)
+    if case.by == "schema":
+        assert errors, "the CRD schema accepts it"
+        named = [e for e in errors if _names(e, case.field) and case.detail in e]
+        assert named, errors
+    else:
+        assert errors == [], "expected only a CEL rule to catch this"
+        failures = cel_failures(obj)
+        named = [f for f in failures if f.startswith(f"spec.{case.field}: {case.field}")]
+        assert any(case.detail in f for f in named), failures
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[case.id for case in HOSTILE])
+def test_operator_model_refuses_hostile_specs_naming_the_field(case: Hostile) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec(case.spec)
+    problems = caught.value.problems
+    named = [p for p in problems if p.startswith(f"spec.{case.field}") and case.detail in p]
+    assert named, problems
+
+
+def test_at_least_twelve_hostile_specs() -> None:
+    assert len(HOSTILE) >= 12
+    assert len({case.id for case in HOSTILE}) == len(HOSTILE)
+
+
 def test_at_least_fifteen_invalid_specs() -> None:
     assert len(CASES) >= 15
     assert len({case.id for case in CASES}) == len(CASES)
@@ -166,7 +337,8 @@ def test_at_least_fifteen_invalid_specs() -> None:
 
 def test_every_cel_rule_is_exercised_by_a_case() -> None:
     broken = set()
-    for case in CASES:
+    cases: list[Case | Hostile] = [*CASES, *HOSTILE]
+    for case in cases:
         if case.by == "cel":
             broken |= {failure.split(": ", 1)[1] for failure in cel_failures(_benchmark(case.spec))}
     assert broken >= {rule.message for rule in RULES}

@@ -12,6 +12,7 @@ import yaml
 from ckptbench.operator.render import cli as render_cli
 from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset, spec_hash
 from ckptbench.operator.render.labels import benchmark_labels
+from ckptbench.operator.render.security import Policy
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.parse import parse_spec
 from ckptbench.workload.contract.config import Backend, WorkloadConfig
@@ -20,7 +21,13 @@ from tests.k8s_schemas import schema_for, validate, validate_pod_template
 
 NAMESPACE = "bench"
 UID = "5f0c2a9e-1b7d-4c1e-9a51-0d4c7b3e2f10"
-DEFAULTS = RenderDefaults(image="registry.example/ckptbench-workload:1.0")
+# An admin who allows the toleration and priority class the every-pod-option case uses.
+POLICY = Policy(
+    toleration_keys=frozenset({"dedicated"}), priority_class_names=frozenset({"batch-high"})
+)
+DEFAULTS = RenderDefaults(image="registry.example/ckptbench-workload:1.0", policy=POLICY)
+TMP_VOLUME = {"name": "ckptbench-tmp", "emptyDir": {}}
+TMP_MOUNT = {"name": "ckptbench-tmp", "mountPath": "/tmp"}
 PVC_VOLUME = {"name": "shared", "persistentVolumeClaim": {"claimName": "ckpt-rwx"}}
 PVC_MOUNT = {"name": "shared", "mountPath": "/mnt/shared"}
 
@@ -234,11 +241,12 @@ def test_jobset_shape(case: str) -> None:
         ("nodeSelector", "nodeSelector"),
         ("tolerations", "tolerations"),
         ("affinity", "affinity"),
-        ("volumes", "volumes"),
     ]:
         assert pod["spec"].get(pod_key) == spec.get(key), key
     assert container.get("resources") == spec.get("resources")
-    assert container.get("volumeMounts") == spec.get("volumeMounts")
+    # The operator's emptyDir for temporary files comes first: the root filesystem is read-only.
+    assert pod["spec"]["volumes"] == [TMP_VOLUME, *spec.get("volumes", [])]
+    assert container["volumeMounts"] == [TMP_MOUNT, *spec.get("volumeMounts", [])]
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -411,3 +419,32 @@ def test_the_documented_example_renders(tmp_path: Path, capsys: pytest.CaptureFi
     (jobset,) = [doc for doc in yaml.safe_load_all(capsys.readouterr().out) if doc]
     validate(jobset)
     assert jobset["spec"]["suspend"] is True
+
+
+def test_the_default_policy_refuses_tolerations_and_priority_classes_naming_them() -> None:
+    spec = parse_spec(CASES["ws4-gcs-every-pod-option"])
+    closed = RenderDefaults(image="img:1")
+    with pytest.raises(RenderError) as caught:
+        render_jobset("a", "ns", UID, spec, closed)
+    message = str(caught.value)
+    assert "spec.tolerations[0].key: 'dedicated' is not allowed" in message
+    assert "spec.priorityClassName: 'batch-high' is not allowed" in message
+    assert render_jobset("a", "ns", UID, spec, DEFAULTS)  # what POLICY allows renders
+
+
+def test_render_cli_takes_the_admins_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = {
+        "apiVersion": "ckptbench.dev/v1alpha1",
+        "kind": "CheckpointBenchmark",
+        "metadata": {"name": "tolerant"},
+        "spec": CASES["ws4-gcs-every-pod-option"],
+    }
+    path = tmp_path / "bench.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    args = ["-f", str(path), "--default-image", "img:1"]
+    assert render_cli.main(args) == render_cli.EXIT_INVALID
+    assert "spec.tolerations[0].key" in capsys.readouterr().err
+    allow = ["--allow-toleration-key", "dedicated", "--allow-priority-class", "batch-high"]
+    assert render_cli.main([*args, *allow]) == 0

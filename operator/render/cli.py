@@ -24,6 +24,7 @@ import yaml
 
 from ckptbench.operator import manifests
 from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset
+from ckptbench.operator.render.security import Policy
 from ckptbench.operator.spec.names import API_VERSION, IMAGE_PULL_POLICIES, KIND, validate_name
 from ckptbench.operator.spec.parse import SpecError, parse_spec
 
@@ -130,6 +131,22 @@ def _parser() -> argparse.ArgumentParser:
         choices=IMAGE_PULL_POLICIES,
         help="Pull policy for benchmarks without spec.imagePullPolicy (default IfNotPresent).",
     )
+    parser.add_argument(
+        "--allow-toleration-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="A taint key tolerations may name, as the operator's chart value "
+        "workload.allowedTolerationKeys allows (repeatable; default: none).",
+    )
+    parser.add_argument(
+        "--allow-priority-class",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="A PriorityClass benchmarks may use, as the chart value "
+        "workload.allowedPriorityClassNames allows (repeatable; default: none).",
+    )
     owner = parser.add_mutually_exclusive_group()
     owner.add_argument("--uid", help="The benchmark's uid, for the owner reference and run path.")
     owner.add_argument(
@@ -144,7 +161,12 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     options = Options(
         defaults=RenderDefaults(
-            image=args.default_image, image_pull_policy=args.default_image_pull_policy
+            image=args.default_image,
+            image_pull_policy=args.default_image_pull_policy,
+            policy=Policy(
+                toleration_keys=frozenset(args.allow_toleration_key),
+                priority_class_names=frozenset(args.allow_priority_class),
+            ),
         ),
         uid=args.uid,
         owner=not args.no_owner_reference,

@@ -8,7 +8,7 @@ JobSet gives every pod the hostname ``<name>-rank-0-<index>`` under the headless
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ckptbench.operator.render.labels import (
@@ -23,6 +23,14 @@ from ckptbench.operator.render.labels import (
     master_addr,
     owner_reference,
     run_id,
+)
+from ckptbench.operator.render.security import (
+    Policy,
+    container_security_context,
+    pod_security_context,
+    policy_problems,
+    tmp_mount,
+    tmp_volume,
 )
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
 from ckptbench.operator.spec.names import REPLICATED_JOB, validate_name
@@ -39,10 +47,11 @@ class RenderError(ValueError):
 
 @dataclass(frozen=True)
 class RenderDefaults:
-    """What the operator fills in when the spec leaves it out."""
+    """What the operator fills in when the spec leaves it out, and what its admin allows."""
 
     image: str | None = None
     image_pull_policy: str = "IfNotPresent"
+    policy: Policy = field(default_factory=Policy)
 
 
 def spec_hash(spec: CheckpointBenchmarkSpec) -> str:
@@ -71,6 +80,9 @@ def render_jobset(
     image = spec.image or defaults.image
     if not image:
         raise RenderError("spec.image: not set, and the operator has no default image")
+    refused = policy_problems(spec, defaults.policy)
+    if refused:
+        raise RenderError("; ".join(refused))
 
     labels = benchmark_labels(name)
     jobset_labels = dict(labels)
@@ -174,14 +186,16 @@ def _pod_spec(
     }
     if spec.resources is not None:
         container["resources"] = spec.resources
-    if spec.volume_mounts:
-        container["volumeMounts"] = list(spec.volume_mounts)
+    container["volumeMounts"] = [tmp_mount(), *spec.volume_mounts]
+    container["securityContext"] = container_security_context()
 
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [container],
         # Workers need no Kubernetes API access; GKE Workload Identity does not need the token.
         "automountServiceAccountToken": False,
+        "securityContext": pod_security_context(),
+        "volumes": [tmp_volume(), *spec.volumes],
     }
     if spec.service_account_name is not None:
         pod["serviceAccountName"] = spec.service_account_name
@@ -193,8 +207,6 @@ def _pod_spec(
         pod["tolerations"] = list(spec.tolerations)
     if spec.affinity is not None:
         pod["affinity"] = spec.affinity
-    if spec.volumes:
-        pod["volumes"] = list(spec.volumes)
     return pod
 
 

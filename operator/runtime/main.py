@@ -29,6 +29,8 @@ class Options:
     default_image: str | None
     default_image_pull_policy: str
     log_level: str
+    allowed_toleration_keys: frozenset[str] = frozenset()
+    allowed_priority_classes: frozenset[str] = frozenset()
 
     @property
     def clusterwide(self) -> bool:
@@ -87,6 +89,20 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         "default IfNotPresent)",
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", type=str.upper)
+    parser.add_argument(
+        "--allow-toleration-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a taint key benchmark tolerations may name (repeatable; default: none)",
+    )
+    parser.add_argument(
+        "--allow-priority-class",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a PriorityClass benchmarks may use (repeatable; default: none)",
+    )
     args = parser.parse_args(list(argv))
 
     def from_env(name: str, default: int, option: str) -> int:
@@ -120,6 +136,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         default_image=args.default_image,
         default_image_pull_policy=policy,
         log_level=args.log_level,
+        allowed_toleration_keys=frozenset(args.allow_toleration_key),
+        allowed_priority_classes=frozenset(args.allow_priority_class),
     )
 
 
@@ -132,6 +150,7 @@ def main(argv: Sequence[str]) -> int:
     import kopf
 
     from ckptbench.operator.render.jobset import RenderDefaults
+    from ckptbench.operator.render.security import Policy
     from ckptbench.operator.runtime import handlers, kube, metrics
     from ckptbench.operator.runtime.reconcile import Reconciler
 
@@ -149,7 +168,12 @@ def main(argv: Sequence[str]) -> int:
     settings.peering.standalone = True
 
     defaults = RenderDefaults(
-        image=options.default_image, image_pull_policy=options.default_image_pull_policy
+        image=options.default_image,
+        image_pull_policy=options.default_image_pull_policy,
+        policy=Policy(
+            toleration_keys=options.allowed_toleration_keys,
+            priority_class_names=options.allowed_priority_classes,
+        ),
     )
     reconciler = Reconciler(api=kube.Kube(kube.load_config()), defaults=defaults)
     server, thread = metrics.serve(options.metrics_port)

@@ -25,6 +25,12 @@ from ckptbench.operator.spec.names import (
     DNS_SUBDOMAIN,
     MAX_LIST_ITEMS,
     MAX_WORLD_SIZE,
+    TAINT_EFFECTS,
+    TOLERATION_KEYS,
+    TOLERATION_OPERATORS,
+    VOLUME_KEYS,
+    VOLUME_MOUNT_KEYS,
+    VOLUME_SOURCES,
     ImagePullPolicy,
     check_dns_label,
 )
@@ -42,6 +48,18 @@ from ckptbench.workload.contract.config import MIB, Backend, WorkloadConfig
 
 _CRD_RULES: list[JsonValue] = [cast("JsonValue", rule.to_crd()) for rule in RULES]
 _RESOURCE_KEYS = frozenset({"limits", "requests", "claims"})
+_VOLUME_KIND_REFUSED = (
+    "volume kind not allowed: benchmark pods run under the restricted Pod Security profile and "
+    "may mount only"
+)
+
+
+def _only_keys(item: dict[str, Any], allowed: tuple[str, ...], where: str, why: str) -> None:
+    """Refuse the first key of ``item`` not in ``allowed``, naming it."""
+    for key in item:
+        if key not in allowed:
+            listed = [k for k in allowed if k != "name"]
+            raise ValueError(f"{where}.{key}: {why} {', '.join(listed)}")
 
 
 class CheckpointBenchmarkSpec(BaseModel):
@@ -182,17 +200,21 @@ class CheckpointBenchmarkSpec(BaseModel):
         min_length=1,
         max_length=253,
         pattern=DNS_SUBDOMAIN,
-        description="PriorityClass of the pods (scheduling and preemption).",
+        description="PriorityClass of the pods (scheduling and preemption). system-* classes are "
+        "refused, and the operator admits only the classes its chart value "
+        "workload.allowedPriorityClassNames lists (none by default).",
     )
     node_selector: dict[str, str] | None = Field(
         None,
         max_length=MAX_LIST_ITEMS,
-        description="Node labels the pods must match.",
+        description="Node labels the pods must match; control-plane node-role labels are refused.",
     )
     tolerations: list[dict[str, Any]] = Field(
         default_factory=list,
         max_length=MAX_LIST_ITEMS,
-        description="Tolerations of the pods (Kubernetes Toleration objects).",
+        description="Tolerations of the pods (Kubernetes Toleration objects). Each names a taint "
+        "key (no wildcard), never a control-plane one, and the operator admits only the keys its "
+        "chart value workload.allowedTolerationKeys lists (none by default).",
         json_schema_extra=crd_schema(TOLERATIONS_SCHEMA),
     )
     affinity: dict[str, Any] | None = Field(
@@ -204,14 +226,16 @@ class CheckpointBenchmarkSpec(BaseModel):
         default_factory=list,
         max_length=MAX_LIST_ITEMS,
         description="Volumes of the pods (Kubernetes Volume objects), e.g. a ReadWriteMany "
-        "PersistentVolumeClaim for backend file.",
+        "PersistentVolumeClaim for backend file. Only persistentVolumeClaim, csi, emptyDir, "
+        "configMap and secret volumes, one source each; the name ckptbench-tmp is the operator's.",
         json_schema_extra=crd_schema(VOLUMES_SCHEMA),
     )
     volume_mounts: list[dict[str, Any]] = Field(
         default_factory=list,
         max_length=MAX_LIST_ITEMS,
-        description="Mounts of volumes into the worker container (Kubernetes VolumeMount objects); "
-        "each names one of volumes.",
+        description="Mounts of volumes into the worker container (Kubernetes VolumeMount objects: "
+        "name, mountPath, readOnly, subPath, subPathExpr); each names one of volumes. /tmp is the "
+        "operator's (an emptyDir: the root filesystem is read-only).",
         json_schema_extra=crd_schema(VOLUME_MOUNTS_SCHEMA),
     )
 
@@ -256,17 +280,48 @@ class CheckpointBenchmarkSpec(BaseModel):
     @classmethod
     def _check_volumes(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for index, volume in enumerate(value):
+            _only_keys(volume, VOLUME_KEYS, f"[{index}]", _VOLUME_KIND_REFUSED)
             check_dns_label(volume.get("name"), f"[{index}].name")
+            for source in VOLUME_SOURCES:
+                if source in volume and not isinstance(volume[source], dict):
+                    raise ValueError(f"[{index}].{source}: must be an object")
         return value
 
     @field_validator("volume_mounts")
     @classmethod
     def _check_volume_mounts(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for index, mount in enumerate(value):
+            _only_keys(mount, VOLUME_MOUNT_KEYS, f"[{index}]", "a mount may set only")
             check_dns_label(mount.get("name"), f"[{index}].name")
             mount_path = mount.get("mountPath")
             if not isinstance(mount_path, str) or not mount_path.startswith("/"):
                 raise ValueError(f"[{index}].mountPath: must be an absolute path")
+            if "readOnly" in mount and not isinstance(mount["readOnly"], bool):
+                raise ValueError(f"[{index}].readOnly: must be true or false")
+            for key in ("subPath", "subPathExpr"):
+                if key in mount and not isinstance(mount[key], str):
+                    raise ValueError(f"[{index}].{key}: must be a string")
+        return value
+
+    @field_validator("tolerations")
+    @classmethod
+    def _check_tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for index, toleration in enumerate(value):
+            _only_keys(toleration, TOLERATION_KEYS, f"[{index}]", "a toleration may set only")
+            for key in ("key", "value"):
+                if key in toleration and not isinstance(toleration[key], str):
+                    raise ValueError(f"[{index}].{key}: must be a string")
+            for key, allowed in (("operator", TOLERATION_OPERATORS), ("effect", TAINT_EFFECTS)):
+                if key in toleration and toleration[key] not in allowed:
+                    raise ValueError(
+                        f"[{index}].{key}: must be one of {', '.join(allowed)}, "
+                        f"got {toleration[key]!r}"
+                    )
+            seconds = toleration.get("tolerationSeconds")
+            if "tolerationSeconds" in toleration and (
+                isinstance(seconds, bool) or not isinstance(seconds, int)
+            ):
+                raise ValueError(f"[{index}].tolerationSeconds: must be an integer")
         return value
 
     @model_validator(mode="after")

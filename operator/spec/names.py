@@ -26,6 +26,35 @@ NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 MAX_TOTAL_BYTES = 64 * 1024**4
 MAX_LIST_ITEMS = 64
 
+# What a benchmark's pods may mount: the kinds a benchmark needs, each allowed by the "restricted"
+# Pod Security profile. hostPath, projected (service-account tokens), ephemeral and the rest are
+# refused: whoever may create a benchmark must not get through it what their RBAC denies them.
+VOLUME_SOURCES: tuple[str, ...] = (
+    "persistentVolumeClaim",
+    "csi",
+    "emptyDir",
+    "configMap",
+    "secret",
+)
+VOLUME_KEYS: tuple[str, ...] = ("name", *VOLUME_SOURCES)
+# mountPropagation is left out: Bidirectional needs a privileged container.
+VOLUME_MOUNT_KEYS: tuple[str, ...] = ("name", "mountPath", "readOnly", "subPath", "subPathExpr")
+TOLERATION_KEYS: tuple[str, ...] = ("key", "operator", "value", "effect", "tolerationSeconds")
+TOLERATION_OPERATORS: tuple[str, ...] = ("Equal", "Exists")
+TAINT_EFFECTS: tuple[str, ...] = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+# The root filesystem of a rank is read-only; the operator mounts an emptyDir here for temporary
+# files, so a benchmark may neither name a volume like it nor mount over it.
+TMP_VOLUME = "ckptbench-tmp"
+TMP_PATH = "/tmp"
+# Labels and taints of control-plane nodes: benchmark pods have no business there.
+CONTROL_PLANE_KEYS: tuple[str, ...] = (
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+)
+# PriorityClasses named system-* (system-node-critical, system-cluster-critical) are for
+# components the cluster cannot run without; a benchmark could evict them.
+SYSTEM_PRIORITY_PREFIX = "system-"
+
 ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
 IMAGE_PULL_POLICIES: tuple[str, ...] = ("Always", "IfNotPresent", "Never")
 

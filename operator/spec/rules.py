@@ -10,7 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ckptbench.operator.spec.names import MAX_TOTAL_BYTES
+from ckptbench.operator.spec.names import (
+    CONTROL_PLANE_KEYS,
+    MAX_TOTAL_BYTES,
+    SYSTEM_PRIORITY_PREFIX,
+    TMP_PATH,
+    TMP_VOLUME,
+    VOLUME_SOURCES,
+)
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.config import Backend
 
@@ -50,6 +57,16 @@ def _volume_names_unique(spec: CheckpointBenchmarkSpec) -> bool:
     names = [volume.get("name") for volume in spec.volumes]
     return len(names) == len(set(names))
 
+
+def _one_source_each(spec: CheckpointBenchmarkSpec) -> bool:
+    return all(sum(source in v for source in VOLUME_SOURCES) == 1 for v in spec.volumes)
+
+
+def _cel_list(items: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
+
+
+_ONE_SOURCE_CEL = " + ".join(f"(has(v.{source}) ? 1 : 0)" for source in VOLUME_SOURCES)
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -105,5 +122,56 @@ RULES: tuple[Rule, ...] = (
         "!has(self.volumes) || self.volumes.all(v, self.volumes.exists_one(w, w.name == v.name))",
         "volumes names must be unique",
         _volume_names_unique,
+    ),
+    Rule(
+        "volumes",
+        f"!has(self.volumes) || self.volumes.all(v, {_ONE_SOURCE_CEL} == 1)",
+        "volumes must each have exactly one source, of the kinds persistentVolumeClaim, csi, "
+        "emptyDir, configMap, secret",
+        _one_source_each,
+    ),
+    Rule(
+        "volumes",
+        f"!has(self.volumes) || self.volumes.all(v, v.name != '{TMP_VOLUME}')",
+        f"volumes must not be named {TMP_VOLUME}: the operator mounts that emptyDir at {TMP_PATH}",
+        lambda s: all(v.get("name") != TMP_VOLUME for v in s.volumes),
+    ),
+    Rule(
+        "volumeMounts",
+        f"!has(self.volumeMounts) || self.volumeMounts.all(m, m.mountPath != '{TMP_PATH}' && "
+        f"m.mountPath != '{TMP_PATH}/')",
+        f"volumeMounts must not mount over {TMP_PATH}: the operator's emptyDir for temporary files",
+        lambda s: all(
+            m.get("mountPath") not in (TMP_PATH, TMP_PATH + "/") for m in s.volume_mounts
+        ),
+    ),
+    Rule(
+        "tolerations",
+        "!has(self.tolerations) || self.tolerations.all(t, has(t.key) && t.key != '')",
+        "tolerations must each name a taint key: an empty key with operator Exists tolerates "
+        "every taint",
+        lambda s: all(t.get("key") for t in s.tolerations),
+    ),
+    Rule(
+        "tolerations",
+        f"!has(self.tolerations) || self.tolerations.all(t, !has(t.key) || "
+        f"!(t.key in {_cel_list(CONTROL_PLANE_KEYS)}))",
+        "tolerations must not tolerate control-plane taints",
+        lambda s: all(t.get("key") not in CONTROL_PLANE_KEYS for t in s.tolerations),
+    ),
+    Rule(
+        "nodeSelector",
+        "!has(self.nodeSelector) || "
+        f"self.nodeSelector.all(k, !(k in {_cel_list(CONTROL_PLANE_KEYS)}))",
+        "nodeSelector must not select control-plane nodes",
+        lambda s: not set(s.node_selector or {}) & set(CONTROL_PLANE_KEYS),
+    ),
+    Rule(
+        "priorityClassName",
+        f"!has(self.priorityClassName) || "
+        f"!self.priorityClassName.startsWith('{SYSTEM_PRIORITY_PREFIX}')",
+        f"priorityClassName must not be a {SYSTEM_PRIORITY_PREFIX}* class: those keep the "
+        "cluster itself running",
+        lambda s: not (s.priority_class_name or "").startswith(SYSTEM_PRIORITY_PREFIX),
     ),
 )

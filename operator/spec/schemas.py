@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ckptbench.operator.spec.names import DNS_LABEL, MAX_LIST_ITEMS
+from ckptbench.operator.spec.names import (
+    DNS_LABEL,
+    MAX_LIST_ITEMS,
+    TAINT_EFFECTS,
+    TOLERATION_OPERATORS,
+    VOLUME_SOURCES,
+)
 
 
 def crd_schema(schema: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
@@ -36,14 +42,19 @@ RESOURCES_SCHEMA: dict[str, Any] = {
         },
     },
 }
+# Volumes, mounts and tolerations list their keys without preserving unknown ones: strict field
+# validation (kubectl's default) rejects a hostPath or a mountPropagation by name, and a server
+# that prunes instead leaves a volume without a source, which a CEL rule rejects.
 VOLUMES_SCHEMA: dict[str, Any] = {
     "type": "array",
     "maxItems": MAX_LIST_ITEMS,
     "items": {
         "type": "object",
         "required": ["name"],
-        "properties": {"name": {"type": "string", "maxLength": 63, "pattern": DNS_LABEL}},
-        "x-kubernetes-preserve-unknown-fields": True,
+        "properties": {
+            "name": {"type": "string", "maxLength": 63, "pattern": DNS_LABEL},
+            **{source: FREE_OBJECT for source in VOLUME_SOURCES},
+        },
     },
 }
 VOLUME_MOUNTS_SCHEMA: dict[str, Any] = {
@@ -55,12 +66,23 @@ VOLUME_MOUNTS_SCHEMA: dict[str, Any] = {
         "properties": {
             "name": {"type": "string", "maxLength": 63, "pattern": DNS_LABEL},
             "mountPath": {"type": "string", "maxLength": 1024, "pattern": "^/"},
+            "readOnly": {"type": "boolean"},
+            "subPath": {"type": "string", "maxLength": 1024},
+            "subPathExpr": {"type": "string", "maxLength": 1024},
         },
-        "x-kubernetes-preserve-unknown-fields": True,
     },
 }
 TOLERATIONS_SCHEMA: dict[str, Any] = {
     "type": "array",
     "maxItems": MAX_LIST_ITEMS,
-    "items": FREE_OBJECT,
+    "items": {
+        "type": "object",
+        "properties": {
+            "key": {"type": "string", "maxLength": 317},
+            "operator": {"type": "string", "enum": list(TOLERATION_OPERATORS)},
+            "value": {"type": "string", "maxLength": 63},
+            "effect": {"type": "string", "enum": list(TAINT_EFFECTS)},
+            "tolerationSeconds": {"type": "integer"},
+        },
+    },
 }
