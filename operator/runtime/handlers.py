@@ -63,7 +63,7 @@ async def benchmark_event(
     event: kopf.RawEvent, namespace: str | None, name: str, memo: Any, **_: Any
 ) -> None:
     if event.get("type") == "DELETED":
-        _reconciler(memo).forget(_namespace(namespace), name)
+        await _reconciler(memo).forget(_namespace(namespace), name)
 
 
 @kopf.on.event(_JOBSET_GROUP, _JOBSET_VERSION, "jobsets", labels=_WATCHED_LABELS)

@@ -195,10 +195,13 @@ class Reconciler:
             # Counted in the error metric; the periodic resync tries again.
             log.exception("reconcile of %s/%s after a %s event failed", *key, handler)
 
-    def forget(self, namespace: str, name: str) -> None:
-        """The benchmark is gone: drop its series and bookkeeping."""
-        metrics.remove_benchmark(namespace, name)
-        self._locks.pop((namespace, name), None)
+    async def forget(self, namespace: str, name: str) -> None:
+        """The benchmark is gone: drop its series and bookkeeping. Under the benchmark's lock, so
+        a reconcile already running when the deletion arrived cannot bring the series back."""
+        key = (namespace, name)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            metrics.remove_benchmark(namespace, name)
+        self._locks.pop(key, None)
 
     async def close(self) -> None:
         for task in list(self._tasks):
