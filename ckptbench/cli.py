@@ -13,6 +13,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ckptbench.workload.local.sizes_cli",
         "print a model's checkpoint sizes per rank and in all (computed, not run)",
     ),
+    "compare": (
+        "ckptbench.workload.local.outputs.compare",
+        "print the cells of two or more results files side by side, with ratios",
+    ),
+    "report": (
+        "ckptbench.workload.local.outputs.plot",
+        "draw a results file as PNG, SVG or HTML (needs the 'report' extra)",
+    ),
     "worker": (
         "ckptbench.workload.rank.worker",
         "run one rank (the entry point of a benchmark pod)",

@@ -8,7 +8,7 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 # The constraints file pins torch to the CPU build on disk, whoever asks for it.
 .venv/bin/pip install --quiet --upgrade pip
-.venv/bin/pip install --quiet -c constraints.txt -e '.[workload,operator,dev]'
+.venv/bin/pip install --quiet -c constraints.txt -e '.[workload,operator,dev,report]'
 if [ -x scripts/install-helm.sh ]; then
   scripts/install-helm.sh
 fi

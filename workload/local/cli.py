@@ -9,7 +9,6 @@ Progress goes to stderr, the table to stdout.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -26,7 +25,9 @@ from ckptbench.workload.contract.results import RunSummary, summarize
 from ckptbench.workload.local import report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
 from ckptbench.workload.local.options import UsageError, build_parser, parse_size
+from ckptbench.workload.local.outputs import csvfile, document
 from ckptbench.workload.local.plan import EMULATOR_BUCKET, Plan, plan
+from ckptbench.workload.local.progress import Progress
 from ckptbench.workload.local.runner import RanksOutcome, run_ranks
 from ckptbench.workload.rank import environment
 
@@ -46,6 +47,7 @@ def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
         "run_id": config.run_id,
         **_layout(config),
         "even_shards": config.even_shards,
+        "samples": config.sample_count,
         "warmup_samples": config.warmup_samples,
         "async_save": config.async_save,
         "verify": config.verify,
@@ -53,6 +55,7 @@ def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
     if config.backend is Backend.GCS:
         s["threads"] = config.threads
         s["part_size"] = sizes.format_bytes(config.part_size_bytes)
+        s["part_size_bytes"] = config.part_size_bytes
     if emulator:
         s["emulator"] = emulator
     return s
@@ -72,11 +75,17 @@ def _layout(config: WorkloadConfig) -> dict[str, Any]:
     }
 
 
-def summary_of(config: WorkloadConfig, outcome: RanksOutcome, emulator: str | None) -> RunSummary:
+def summary_of(
+    config: WorkloadConfig,
+    outcome: RanksOutcome,
+    emulator: str | None,
+    axes: dict[str, str] | None = None,
+) -> RunSummary:
     s = summarize(outcome.results, config.world_size, config.total_bytes)
     extra: dict[str, Any] = {
         **environment.machine(),
         "settings": settings(config, emulator),
+        "axes": axes or {},
         "seconds": round(outcome.seconds, 3),
         "exit_codes": [e.returncode for e in sorted(outcome.exits, key=lambda e: e.rank)],
         "peak_rss_bytes": outcome.peak_rss_bytes(),
@@ -135,14 +144,16 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
         if emulator_url:
             # gcsfs stalls ~60 s per bucket call on an emulator unless this is off at import.
             extra_env[GCSFS_HNS_FLAG] = "false"
-        for cell in p.cells:
+        progress = Progress(len(p.cells), err)
+        for index, cell in enumerate(p.cells):
             if stop.is_set():
                 break
             config, label = cell.config, cell.label
+            prefix = progress.start_cell(index, label, config)
             where = f"emulator {emulator_url}" if emulator_url else config.checkpoint_path
             largest = config.model_copy(update={"rank": 0}).shard_bytes
             print(
-                f"{label}: {config.world_size} ranks, {config.describe_state()}, "
+                f"{prefix}{label}: {config.world_size} ranks, {config.describe_state()}, "
                 f"{sizes.format_bytes(config.total_bytes)} in all, "
                 f"{sizes.format_bytes(largest)} a shard"
                 f"{'' if config.even_shards else ' (uneven shards)'}, "
@@ -152,9 +163,16 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
                 flush=True,
             )
             outcome = run_ranks(
-                config, stop=stop, out=err, label=label, timeout=p.timeout, extra_env=extra_env
+                config,
+                stop=stop,
+                out=err,
+                label=label,
+                timeout=p.timeout,
+                extra_env=extra_env,
+                watch=progress.line,
             )
-            summary = summary_of(config, outcome, emulator_url)
+            progress.end_cell()
+            summary = summary_of(config, outcome, emulator_url, cell.axes)
             runs.append((label, summary))
             for line in _exit_lines(label, outcome, summary):
                 print(line, file=err)
@@ -163,21 +181,6 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
             if outcome.interrupted:
                 break
     return runs, ok
-
-
-def write_json(path: Path, runs: Sequence[tuple[str, RunSummary]], ok: bool) -> None:
-    doc = {
-        "succeeded": ok,
-        "cells": [label for label, _ in runs],
-        "runs": [
-            {"cell": label, "backend": s.extra["settings"]["backend"], **s.model_dump(mode="json")}
-            for label, s in runs
-        ],
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n")
-    tmp.replace(path)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -201,7 +204,9 @@ def main(argv: Sequence[str]) -> int:
     if runs:
         print(report.format_report(runs))
     if args.json is not None and runs:
-        write_json(Path(args.json), runs, ok and not stop.is_set())
+        document.write_json(Path(args.json), runs, ok and not stop.is_set())
+    if args.csv is not None and runs:
+        csvfile.write_csv(Path(args.csv), runs)
     if stop.is_set():
         print("ckptbench run: interrupted; every rank was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -233,7 +233,14 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "--json",
-        "write the summaries as JSON here",
+        "write every cell's summary as JSON here (read by 'ckptbench compare' and 'report')",
+        parse=str,
+        metavar="FILE",
+        sweep=False,
+    ),
+    Option(
+        "--csv",
+        "write a row per cell here: settings, figures, MLPerf Storage's column names",
         parse=str,
         metavar="FILE",
         sweep=False,

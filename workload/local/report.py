@@ -2,9 +2,12 @@
 
 Units are 1024-based and labelled as such (GiB, GiB/s), as in the reference's published table;
 a table of only small figures switches to MiB (MiB/s) so that they do not all read 0.00.
-With several backends the runs are printed side by side, one column each, and when both ``gcs``
+With several cells (runs) they are printed side by side, one column each, and when both ``gcs``
 and ``gcsfs`` are present a ratio column ``gcs/gcsfs`` is added: above 1 on a throughput row
 means ``gcs`` moved more bytes per second; below 1 on a seconds row means it took less time.
+When settings other than the backend vary, the columns are headed ``cell i/N`` and the first rows
+give each cell's value of every varied option. A ``best`` row names the cell with the highest
+save and load throughput among the cells that succeeded.
 """
 
 from __future__ import annotations
@@ -159,29 +162,67 @@ def _ratio_cell(row: Row, a: RunSummary, b: RunSummary) -> str:
     return fmt_ratio(float(va) / float(vb))
 
 
+def axes_of(s: RunSummary) -> dict[str, str]:
+    """The cell's value of each option given a list (as typed), recorded by the runner."""
+    axes: Mapping[str, Any] = s.extra.get("axes", {})
+    return {str(k): str(v) for k, v in axes.items()}
+
+
+def best_cells(runs: Sequence[tuple[str, RunSummary]]) -> dict[str, int]:
+    """``{"save": i, "load": j}``: the index of the succeeded cell with the highest throughput."""
+    best: dict[str, int] = {}
+    for op in ("save", "load"):
+        scored = [
+            (summary.throughput_bytes_per_second, i)
+            for i, (_, s) in enumerate(runs)
+            if s.succeeded and (summary := getattr(s, op)) is not None
+        ]
+        if scored:
+            best[op] = max(scored, key=lambda t: (t[0], -t[1]))[1]
+    return best
+
+
+def _best_row(runs: Sequence[tuple[str, RunSummary]]) -> list[str] | None:
+    if sum(1 for _, s in runs if s.succeeded) < 2:
+        return None
+    best = best_cells(runs)
+    return [
+        "best (throughput)",
+        *(",".join(op for op in ("save", "load") if best.get(op) == i) for i in range(len(runs))),
+    ]
+
+
 def format_table(runs: Sequence[tuple[str, RunSummary]]) -> str:
-    """Runs side by side: one column per backend label, plus ``gcs/gcsfs`` when both are there."""
+    """Runs side by side: one column per cell, plus ``gcs/gcsfs`` when both are there."""
     if not runs:
         raise ValueError("format_table: no runs to show")
     labels = [label for label, _ in runs]
     if len(set(labels)) != len(labels):
-        raise ValueError(f"format_table: backend labels must be unique, got {labels}")
+        raise ValueError(f"format_table: cell labels must be unique, got {labels}")
     summaries = [s for _, s in runs]
     by_label = dict(runs)
     pair = (by_label.get(RATIO_PAIR[0]), by_label.get(RATIO_PAIR[1]))
-    header = ["", *labels]
+    varied = list(dict.fromkeys(k for s in summaries for k in axes_of(s)))
+    body: list[list[str]] = []
+    if any(k != "backend" for k in varied):
+        header = ["", *(f"cell {i}/{len(runs)}" for i in range(1, len(runs) + 1))]
+        body += [[k, *(axes_of(s).get(k, MISSING) for s in summaries)] for k in varied]
+    else:
+        header = ["", *labels]
     if pair[0] is not None and pair[1] is not None:
         header.append("/".join(RATIO_PAIR))
-    body: list[list[str]] = []
     for row in rows_for(summaries):
         line = [row.label, *(_cell(row, s) for s in summaries)]
         if pair[0] is not None and pair[1] is not None:
             line.append(_ratio_cell(row, pair[0], pair[1]))
         body.append(line)
-    return _align([header, *body])
+    best = _best_row(runs)
+    if best is not None:
+        body.append(best)
+    return align([header, *(line + [""] * (len(header) - len(line)) for line in body)])
 
 
-def _align(lines: list[list[str]]) -> str:
+def align(lines: list[list[str]]) -> str:
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     out = []
     for line in lines:

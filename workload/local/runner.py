@@ -146,10 +146,13 @@ class _Rank:
 class _Printer:
     """Serialises lines from the reader threads onto one stream."""
 
-    def __init__(self, out: IO[str], label: str) -> None:
+    def __init__(
+        self, out: IO[str], label: str, watch: Callable[[int, str], None] | None = None
+    ) -> None:
         self._out = out
         self._label = label
         self._lock = threading.Lock()
+        self.watch = watch  # sees every line of every rank, shown or not
 
     def line(self, rank: int, text: str) -> None:
         tagged = text if text.startswith("[rank ") else f"[rank {rank}] {text}"
@@ -195,12 +198,13 @@ def run_ranks(
     failure_grace: float = FAILURE_GRACE_SECONDS,
     kill_grace: float = KILL_GRACE_SECONDS,
     on_started: Callable[[list[int]], None] | None = None,
+    watch: Callable[[int, str], None] | None = None,
 ) -> RanksOutcome:
     """Run ``config.world_size`` ranks to the end; ``stop`` (set by a signal handler) ends them."""
     if timeout <= 0:
         raise ValueError(f"timeout: must be positive, got {timeout}")
     env_base = os.environ if base_env is None else base_env
-    printer = _Printer(out, label)
+    printer = _Printer(out, label, watch)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ckptbench-ranks-") as tmp:
         port = free_port()
@@ -324,6 +328,8 @@ def _read_lines(r: _Rank, printer: _Printer) -> None:
         show = r.rank == 0 or bool(_ERROR_LINE.match(text))
         if show:
             printer.line(r.rank, text)
+        if printer.watch is not None:
+            printer.watch(r.rank, text)
         r.tail.append((text, show))
     stream.close()
 

@@ -1,0 +1,378 @@
+"""A local sweep's outputs: the table's cells and best marks, the JSON, CSV, compare and report."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ckptbench.workload.contract.results import OpTiming, RankResult, RunSummary, summarize
+from ckptbench.workload.local import report
+from ckptbench.workload.local.outputs import compare, csvfile, document, plot
+from ckptbench.workload.local.progress import Progress
+
+GIB = 1024**3
+
+
+def _summary(
+    save: list[float] | None,
+    load: list[float] | None,
+    *,
+    axes: dict[str, str],
+    world_size: int = 2,
+    settings: dict[str, Any] | None = None,
+    error: str | None = None,
+) -> RunSummary:
+    """``world_size`` ranks of 1 GiB each, every rank taking the given seconds per sample."""
+    ranks = [
+        RankResult(
+            rank=r,
+            host=f"node-{r}",
+            bytes=GIB,
+            save=OpTiming.of(save, save) if save else None,
+            load=OpTiming.of(load, load) if load else None,
+            verified=error is None,
+            error=error if r == 0 else None,
+        )
+        for r in range(world_size)
+    ]
+    s = summarize(ranks, world_size=world_size, total_bytes=world_size * GIB)
+    backend = axes.get("backend", "gcs")
+    extra = {"settings": {"backend": backend, **(settings or {})}, "axes": axes}
+    return s.model_copy(update={"extra": extra})
+
+
+def _grid() -> list[tuple[str, RunSummary]]:
+    # total 2 GiB: cell 1 saves at 2 GiB/s, loads at 4; cell 2 saves at 4, loads at 1;
+    # cell 3 would be best at both but failed.
+    return [
+        (
+            "gcs threads=4",
+            _summary([1.0, 1.0], [0.5, 0.5], axes={"backend": "gcs", "threads": "4"}),
+        ),
+        (
+            "gcs threads=16",
+            _summary([0.5, 0.5], [2.0, 2.0], axes={"backend": "gcs", "threads": "16"}),
+        ),
+        (
+            "gcsfs threads=4",
+            _summary([0.1], [0.1], axes={"backend": "gcsfs", "threads": "4"}, error="boom"),
+        ),
+    ]
+
+
+def _row(table: str, label: str) -> list[str]:
+    for line in table.splitlines():
+        if line.startswith(label + "  "):
+            return line[len(label) :].split()
+    raise AssertionError(f"no row {label!r} in:\n{table}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+
+
+def test_table_heads_cells_by_number_and_gives_each_varied_setting() -> None:
+    table = report.format_table(_grid())
+    assert table.splitlines()[0].split() == ["cell", "1/3", "cell", "2/3", "cell", "3/3"]
+    assert _row(table, "backend") == ["gcs", "gcs", "gcsfs"]
+    assert _row(table, "threads") == ["4", "16", "4"]
+
+
+def test_best_row_names_the_fastest_succeeded_cell_for_save_and_for_load() -> None:
+    runs = _grid()
+    assert report.best_cells(runs) == {"save": 1, "load": 0}
+    line = next(ln for ln in report.format_table(runs).splitlines() if ln.startswith("best"))
+    # Columns are right-aligned: cell 1 holds "load", cell 2 "save", the failed cell nothing.
+    assert line.split()[2:] == ["load", "save"]
+
+
+def test_no_best_row_with_fewer_than_two_succeeded_cells() -> None:
+    runs = _grid()
+    assert "best" not in report.format_table([runs[0], runs[2]])
+
+
+def test_backend_only_sweep_keeps_backend_columns() -> None:
+    runs = [
+        ("gcs", _summary([1.0], [1.0], axes={"backend": "gcs"})),
+        ("gcsfs", _summary([2.0], [2.0], axes={"backend": "gcsfs"})),
+    ]
+    table = report.format_table(runs)
+    assert table.splitlines()[0].split() == ["gcs", "gcsfs", "gcs/gcsfs"]
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON document
+
+
+def test_document_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "r.json"
+    runs = _grid()
+    document.write_json(path, runs, ok=False)
+    raw = json.loads(path.read_text())
+    assert raw["cells"] == [label for label, _ in runs]
+    assert [r["backend"] for r in raw["runs"]] == ["gcs", "gcs", "gcsfs"]
+    doc = document.read_json(path)
+    assert doc.succeeded is False
+    assert doc.runs == runs
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("{", "not JSON"),
+        ('{"cells": []}', "no 'runs'"),
+        ('{"runs": []}', "holds no runs"),
+        ('{"runs": [{"world_size": 2}]}', "no 'cell' label"),
+        ('{"runs": [{"cell": "gcs", "world_size": "two"}]}', "runs[0].world_size"),
+    ],
+)
+def test_document_errors_name_file_and_field(tmp_path: Path, text: str, reason: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(document.DocumentError) as info:
+        document.read_json(path)
+    assert str(path) in str(info.value) and reason in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV
+
+
+def test_csv_has_a_row_per_cell_with_settings_figures_and_mlperf_names() -> None:
+    runs = _grid()
+    runs[0] = (
+        runs[0][0],
+        runs[0][1].model_copy(
+            update={"extra": {**runs[0][1].extra, "settings": {"backend": "gcs", "threads": 4}}}
+        ),
+    )
+    rows = list(csv.DictReader(io.StringIO(csvfile.to_csv(runs))))
+    assert [r["cell"] for r in rows] == [label for label, _ in runs]
+    assert [r["cell_index"] for r in rows] == ["1", "2", "3"]
+    assert [r["threads"] for r in rows] == ["4", "", ""]  # only where the setting applies
+    first = rows[0]
+    assert first["backend"] == "gcs" and first["world_size"] == "2"
+    assert float(first["save_mean_seconds"]) == 1.0
+    # 2 GiB in a 1 s save, 0.5 s load: MLPerf's names beside ours.
+    assert float(first["checkpoint_size_GB"]) == 2.0
+    assert float(first["checkpoint_write_bw_gibps"]) == 2.0
+    assert float(first["checkpoint_read_bw_gibps"]) == 4.0
+    assert float(first["checkpoint_write_duration_secs"]) == 1.0
+    assert float(first["save_checkpoint_io_mean_GB_per_second"]) == 2.0
+    assert float(first["save_checkpoint_io_stdev_GB_per_second"]) == 0.0
+    assert float(first["load_checkpoint_duration_mean_seconds"]) == 0.5
+    assert rows[2]["succeeded"] == "false"
+    # One sample: no stdev, an empty field rather than a made-up zero.
+    assert rows[2]["save_checkpoint_io_stdev_GB_per_second"] == ""
+
+
+def test_csv_io_mean_is_over_samples_not_total_over_mean() -> None:
+    # 2 GiB at 1 s and 3 s: per-sample 2 and 0.667 GiB/s, mean 1.333; total/mean is 1.0.
+    runs = [("gcs", _summary([1.0, 3.0], [1.0, 1.0], axes={}))]
+    [row] = list(csv.DictReader(io.StringIO(csvfile.to_csv(runs))))
+    assert float(row["save_checkpoint_io_mean_GB_per_second"]) == pytest.approx(4 / 3, rel=1e-5)
+    assert float(row["checkpoint_write_bw_gibps"]) == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# compare
+
+
+def _doc(tmp_path: Path, name: str, runs: list[tuple[str, RunSummary]]) -> Path:
+    path = tmp_path / name
+    document.write_json(path, runs, ok=True)
+    return path
+
+
+def test_compare_prints_ratios_against_the_first_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = _doc(
+        tmp_path,
+        "before.json",
+        [
+            ("gcs", _summary([2.0], [1.0], axes={})),
+            ("gcsfs", _summary([4.0], [4.0], axes={})),
+        ],
+    )
+    after = _doc(
+        tmp_path,
+        "after.json",
+        [
+            ("gcs", _summary([1.0], [1.0], axes={})),
+            ("file", _summary([1.0], [1.0], axes={}, world_size=1)),
+        ],
+    )
+    assert compare.main([str(before), str(after)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split() == ["A", "B", "B/A"]
+    gcs = lines.index("gcs")
+    assert lines[gcs + 1].split()[-3:] == ["1.000", "2.000", "2.00x"]  # save GiB/s doubled
+    assert lines[gcs + 2].split()[-1] == "1.00x"  # load unchanged
+    assert lines[gcs + 3].split()[-3:] == ["2.000", "1.000", "0.50x"]  # save seconds halved
+    gcsfs = lines.index("gcsfs")
+    assert lines[gcsfs + 1].split()[-2:] == ["0.500", "-"]  # only in A: no ratio
+    assert f"A = {before}" in out and f"B = {after}" in out
+
+
+def test_compare_notes_cells_that_differ_in_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _doc(tmp_path, "a.json", [("gcs", _summary([1.0], [1.0], axes={}))])
+    b = _doc(tmp_path, "b.json", [("gcs", _summary([1.0], [1.0], axes={}, world_size=4))])
+    assert compare.main([str(a), str(b)]) == 0
+    assert "note: gcs: world size differs (A 2, B 4)" in capsys.readouterr().out
+
+
+def test_compare_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _doc(tmp_path, "a.json", [("gcs", _summary([1.0], [1.0], axes={}))])
+    b = _doc(tmp_path, "b.json", [("file", _summary([1.0], [1.0], axes={}))])
+    assert compare.main([str(a)]) == 2
+    assert "2 to 26 results files" in capsys.readouterr().err
+    assert compare.main([str(a), str(tmp_path / "missing.json")]) == 2
+    assert "missing.json: cannot read it" in capsys.readouterr().err
+    assert compare.main([str(a), str(b)]) == 1
+    assert "no cell appears in every file" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# report (image)
+
+
+def _document(tmp_path: Path, runs: list[tuple[str, RunSummary]]) -> document.Document:
+    return document.read_json(_doc(tmp_path, "r.json", runs))
+
+
+def test_report_draws_throughput_per_cell_and_marks_the_best(tmp_path: Path) -> None:
+    fig = plot.draw(_document(tmp_path, _grid()))
+    per_cell, save_load, scaling = fig.axes
+    heights = [round(bar.get_height(), 3) for bar in per_cell.patches]  # type: ignore[attr-defined]
+    # save bars then load bars, in GiB/s; the failed cell draws nothing.
+    assert heights == [2.0, 4.0, 0.0, 4.0, 1.0, 0.0]
+    notes = sorted(t.get_text() for t in per_cell.texts)
+    assert notes == ["best load", "best save"]
+    # save vs load: one point per succeeded cell.
+    assert len(save_load.collections) == 2
+    assert "one world size" in scaling.texts[0].get_text()
+
+
+def test_report_draws_scaling_per_group_of_other_settings(tmp_path: Path) -> None:
+    runs = [
+        (
+            f"{b} world-size={n}",
+            _summary([1.0], [1.0], axes={"backend": b, "world-size": str(n)}, world_size=n),
+        )
+        for b in ("gcs", "gcsfs")
+        for n in (1, 2, 4)
+    ]
+    assert set(plot.scaling_groups(runs)) == {"backend=gcs", "backend=gcsfs"}
+    scaling = plot.draw(_document(tmp_path, runs)).axes[2]
+    lines = scaling.get_lines()
+    assert len(lines) == 4  # save and load for each backend
+    assert np.asarray(lines[0].get_xdata(), dtype=float).tolist() == [1, 2, 4]
+    # n ranks of 1 GiB in 1 s: n GiB/s.
+    ys = np.asarray(lines[0].get_ydata(), dtype=float).tolist()
+    assert ys == pytest.approx([1.0, 2.0, 4.0])
+
+
+@pytest.mark.parametrize(
+    ("suffix", "magic"), [(".png", b"\x89PNG"), (".svg", b"<?xml"), (".html", b"<!doctype html>")]
+)
+def test_report_writes_each_format(tmp_path: Path, suffix: str, magic: bytes) -> None:
+    src = _doc(tmp_path, "r.json", _grid())
+    out = tmp_path / f"out{suffix}"
+    assert plot.main([str(src), "-o", str(out)]) == 0
+    data = out.read_bytes()
+    assert data.startswith(magic)
+    if suffix == ".html":
+        assert b"<svg" in data and b"gcs threads=16" in data
+
+
+def test_report_refuses_unknown_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = _doc(tmp_path, "r.json", _grid())
+    assert plot.main([str(src), "-o", str(tmp_path / "out.pdf")]) == 2
+    assert "-o: unknown format '.pdf'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# progress
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _config(samples: int, warmup: int) -> Any:
+    from ckptbench.workload.contract.config import WorkloadConfig
+
+    return WorkloadConfig(
+        checkpoint_path="/tmp/x",
+        backend="file",
+        world_size=1,
+        padding_size=1,
+        sample_count=samples,
+        warmup_samples=warmup,
+    )
+
+
+def test_progress_counts_rank_0_loads_and_gives_an_eta() -> None:
+    out, clock = io.StringIO(), _Clock()
+    progress = Progress(3, out, clock=clock, quiet_seconds=10)
+    assert progress.start_cell(0, "gcs", _config(3, 1)) == "cell 1/3 "
+    clock.now = 5
+    progress.line(0, "[rank 0] load warm-up 1/1: 1.000 s")
+    assert out.getvalue() == ""  # a short cell stays quiet
+    clock.now = 12
+    progress.line(1, "[rank 1] load 1/3: 1.000 s")  # only rank 0 counts
+    progress.line(0, "[rank 0] save 1/3: 1.000 s")  # only loads end a sample
+    progress.line(0, "[rank 0] load 1/3: 1.000 s")
+    # 2 of 4 done; 7 s since the first sample ended: 7 s a sample, 2 left.
+    assert out.getvalue() == "cell 1/3 gcs: sample 2/4 done, 12 s in, ETA 14 s\n"
+    progress.end_cell()
+    progress.start_cell(1, "gcsfs", _config(3, 1))
+    clock.now = 30
+    progress.line(0, "[rank 0] load warm-up 1/1: 1.000 s")
+    # 18 s for one of 4 samples (start-up included): 54 s left here, plus one more 12 s cell.
+    assert out.getvalue().splitlines()[-1] == (
+        "cell 2/3 gcsfs: sample 1/4 done, 18 s in, ETA 54 s (all cells: ~1m06s)"
+    )
+
+
+def test_runner_hands_every_rank_line_to_the_watcher() -> None:
+    import os
+    import sys
+    import threading
+
+    from ckptbench.workload.local.runner import run_ranks
+
+    seen: list[tuple[int, str]] = []
+    lock = threading.Lock()
+
+    def watch(rank: int, text: str) -> None:
+        with lock:
+            seen.append((rank, text))
+
+    script = "import os; print('line of', os.environ['CKPTBENCH_RANK'])"
+    run_ranks(
+        _config(1, 0).model_copy(update={"world_size": 2, "padding_size": 2}),
+        stop=threading.Event(),
+        out=io.StringIO(),
+        label="t",
+        timeout=60,
+        command=[sys.executable, "-c", script],
+        base_env=dict(os.environ),
+        watch=watch,
+    )
+    # Rank 1's line is not shown (not an error) but is still watched.
+    assert sorted(seen) == [(0, "line of 0"), (1, "line of 1")]

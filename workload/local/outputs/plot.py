@@ -1,0 +1,225 @@
+"""``ckptbench report RESULTS.json -o report.png|.svg|.html``: a results file drawn with matplotlib.
+
+Three panels: save and load throughput per cell (the best of each marked), save against load
+throughput (one point per cell, with the line where they are equal), and throughput against world
+size for cells that differ only in world size. The HTML form embeds the SVG beside the table.
+matplotlib is in the optional ``report`` extra; without it the command says how to install it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import io
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ckptbench.workload.contract.results import OpSummary, RunSummary
+from ckptbench.workload.local import report
+from ckptbench.workload.local.outputs.document import Document, DocumentError, read_json
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+FORMATS = (".png", ".svg", ".html")
+SAVE_COLOUR, LOAD_COLOUR = "#1f77b4", "#ff7f0e"
+WORLD_SIZE_AXIS = "world-size"
+
+
+def _rate(s: RunSummary, op: str, unit: report.Unit) -> float | None:
+    summary: OpSummary | None = getattr(s, op)
+    if summary is None or not s.succeeded:
+        return None
+    return summary.throughput_bytes_per_second / unit.scale
+
+
+def _short(label: str, index: int) -> str:
+    return f"{index + 1}: {label}"
+
+
+def _per_cell(ax: Axes, doc: Document, unit: report.Unit) -> None:
+    runs = doc.runs
+    best = report.best_cells(runs)
+    width = 0.38
+    xs = list(range(len(runs)))
+    for offset, op, colour in ((-width / 2, "save", SAVE_COLOUR), (width / 2, "load", LOAD_COLOUR)):
+        values = [_rate(s, op, unit) for _, s in runs]
+        bars = ax.bar(
+            [x + offset for x in xs],
+            [v or 0.0 for v in values],
+            width,
+            label=op,
+            color=colour,
+        )
+        if op in best:
+            bar = bars[best[op]]
+            ax.annotate(
+                f"best {op}",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+            )
+    ticks = [
+        _short(label, i) + ("" if s.succeeded else "\n(failed)")
+        for i, (label, s) in enumerate(runs)
+    ]
+    ax.set_xticks(
+        xs,
+        ticks,
+        rotation=30 if len(runs) > 3 else 0,
+        ha="right" if len(runs) > 3 else "center",
+        fontsize=8,
+    )
+    ax.set_ylabel(f"throughput ({unit.name}/s)")
+    ax.set_title("Throughput per cell")
+    ax.legend()
+
+
+def _save_vs_load(ax: Axes, doc: Document, unit: report.Unit) -> None:
+    top = 0.0
+    for i, (_label, s) in enumerate(doc.runs):
+        save, load = _rate(s, "save", unit), _rate(s, "load", unit)
+        if save is None or load is None:
+            continue
+        ax.scatter([save], [load], color="#444444")
+        ax.annotate(str(i + 1), (save, load), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        top = max(top, save, load)
+    if top > 0:
+        ax.plot([0, top * 1.1], [0, top * 1.1], linestyle=":", color="#999999", label="load = save")
+        ax.set_xlim(0, top * 1.1)
+        ax.set_ylim(0, top * 1.1)
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel(f"save ({unit.name}/s)")
+    ax.set_ylabel(f"load ({unit.name}/s)")
+    ax.set_title("Save vs load (points: cell numbers)")
+
+
+def scaling_groups(
+    runs: Sequence[tuple[str, RunSummary]],
+) -> dict[str, list[tuple[int, RunSummary]]]:
+    """Cells that differ only in world size, keyed by their other varied settings."""
+    groups: dict[str, list[tuple[int, RunSummary]]] = {}
+    for _, s in runs:
+        axes = report.axes_of(s)
+        key = " ".join(f"{k}={v}" for k, v in axes.items() if k != WORLD_SIZE_AXIS) or "all"
+        groups.setdefault(key, []).append((s.world_size, s))
+    return {k: sorted(v, key=lambda t: t[0]) for k, v in groups.items()}
+
+
+def _scaling(ax: Axes, doc: Document, unit: report.Unit) -> None:
+    ax.set_title("Scaling with world size")
+    ax.set_xlabel("world size (ranks)")
+    ax.set_ylabel(f"throughput ({unit.name}/s)")
+    sizes = {s.world_size for _, s in doc.runs}
+    if len(sizes) < 2:
+        ax.text(
+            0.5,
+            0.5,
+            f"one world size ({min(sizes)}):\ngive --world-size a list\nto see scaling",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    for key, cells in scaling_groups(doc.runs).items():
+        for op, colour, style in (("save", SAVE_COLOUR, "-"), ("load", LOAD_COLOUR, "--")):
+            points = [(n, v) for n, s in cells if (v := _rate(s, op, unit)) is not None]
+            if points:
+                ax.plot(
+                    [n for n, _ in points],
+                    [v for _, v in points],
+                    linestyle=style,
+                    marker="o",
+                    color=colour if key == "all" else None,
+                    label=f"{op} {key}" if key != "all" else op,
+                )
+    ax.set_xticks(sorted(sizes))
+    ax.legend(fontsize=7)
+
+
+def draw(doc: Document) -> Figure:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise RuntimeError(
+            "ckptbench report needs matplotlib: pip install 'ckptbench[report]'"
+        ) from None
+    unit = report.unit_for(
+        [op.throughput_bytes_per_second for _, s in doc.runs for op in (s.save, s.load) if op]
+    )
+    fig = Figure(figsize=(15, 5), layout="constrained")
+    per_cell, save_load, scaling = fig.subplots(1, 3, width_ratios=[2, 1, 1])
+    _per_cell(per_cell, doc, unit)
+    _save_vs_load(save_load, doc, unit)
+    _scaling(scaling, doc, unit)
+    fig.suptitle(f"ckptbench: {doc.name}, {len(doc.runs)} cells")
+    return fig
+
+
+def render(doc: Document, suffix: str) -> bytes:
+    fig = draw(doc)
+    buffer = io.BytesIO()
+    if suffix == ".png":
+        fig.savefig(buffer, format="png", dpi=100)
+        return buffer.getvalue()
+    fig.savefig(buffer, format="svg")
+    if suffix == ".svg":
+        return buffer.getvalue()
+    svg = buffer.getvalue().decode()
+    svg = svg[svg.index("<svg") :]  # drop the XML prolog: it may not appear inside HTML
+    table = html.escape(report.format_report(doc.runs))
+    page = (
+        "<!doctype html>\n<html><head><meta charset='utf-8'>"
+        f"<title>ckptbench: {html.escape(doc.name)}</title></head><body>\n"
+        f"<h1>ckptbench: {html.escape(doc.name)}</h1>\n{svg}\n<pre>{table}</pre>\n</body></html>\n"
+    )
+    return page.encode()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ckptbench report",
+        description="Draw a 'ckptbench run --json' results file as PNG, SVG or HTML (by -o).",
+    )
+    p.add_argument("results", type=Path, metavar="RESULTS.json")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        args = build_parser().parse_args(list(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    out: Path = args.output
+    suffix = out.suffix.lower()
+    if suffix not in FORMATS:
+        print(
+            f"ckptbench report: error: -o: unknown format {out.suffix or '(none)'!r} "
+            f"(use {', '.join(FORMATS)})",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        doc = read_json(args.results)
+    except DocumentError as exc:
+        print(f"ckptbench report: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        data = render(doc, suffix)
+    except RuntimeError as exc:
+        print(f"ckptbench report: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+    print(f"ckptbench report: wrote {out}", file=sys.stderr)
+    return EXIT_OK
