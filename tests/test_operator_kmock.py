@@ -249,3 +249,45 @@ def test_deleted_benchmark_loses_its_metric_series(client: Client, operator: Ope
     client.delete(CKB, spec_names.PLURAL, NS, "deleted")
     wait_for("its series to go", lambda: 'name="deleted"' not in operator.metrics())
     assert client.get(CKB, spec_names.PLURAL, NS, "deleted") is None  # no finalizer held it up
+
+
+def test_a_foreign_jobset_of_the_same_name_is_not_adopted(
+    client: Client, operator: Operator
+) -> None:
+    stranger = {
+        "apiVersion": JOBSET,
+        "kind": "JobSet",
+        "metadata": {
+            "name": "taken",
+            "namespace": NS,
+            "labels": render_labels.benchmark_labels("taken"),
+        },
+        "spec": {"replicatedJobs": []},
+    }
+    client.create(JOBSET, "jobsets", stranger)
+    client.create(CKB, spec_names.PLURAL, benchmark("taken"))
+    status = wait_for("status ForeignJobSet", lambda: status_of(client, "taken").get("reason"))
+    assert status == "ForeignJobSet"
+    assert "has no controller owner" in status_of(client, "taken")["message"]
+    jobset = client.get(JOBSET, "jobsets", NS, "taken")
+    assert not jobset["metadata"].get("ownerReferences")  # not adopted
+    assert jobset["spec"] == {"replicatedJobs": []}  # nor overwritten
+
+
+def test_a_completed_jobset_with_missing_results_is_failed_not_succeeded(
+    client: Client, operator: Operator
+) -> None:
+    client.create(CKB, spec_names.PLURAL, benchmark("silent"))
+    wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "silent"))
+    for rank in range(WORLD):
+        client.create("v1", "pods", rank_pod("silent", rank, "Succeeded", None, 0))
+    completed = {"type": "Completed", "status": "True", "reason": "AllJobsCompleted"}
+    client.patch(JOBSET, "jobsets", NS, "silent", {"status": {"conditions": [completed]}})
+    status = wait_for("status Failed", phase_is(client, "silent", "Failed"))
+    assert status["reason"] == "ResultsMissing"
+    assert (
+        f"{WORLD} of {WORLD} ranks left no readable result (ranks 0, 1, 2, 3)"
+        in (status["message"])
+    )
+    complete = next(c for c in status["conditions"] if c["type"] == "Complete")
+    assert complete["status"] == "False"

@@ -142,9 +142,18 @@ ALL_DONE = [done(r, save=1.0 + r) for r in range(4)]
             spec(),
             jobset(conditions=[{"type": "Completed", "status": "True"}]),
             ALL_DONE[:3],
-            "Succeeded",
-            "JobSetCompleted",
-            "3/4",
+            "Failed",
+            "ResultsMissing",
+            "1 of 4 ranks left no readable result (ranks 3)",
+        ),
+        (
+            "jobset-completed-no-result-readable",
+            spec(),
+            jobset(conditions=[{"type": "Completed", "status": "True"}]),
+            [pod(r, "Succeeded", "not json") for r in range(4)],
+            "Failed",
+            "ResultsMissing",
+            "4 of 4 ranks left no readable result (ranks 0, 1, 2, 3); 4 results were unreadable",
         ),
         (
             "rendezvous-timeout",
@@ -405,3 +414,31 @@ def test_status_size_is_bounded(world_size: int) -> None:
     assert len(status.get("missingRanks", [])) <= MISSING_LISTED
     assert len(status.get("failedPods", [])) <= LISTED
     assert len(status.get("unreadableResults", [])) <= LISTED
+
+
+def test_status_stays_bounded_when_every_rank_reports_a_long_error() -> None:
+    # 1000 ranks that each report a 1 KiB error: status must stay far below etcd's limit.
+    the_spec = spec(1000)
+    errors = [done(r, shard=1, error=f"rank {r}: " + "x" * 1024) for r in range(1000)]
+    status = st.compute_status(the_spec, jobset(), errors, None, NOW)
+    assert status["rankErrorCount"] == 1000
+    assert len(status["rankErrors"]) <= LISTED
+    assert all(len(e["error"]) <= 200 for e in status["rankErrors"])
+    assert len(json.dumps(status)) < 256 * 1024
+
+
+def test_a_foreign_jobset_is_reported_not_adopted() -> None:
+    why = "JobSet bench already exists and has no controller owner: it is not adopted."
+    status = st.compute_status(spec(), None, [], None, NOW, foreign_jobset=why)
+    assert (status["phase"], status["reason"], status["message"]) == (
+        "Pending",
+        "ForeignJobSet",
+        why,
+    )
+    created = next(c for c in status["conditions"] if c["type"] == "JobSetCreated")
+    assert (created["status"], created["reason"], created["message"]) == (
+        "False",
+        "ForeignJobSet",
+        why,
+    )
+    assert "jobSetName" not in status

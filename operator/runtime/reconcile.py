@@ -72,14 +72,11 @@ def reconcile_once(
             problem = str(exc)
 
     jobset = api.get_jobset(namespace, name)
-    if jobset is not None and not _owned_by(jobset, uid):
-        # A JobSet of an earlier benchmark of the same name, not yet garbage-collected.
-        jobset = None
-        foreign = True
-    else:
-        foreign = False
+    foreign = _foreign(jobset, name, uid)
     created = False
-    if jobset is None and current is not None and not foreign:
+    if foreign is not None:
+        jobset = None
+    elif jobset is None and current is not None:
         try:
             body = render_jobset(name, namespace, uid, current, defaults)
         except RenderError as exc:
@@ -91,6 +88,10 @@ def reconcile_once(
             made = api.create_jobset(namespace, body)
             created = made is not None
             jobset = made if made is not None else api.get_jobset(namespace, name)
+            # 409: another JobSet of this name appeared since the read; it may not be ours.
+            foreign = _foreign(jobset, name, uid)
+            if foreign is not None:
+                jobset = None
 
     if jobset is None and problem is not None:
         status = st.invalid_spec_status(problem, previous, now, generation=generation)
@@ -101,7 +102,14 @@ def reconcile_once(
             raise RuntimeError("no spec to compute the status from")
         pods = api.list_pods(namespace, name) if jobset is not None else []
         status = st.compute_status(
-            ran, jobset, pods, previous, now, generation=generation, spec_change=change
+            ran,
+            jobset,
+            pods,
+            previous,
+            now,
+            generation=generation,
+            spec_change=change,
+            foreign_jobset=foreign,
         )
         backend = ran.backend.value
 
@@ -114,9 +122,28 @@ def reconcile_once(
     return Outcome(status, patched, created)
 
 
-def _owned_by(jobset: Mapping[str, Any], uid: str) -> bool:
+def _foreign(jobset: Mapping[str, Any] | None, name: str, uid: str) -> str | None:
+    """Why the JobSet of the benchmark's name is not the benchmark's own; None when it is (or
+    there is none). Adopting a JobSet without our controller reference would report someone
+    else's pods as this benchmark's results."""
+    if jobset is None:
+        return None
     owners = (jobset.get("metadata") or {}).get("ownerReferences") or []
-    return any(o.get("uid") == uid for o in owners if o.get("controller")) or not owners
+    if any(o.get("uid") == uid and o.get("controller") for o in owners):
+        return None
+    controller = next((o for o in owners if o.get("controller")), None)
+    if controller is None:
+        whose = "has no controller owner"
+    else:
+        whose = (
+            f"is controlled by {controller.get('kind', '?')} {controller.get('name', '?')} "
+            f"(uid {controller.get('uid', '?')})"
+        )
+    return (
+        f"JobSet {name} already exists and {whose}: it is not adopted. The benchmark starts once "
+        "it is gone (the garbage collector removes an earlier benchmark's JobSet; delete any "
+        "other by hand)"
+    )
 
 
 def _ran_spec(

@@ -72,7 +72,7 @@ def bounded_lists(summary: RunSummary, reports: Reports) -> dict[str, Any]:
     if summary.error_count:
         out["rankErrorCount"] = summary.error_count
         out["rankErrors"] = [
-            {"rank": e.rank, "pod": reports.result_pods.get(e.rank, ""), "error": e.error}
+            {"rank": e.rank, "pod": reports.result_pods.get(e.rank, ""), "error": excerpt(e.error)}
             for e in summary.errors[:LISTED]
         ]
     if reports.failures:

@@ -18,10 +18,11 @@ from typing import Any
 from ckptbench.operator.status import conditions as cond
 from ckptbench.operator.status.aggregate import bounded_lists, op_status, ranks_status, slowest_rank
 from ckptbench.operator.status.failure import failure as find_failure
-from ckptbench.operator.status.failure import jobset_conditions, terminal_transition
+from ckptbench.operator.status.failure import terminal_transition
 from ckptbench.operator.status.phases import (
     FAILED,
     FAILED_CONDITION,
+    FOREIGN_JOBSET,
     JOBSET_CREATED,
     PENDING,
     QUEUED,
@@ -45,30 +46,31 @@ def compute_status(
     *,
     generation: int | None = None,
     spec_change: str | None = None,
+    foreign_jobset: str | None = None,
 ) -> dict[str, Any]:
     """The status for ``spec`` given its JobSet (None: not created yet) and the JobSet's pods.
 
     ``spec`` is the spec the JobSet was rendered from. ``spec_change`` describes an edit made
     after the run started, which is refused: it becomes the SpecChangeRejected condition.
+    ``foreign_jobset`` says why a JobSet of the benchmark's name, which it does not own, was not
+    adopted: the benchmark waits until it is gone.
     """
     previous = previous or {}
     total = sizes.total_bytes(spec.layer_size, spec.padding_size)
     reports = read_pods(current_attempt(pods))
     summary = summarize(reports.results, spec.world_size, total)
-    jobset_states = jobset_conditions(jobset)
     suspended = bool(jobset is not None and (jobset.get("spec") or {}).get("suspend"))
 
     failure = find_failure(spec, summary, reports, jobset)
-    if jobset is None:
+    if jobset is None and foreign_jobset is not None:
+        phase, reason, message = PENDING, FOREIGN_JOBSET, foreign_jobset
+    elif jobset is None:
         phase, reason, message = PENDING, "JobSetNotCreated", "the JobSet has not been created yet"
     elif failure is not None:
         phase, reason, message = FAILED, failure[0], failure[1]
-    elif summary.succeeded or jobset_states.get("Completed") == "True":
+    elif summary.succeeded:
         phase, reason = SUCCEEDED, "AllRanksSucceeded"
         message = f"{summary.ranks_reported}/{spec.world_size} ranks reported success"
-        if not summary.succeeded:
-            reason = "JobSetCompleted"
-            message = f"the JobSet completed; {message}"
     elif suspended:
         queue = spec.queue_name or "(none)"
         phase, reason = QUEUED, "WaitingForAdmission"

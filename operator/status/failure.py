@@ -65,8 +65,27 @@ def failure(
         )
     if summary.error_count and summary.ranks_reported == spec.world_size:
         first_error = summary.errors[0]
-        return "RankError", f"rank {first_error.rank} reported: {first_error.error}"
+        return "RankError", f"rank {first_error.rank} reported: {excerpt(first_error.error)}"
+    if jobset_conditions(jobset).get("Completed") == "True" and not summary.succeeded:
+        # Automation waits on Complete=True: a run without every rank's figures is no result.
+        return "ResultsMissing", _missing_message(spec, summary, reports)
     return None
+
+
+def _missing_message(spec: RunSpec, summary: RunSummary, reports: Reports) -> str:
+    if summary.missing_rank_count:
+        listed = ", ".join(map(str, summary.missing_ranks))
+        more = summary.missing_rank_count - len(summary.missing_ranks)
+        ranks = f"ranks {listed}" + (f" and {more} more" if more else "")
+        message = (
+            f"the JobSet completed but {summary.missing_rank_count} of {spec.world_size} ranks "
+            f"left no readable result ({ranks})"
+        )
+    else:
+        message = "the JobSet completed but the ranks' results hold no complete save and load"
+    if reports.unreadable:
+        message += f"; {len(reports.unreadable)} results were unreadable (see unreadableResults)"
+    return message
 
 
 def _classify(failure: PodFailure) -> tuple[str, str]:

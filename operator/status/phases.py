@@ -24,6 +24,9 @@ COMPLETE = "Complete"
 FAILED_CONDITION = "Failed"
 SPEC_CHANGE_REJECTED = "SpecChangeRejected"
 
+# Reason of a benchmark whose name is taken by a JobSet it does not own.
+FOREIGN_JOBSET = "ForeignJobSet"
+
 
 class RunSpec(Protocol):
     """What the status needs of the benchmark's spec (CheckpointBenchmarkSpec provides it)."""
@@ -59,6 +62,8 @@ def benchmark_conditions(
     desired = [
         make(JOBSET_CREATED, "True", "JobSetCreated", f"JobSet {name} exists")
         if jobset is not None
+        else make(JOBSET_CREATED, "False", reason, message)
+        if reason == FOREIGN_JOBSET
         else make(JOBSET_CREATED, "False", "JobSetNotCreated", "the JobSet has not been created")
     ]
     if jobset is None:

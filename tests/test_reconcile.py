@@ -1,0 +1,109 @@
+"""One reconcile against a recording stand-in for the API: creation, 409s, foreign JobSets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from ckptbench.operator.render.jobset import RenderDefaults, render_jobset
+from ckptbench.operator.runtime import kube
+from ckptbench.operator.runtime.reconcile import RENDERED_SPEC_ANNOTATION, reconcile_once
+from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+NS, NAME, UID = "team-a", "bench", "uid-1"
+SPEC = {"checkpointPath": "gs://bucket/x", "worldSize": 2, "image": "img:1"}
+DEFAULTS = RenderDefaults()
+
+
+def owned_jobset() -> dict[str, Any]:
+    spec = CheckpointBenchmarkSpec.model_validate(SPEC)
+    body = render_jobset(NAME, NS, UID, spec, DEFAULTS)
+    body["metadata"]["annotations"][RENDERED_SPEC_ANNOTATION] = canonical_json(spec)
+    return body
+
+
+class FakeApi:
+    """The reconcile's API: a benchmark, maybe a JobSet, and what was called."""
+
+    def __init__(self, jobset: dict[str, Any] | None, create_conflicts: bool = False) -> None:
+        self.jobset = jobset
+        self.create_conflicts = create_conflicts
+        self.calls: list[str] = []
+        self.status: dict[str, Any] = {}
+
+    def get_benchmark(self, namespace: str, name: str) -> dict[str, Any] | None:
+        meta = {"name": name, "namespace": namespace, "uid": UID, "generation": 1}
+        return {"metadata": meta, "spec": SPEC, "status": self.status}
+
+    def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.calls.append("get_jobset")
+        return self.jobset
+
+    def create_jobset(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        self.calls.append("create_jobset")
+        if self.create_conflicts:
+            self.jobset = owned_jobset()  # another reconcile made it first
+            return None
+        self.jobset = dict(body)
+        return self.jobset
+
+    def list_pods(self, namespace: str, benchmark: str) -> list[dict[str, Any]]:
+        self.calls.append("list_pods")
+        return []
+
+    def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self.status = {k: v for k, v in {**self.status, **patch}.items() if v is not None}
+
+
+def test_a_conflict_on_creation_reads_the_existing_jobset() -> None:
+    api = FakeApi(None, create_conflicts=True)
+    outcome = reconcile_once(api, DEFAULTS, NS, NAME, NOW)
+    assert outcome is not None and not outcome.created_jobset
+    assert api.calls == ["get_jobset", "create_jobset", "get_jobset", "list_pods"]
+    assert outcome.status["jobSetName"] == NAME
+    assert outcome.status["phase"] == "Pending"
+
+
+@pytest.mark.parametrize(
+    ("owners", "whose"),
+    [
+        ([], "has no controller owner"),
+        (
+            [{"kind": "CheckpointBenchmark", "name": NAME, "uid": "old", "controller": True}],
+            "is controlled by CheckpointBenchmark bench (uid old)",
+        ),
+    ],
+    ids=["ownerless", "an-earlier-benchmark"],
+)
+def test_a_foreign_jobset_is_not_adopted(owners: list[dict[str, Any]], whose: str) -> None:
+    foreign = owned_jobset()
+    foreign["metadata"]["ownerReferences"] = owners
+    api = FakeApi(foreign)
+    outcome = reconcile_once(api, DEFAULTS, NS, NAME, NOW)
+    assert outcome is not None
+    assert api.calls == ["get_jobset"]  # neither created over it nor its pods read
+    assert outcome.status["reason"] == "ForeignJobSet"
+    assert whose in outcome.status["message"]
+    assert foreign["metadata"]["ownerReferences"] == owners
+
+
+class StubCustomObjects:
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+    def create_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        raise ApiException(status=self.status, reason="stub")
+
+
+def test_kube_treats_409_on_jobset_creation_as_already_done() -> None:
+    api = kube.Kube.__new__(kube.Kube)
+    api._custom = StubCustomObjects(409)  # type: ignore[assignment]
+    assert api.create_jobset(NS, owned_jobset()) is None
+    api._custom = StubCustomObjects(500)  # type: ignore[assignment]
+    with pytest.raises(ApiException):
+        api.create_jobset(NS, owned_jobset())
