@@ -111,6 +111,10 @@ def test_defaults_match_the_model() -> None:
     for name, node in spec_schema["properties"].items():
         if "default" in node:
             assert node["default"] == dumped[name], name
+        elif name in ("layerSize", "paddingSize"):
+            # No CRD default, so CEL can tell them apart from a model preset; the reference's
+            # value applies when absent, and the description says which.
+            assert f"Default {dumped[name]}" in node["description"], name
         else:
             # Optional fields: leaving them out means the operator's default or none.
             assert dumped[name] in (None, [], "gs://bucket/x"), name
@@ -159,6 +163,7 @@ def test_status_is_free_form_and_printer_columns_read_the_status_fields() -> Non
         "Throughput": ".status.save.throughput",
         "Age": ".metadata.creationTimestamp",
         "Backend": ".spec.backend",
+        "Model": ".spec.model.preset",
         "Load Throughput": ".status.load.throughput",
         "Reason": ".status.failureReason",
     }
@@ -192,7 +197,9 @@ def _benchmark(name: str = "demo", **spec_fields: Any) -> dict[str, Any]:
             "volumeMounts": [{"name": "shared", "mountPath": "/mnt/shared"}],
         },
         {"queueName": "team-a", "workloadPriorityClassName": "high", "maxRestarts": 2},
-        {"resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "8Gi"}}},
+        {"resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "20Gi"}}},
+        {"model": {"preset": "llama3-8b", "layers": 2}, "worldSize": 8},
+        {"model": {"preset": "llama3-debug"}, "worldSize": 512},
         {"tolerations": [{"key": "pool", "operator": "Exists"}], "nodeSelector": {"a": "b"}},
     ],
 )

@@ -78,6 +78,27 @@ CASES = [
     # -- what only the CEL rules (and the model's twins) say ------------------------------------
     Case("padding-below-world-size", _with(paddingSize=2), "paddingSize", "cel"),
     Case(
+        "model-with-layer-size",
+        _with(model={"preset": "llama3-8b"}, layerSize=10),
+        "model",
+        "cel",
+    ),
+    Case(
+        "model-with-padding-size",
+        _with(model={"preset": "llama3-8b"}, paddingSize=10),
+        "model",
+        "cel",
+    ),
+    Case("model-unknown-preset", _with(model={"preset": "gpt2"}), "model", "schema"),
+    Case("model-without-preset", _with(model={"layers": 2}), "model", "schema"),
+    Case("model-zero-layers", _with(model={"preset": "llama3-8b", "layers": 0}), "model", "schema"),
+    Case(
+        "model-unknown-dtype",
+        _with(model={"preset": "llama3-8b", "dtype": "fp8"}),
+        "model",
+        "schema",
+    ),
+    Case(
         "checkpoint-too-large",
         _with(layerSize=10_000_000, paddingSize=1_000_000),
         "layerSize",

@@ -71,3 +71,13 @@ def test_kubernetes_quantities(text: str, value: int) -> None:
 def test_a_bad_quantity_is_named() -> None:
     with pytest.raises(ValueError, match="not a memory quantity: 'lots'"):
         memory_plan.parse_quantity("lots")
+
+
+def test_a_models_metadata_counts_because_every_rank_reads_it() -> None:
+    config = WorkloadConfig(
+        checkpoint_path="/tmp/x", backend="file", world_size=512, model="llama3-405b"
+    )
+    est = config.memory_estimate()
+    assert est.metadata_bytes > 300 * 10**6  # 1137 x 3 sharded tensors x 512 chunks
+    assert est.peak_bytes == (est.shard_bytes + est.buffer_bytes + est.metadata_bytes + 350 * MIB)
+    assert ".metadata 3" in est.breakdown()

@@ -67,6 +67,13 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Backend", "type": "string", "jsonPath": ".spec.backend", "priority": 1},
     {
+        "name": "Model",
+        "type": "string",
+        "jsonPath": ".spec.model.preset",
+        "description": "Model preset (empty: the reference layout)",
+        "priority": 1,
+    },
+    {
         "name": "Load Throughput",
         "type": "string",
         "jsonPath": ".status.load.throughput",

@@ -20,11 +20,14 @@ from typing import Any, Self, cast
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from ckptbench.operator.spec.model_preset import ModelSettings
 from ckptbench.operator.spec.names import (
     CHECKPOINT_PATH_PATTERN,
     DNS_SUBDOMAIN,
     MAX_LIST_ITEMS,
     MAX_WORLD_SIZE,
+    REFERENCE_LAYER_SIZE,
+    REFERENCE_PADDING_SIZE,
     TAINT_EFFECTS,
     TOLERATION_KEYS,
     TOLERATION_OPERATORS,
@@ -34,7 +37,7 @@ from ckptbench.operator.spec.names import (
     ImagePullPolicy,
     check_dns_label,
 )
-from ckptbench.operator.spec.rules import RULES
+from ckptbench.operator.spec.rules import RULES, memory_problem, no_crd_default
 from ckptbench.operator.spec.schemas import (
     FREE_OBJECT,
     RESOURCES_SCHEMA,
@@ -43,7 +46,7 @@ from ckptbench.operator.spec.schemas import (
     VOLUMES_SCHEMA,
     crd_schema,
 )
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract import models, sizes
 from ckptbench.workload.contract.config import MIB, Backend, WorkloadConfig
 
 _CRD_RULES: list[JsonValue] = [cast("JsonValue", rule.to_crd()) for rule in RULES]
@@ -84,19 +87,37 @@ class CheckpointBenchmarkSpec(BaseModel):
         le=MAX_WORLD_SIZE,
         description="Number of ranks: one pod each (the reference's WORLD_SIZE).",
     )
+    # No default in the CRD (the API server would fill it in and CEL could no longer tell a spec
+    # that sets it from one that does not): the reference's values apply when neither is given.
     layer_size: int = Field(
-        100_000,
+        REFERENCE_LAYER_SIZE,
         ge=1,
         le=10_000_000,
         description="Rows of each (layerSize, 1000) float32 tensor: a tensor is layerSize * 4000 "
-        "bytes (the reference's LAYER_SIZE).",
+        "bytes (the reference's LAYER_SIZE). Default 100000; not with model.",
+        json_schema_extra=no_crd_default,
     )
     padding_size: int = Field(
-        196,
+        REFERENCE_PADDING_SIZE,
         ge=1,
         le=1_000_000,
         description="Number of tensors, dealt round-robin to the ranks; at least worldSize. Shards "
-        "are even when it is a multiple of worldSize (the reference's PADDING_SIZE).",
+        "are even when it is a multiple of worldSize (the reference's PADDING_SIZE). Default 196; "
+        "not with model.",
+        json_schema_extra=no_crd_default,
+    )
+    model: ModelSettings | None = Field(
+        None,
+        description="A Llama 3 preset instead of the reference layout: every rank holds its "
+        "Shard(0) rows of every parameter (and AdamW state) as a DTensor, as FSDP2 does. "
+        "Exclusive with layerSize and paddingSize.",
+    )
+    memory_check: bool = Field(
+        True,
+        description="Refuse a spec whose resources.limits.memory is below a rank's estimated peak "
+        "(its shard, an async save's staging copy, one item buffer and ~350 MiB for the "
+        "interpreter), and have each rank check its container's limit before it starts. false: "
+        "run anyway.",
     )
     sample_count: int = Field(
         8,
@@ -328,6 +349,11 @@ class CheckpointBenchmarkSpec(BaseModel):
     def _cross_field_rules(self) -> Self:
         # Each message starts with the field it is about, for the CEL rule and for this twin alike.
         broken = [rule.message for rule in RULES if not rule.check(self)]
+        if not broken:
+            # Python only: the estimate needs the model's arithmetic, which CEL cannot do.
+            memory = memory_problem(self)
+            if memory is not None:
+                broken.append(memory)
         if broken:
             raise ValueError("; ".join(broken))
         return self
@@ -336,14 +362,23 @@ class CheckpointBenchmarkSpec(BaseModel):
 
     @property
     def total_bytes(self) -> int:
+        if self.model is not None:
+            return models.model_sizes(self.model.to_contract(), self.world_size).total_bytes
         return sizes.total_bytes(self.layer_size, self.padding_size)
 
     def to_workload_config(self, run_id: str, master_addr: str) -> WorkloadConfig:
         """The configuration every rank of this benchmark runs with (rank 0; pods set their own)."""
+        layout: dict[str, Any]
+        if self.model is None:
+            layout = {"layer_size": self.layer_size, "padding_size": self.padding_size}
+        else:
+            m = self.model
+            layout = {"model": m.preset, "layers": m.layers, "vocab": m.vocab}
+            layout |= {"optimizer": m.optimizer, "dtype": m.dtype}
         return WorkloadConfig(
             world_size=self.world_size,
-            layer_size=self.layer_size,
-            padding_size=self.padding_size,
+            **layout,
+            memory_check=self.memory_check,
             sample_count=self.sample_count,
             warmup_samples=self.warmup_samples,
             backend=self.backend,

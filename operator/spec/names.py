@@ -22,6 +22,10 @@ MAX_NAME_LENGTH = 63 - _HOSTNAME_SUFFIX_LENGTH
 # The name is also the headless Service's name, which must be a DNS-1035 label.
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 
+# The reference layout's sizes (its published table), used when a spec names no model.
+REFERENCE_LAYER_SIZE = 100_000
+REFERENCE_PADDING_SIZE = 196
+
 # A bound on the whole checkpoint, so a typo in layerSize cannot ask a cluster for petabytes.
 MAX_TOTAL_BYTES = 64 * 1024**4
 MAX_LIST_ITEMS = 64

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ckptbench.operator.spec.names import (
     CONTROL_PLANE_KEYS,
     MAX_TOTAL_BYTES,
+    REFERENCE_LAYER_SIZE,
+    REFERENCE_PADDING_SIZE,
     SYSTEM_PRIORITY_PREFIX,
     TMP_PATH,
     TMP_VOLUME,
     VOLUME_SOURCES,
 )
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract import memory_plan, sizes
 from ckptbench.workload.contract.config import Backend
 
 if TYPE_CHECKING:
@@ -68,19 +70,43 @@ def _cel_list(items: tuple[str, ...]) -> str:
 
 _ONE_SOURCE_CEL = " + ".join(f"(has(v.{source}) ? 1 : 0)" for source in VOLUME_SOURCES)
 
+# layerSize and paddingSize have no CRD default (so `has` tells whether a spec set them): CEL
+# reads them through these, with the reference's values when absent.
+_LAYER = f"(has(self.layerSize) ? self.layerSize : {REFERENCE_LAYER_SIZE})"
+_PADDING = f"(has(self.paddingSize) ? self.paddingSize : {REFERENCE_PADDING_SIZE})"
+
+
+def no_crd_default(schema: dict[str, Any]) -> None:
+    """Leave a field's default out of the CRD schema (pydantic still applies it)."""
+    schema.pop("default", None)
+
+
+def _model_alone(spec: CheckpointBenchmarkSpec) -> bool:
+    return spec.model is None or not ({"layer_size", "padding_size"} & spec.model_fields_set)
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
+        "model",
+        "!has(self.model) || (!has(self.layerSize) && !has(self.paddingSize))",
+        "model is exclusive with layerSize and paddingSize (the reference layout's settings)",
+        _model_alone,
+    ),
+    Rule(
         "paddingSize",
-        "self.paddingSize >= self.worldSize",
+        f"has(self.model) || {_PADDING} >= self.worldSize",
         "paddingSize must be at least worldSize: every rank owns at least one tensor",
-        lambda s: s.padding_size >= s.world_size,
+        lambda s: s.model is not None or s.padding_size >= s.world_size,
     ),
     Rule(
         "layerSize",
-        f"self.layerSize * self.paddingSize * {sizes.COLUMNS * sizes.FLOAT32_BYTES} "
+        f"has(self.model) || {_LAYER} * {_PADDING} * {sizes.COLUMNS * sizes.FLOAT32_BYTES} "
         f"<= {MAX_TOTAL_BYTES}",
         "layerSize * paddingSize * 4000 bytes (the whole checkpoint) must be at most 64 TiB",
-        lambda s: sizes.total_bytes(s.layer_size, s.padding_size) <= MAX_TOTAL_BYTES,
+        lambda s: (
+            s.model is not None
+            or sizes.total_bytes(s.layer_size, s.padding_size) <= MAX_TOTAL_BYTES
+        ),
     ),
     Rule(
         "checkpointPath",
@@ -175,3 +201,29 @@ RULES: tuple[Rule, ...] = (
         lambda s: not (s.priority_class_name or "").startswith(SYSTEM_PRIORITY_PREFIX),
     ),
 )
+
+
+def memory_problem(spec: CheckpointBenchmarkSpec) -> str | None:
+    """``resources.limits.memory`` below a rank's estimated peak, or None (no limit, forced).
+
+    The estimate is the workload's own (``contract/memory_plan.py``), for the largest rank.
+    """
+    if not spec.memory_check or not spec.resources:
+        return None
+    quantity = (spec.resources.get("limits") or {}).get("memory")
+    if quantity is None:
+        return None
+    try:
+        limit = memory_plan.parse_quantity(str(quantity))
+    except ValueError as exc:
+        return f"resources.limits.memory: {exc}"
+    config = spec.to_workload_config("check", "127.0.0.1")
+    text = memory_plan.refusal(
+        config.memory_estimate(),
+        limit,
+        f"resources.limits.memory {quantity}",
+        "raise the limit, use more ranks (worldSize)"
+        + (" or fewer model.layers" if spec.model is not None else " or a smaller layerSize"),
+        "memoryCheck: false",
+    )
+    return None if text is None else f"resources.limits.memory: {text}"

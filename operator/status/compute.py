@@ -56,7 +56,7 @@ def compute_status(
     adopted: the benchmark waits until it is gone.
     """
     previous = previous or {}
-    total = sizes.total_bytes(spec.layer_size, spec.padding_size)
+    total = spec.total_bytes
     reports = read_pods(current_attempt(pods))
     summary = summarize(reports.results, spec.world_size, total)
     suspended = bool(jobset is not None and (jobset.get("spec") or {}).get("suspend"))

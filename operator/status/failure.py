@@ -93,7 +93,7 @@ def _classify(failure: PodFailure) -> tuple[str, str]:
     if failure.reason == "OOMKilled":
         return "OutOfMemory", (
             "The rank ran out of memory: a rank holds its whole shard in memory; raise "
-            "resources.limits.memory or use a smaller layerSize/paddingSize."
+            "resources.limits.memory or use a smaller layerSize/paddingSize (or model.layers)."
         )
     if "rendezvous" in error or "master_addr" in error or "did not resolve" in error:
         return "RendezvousTimeout", (

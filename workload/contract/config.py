@@ -192,10 +192,14 @@ class WorkloadConfig(BaseModel):
         """Rank 0's peak (the largest rank under either layout's dealing)."""
         sized = self.model_sizes()
         if sized is not None:
-            largest, item = sized.largest_rank_bytes, sized.largest_item_bytes
-        else:
-            largest = sizes.shard_bytes(0, self.world_size, self.layer_size, self.padding_size)
-            item = sizes.tensor_bytes(self.layer_size)
+            return memory_plan.estimate(
+                sized.largest_rank_bytes,
+                sized.largest_item_bytes,
+                self.async_save,
+                sized.metadata_bytes,
+            )
+        largest = sizes.shard_bytes(0, self.world_size, self.layer_size, self.padding_size)
+        item = sizes.tensor_bytes(self.layer_size)
         return memory_plan.estimate(largest, item, self.async_save)
 
     def describe_state(self) -> str:

@@ -14,6 +14,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 
+class Preset(enum.StrEnum):
+    LLAMA3_DEBUG = "llama3-debug"
+    LLAMA3_8B = "llama3-8b"
+    LLAMA3_70B = "llama3-70b"
+    MLPERF_LLAMA3_70B = "mlperf-llama3-70b"
+    LLAMA3_405B = "llama3-405b"
+
+
 class Optimizer(enum.StrEnum):
     ADAMW = "adamw"
     NONE = "none"
@@ -79,12 +87,12 @@ class Architecture:
 
 
 PRESETS: dict[str, Architecture] = {
-    "llama3-debug": Architecture(256, 6, 16, 16, 2048, 256, None),
-    "llama3-8b": Architecture(4096, 32, 32, 8, 128256, 1024, 1.3),
-    "llama3-70b": Architecture(8192, 80, 64, 8, 128256, 4096, 1.3),
+    Preset.LLAMA3_DEBUG: Architecture(256, 6, 16, 16, 2048, 256, None),
+    Preset.LLAMA3_8B: Architecture(4096, 32, 32, 8, 128256, 1024, 1.3),
+    Preset.LLAMA3_70B: Architecture(8192, 80, 64, 8, 128256, 4096, 1.3),
     # MLPerf Storage's llama3_70b.yaml has 128 attention heads (head_dim 64), hence fewer params.
-    "mlperf-llama3-70b": Architecture(8192, 80, 128, 8, 128256, 4096, 1.3),
-    "llama3-405b": Architecture(16384, 126, 128, 8, 128256, 4096, 1.2),
+    Preset.MLPERF_LLAMA3_70B: Architecture(8192, 80, 128, 8, 128256, 4096, 1.3),
+    Preset.LLAMA3_405B: Architecture(16384, 126, 128, 8, 128256, 4096, 1.2),
 }
 
 

@@ -75,7 +75,9 @@ def main(argv: Sequence[str]) -> int:
 
 
 def memory_of(s: models.ModelSizes, async_save: bool) -> memory_plan.MemoryEstimate:
-    return memory_plan.estimate(s.largest_rank_bytes, s.largest_item_bytes, async_save)
+    return memory_plan.estimate(
+        s.largest_rank_bytes, s.largest_item_bytes, async_save, s.metadata_bytes
+    )
 
 
 def as_dict(s: models.ModelSizes, async_save: bool) -> dict[str, object]:

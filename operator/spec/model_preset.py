@@ -1,0 +1,50 @@
+"""``spec.model``: a Llama 3 preset sharded as FSDP2 does, instead of the reference layout.
+
+Sizes come from the workload's contract (``contract/models.py``), the same arithmetic the ranks
+use, so the operator can judge a spec's memory before any pod exists.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from ckptbench.workload.contract import models
+
+
+class ModelSettings(BaseModel):
+    """A model preset with its overrides, optimizer state and dtype profile."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True, frozen=True
+    )
+
+    preset: models.Preset = Field(
+        ...,
+        strict=False,  # the plain string a manifest holds
+        description="Llama 3 preset (torchtitan's shapes and key names): llama3-debug, "
+        "llama3-8b, llama3-70b, mlperf-llama3-70b (MLPerf Storage's config, 128 heads) or "
+        "llama3-405b.",
+    )
+    layers: int | None = Field(
+        None, ge=1, le=1000, description="Override the number of layers (scaled-down runs)."
+    )
+    vocab: int | None = Field(
+        None, ge=1, le=10_000_000, description="Override the vocabulary size (scaled-down runs)."
+    )
+    optimizer: models.Optimizer = Field(
+        models.Optimizer.ADAMW,
+        strict=False,
+        description="Optimizer state saved beside the weights: adamw (exp_avg, exp_avg_sq, step "
+        "and param_groups, torchtitan's flattened names) or none.",
+    )
+    dtype: models.DtypeProfile = Field(
+        models.DtypeProfile.FP32,
+        strict=False,
+        description="Dtype profile: fp32 (12 bytes/parameter with AdamW, torchtitan's), mlperf "
+        "(fp16 weights + fp32 master and moments, 14 bytes/parameter: MLPerf Storage's totals) "
+        "or bf16.",
+    )
+
+    def to_contract(self) -> models.ModelSpec:
+        return models.ModelSpec(self.preset, self.layers, self.vocab, self.optimizer, self.dtype)
