@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import socket
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+
+from ckptbench.workload.local import orphans
 
 
 class EmulatorError(RuntimeError):
@@ -53,7 +55,7 @@ class GcsEmulator:
         self.host = host
         self.port = 0
         self._root = root
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._tmp: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: Path | None = None
 
@@ -67,8 +69,8 @@ class GcsEmulator:
 
     def start(self, timeout: float = 15.0) -> GcsEmulator:
         if self._root is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="ckptbench-gcs-")
-            root = Path(self._tmp.name)
+            self._tmp = orphans.scratch_dir("gcs")
+            root = Path(self._tmp)
         else:
             root = self._root
         data = root / "data"
@@ -97,6 +99,8 @@ class GcsEmulator:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                # Killed with its starter, even by SIGKILL: no emulator left serving old data.
+                preexec_fn=orphans.die_with_this_thread(),
             )
         self._wait_ready(timeout)
         return self
@@ -148,8 +152,7 @@ class GcsEmulator:
                 proc.kill()
                 proc.wait()
         if self._tmp is not None:
-            with contextlib.suppress(OSError):
-                self._tmp.cleanup()
+            shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
 
     def __enter__(self) -> GcsEmulator:

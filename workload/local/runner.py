@@ -13,10 +13,10 @@ import collections
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.local import orphans
 from ckptbench.workload.local.emulator import free_port
 from ckptbench.workload.rank import environment
 
@@ -206,9 +207,11 @@ def run_ranks(
     env_base = os.environ if base_env is None else base_env
     printer = _Printer(out, label, watch)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="ckptbench-ranks-") as tmp:
+    tmp = orphans.scratch_dir("ranks")
+    try:
         port = free_port()
         ranks: list[_Rank] = []
+        die_with_runner = orphans.die_with_this_thread()
         try:
             for rank in range(config.world_size):
                 result_file = Path(tmp) / f"rank-{rank}.json"
@@ -220,6 +223,8 @@ def run_ranks(
                     stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    # Killed with the runner, even by SIGKILL, which runs no cleanup of ours.
+                    preexec_fn=die_with_runner,
                 )
                 ranks.append(_Rank(rank, proc, result_file))
             if on_started is not None:
@@ -252,6 +257,8 @@ def run_ranks(
             for r in ranks
         ]
         outcome.seconds = time.monotonic() - started
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return outcome
 
 
