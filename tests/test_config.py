@@ -97,6 +97,13 @@ def test_rank_sources_in_order() -> None:
         ({"CKPTBENCH_WORLD_SIZE": "4", "RANK": "4"}, ["RANK", "below world_size"]),
         ({"CKPTBENCH_WORLD_SIZE": "8", "PADDING_SIZE": "4"}, ["PADDING_SIZE", "at least"]),
         ({"CKPTBENCH_BACKEND": "file"}, ["CKPTBENCH_CHECKPOINT_PATH", "backend is file"]),
+        ({"CKPTBENCH_CHECKPOINT_PATH": "gs://"}, ["CKPTBENCH_CHECKPOINT_PATH", "no bucket"]),
+        ({"CKPTBENCH_CHECKPOINT_PATH": "gs:///x"}, ["CKPTBENCH_CHECKPOINT_PATH", "no bucket"]),
+        ({"CKPTBENCH_PROCEDURE": "mlperf"}, ["CKPTBENCH_WARMUP_SAMPLES", "no warm-up"]),
+        (
+            {"CKPTBENCH_PROCEDURE": "mlperf", "CKPTBENCH_WARMUP_SAMPLES": "0"},
+            ["CKPTBENCH_SAMPLE_COUNT", "10 writes"],
+        ),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], names: list[str]) -> None:
@@ -193,3 +200,16 @@ def test_model_sizes_of_a_rank_follow_torch_chunk() -> None:
     ).shard_bytes  # fmt: skip
     assert not config.even_shards
     assert config.total_bytes == 4 * 6_163_712
+
+
+def test_unknown_prefixed_variables_are_named() -> None:
+    from ckptbench.workload.contract.config import unknown_variables
+
+    env = {
+        **GS,
+        "CKPTBENCH_SAMPLES": "3",  # misspelt: the setting is CKPTBENCH_SAMPLE_COUNT
+        "CKPTBENCH_SAMPLE_COUNT": "3",
+        "CKPTBENCH_OPERATOR_NAMESPACES": "a",  # the operator's own
+        "OTHER": "x",
+    }
+    assert unknown_variables(env) == ["CKPTBENCH_SAMPLES"]

@@ -24,7 +24,7 @@ def _rank(
         rank=rank,
         host=f"node-{rank}",
         bytes=nbytes,
-        save=OpTiming.of(save, save, blocked) if save else None,
+        save=OpTiming.of(save, save, blocked_seconds=blocked) if save else None,
         load=OpTiming.of(load, load) if load else None,
         verified=verified,
         error=error,
@@ -245,3 +245,49 @@ def test_shard_size_unknown_when_no_rank_reported() -> None:
     assert _row(table, "shard size (GiB)") == ["-"]
     assert _row(table, "total size (GiB)") == ["2.00"]
     assert _row(table, "verified") == ["unknown"]
+
+
+def _phased(rank: int, io: float, **kw: object) -> RankResult:
+    timing = OpTiming.of([2.0, 2.0], [io, io], [0.1, 0.1])
+    return RankResult(rank=rank, bytes=GIB, save=timing, load=timing, verified=True, **kw)
+
+
+PHASED = summarize([_phased(0, 0.5), _phased(1, 1.5)], world_size=2, total_bytes=2 * GIB)
+
+
+@pytest.mark.parametrize(
+    ("label", "expected"),
+    [
+        # Barrier to barrier both ranks took 2 s; rank 1's own I/O took 1.5 s, rank 0's 0.5 s.
+        ("save mean (s)", ["2.000"]),
+        ("save planning (s)", ["0.100"]),
+        ("save I/O slowest rank (s)", ["1.500"]),
+        ("save I/O fastest rank (s)", ["0.500"]),
+        ("save collective overhead (s)", ["0.400"]),
+        ("save slowest rank", ["1"]),
+        ("save min per-rank (GiB/s)", ["0.667"]),
+        ("load I/O slowest rank (s)", ["1.500"]),
+        ("procedure", ["ckptbench"]),
+    ],
+)
+def test_phases_are_shown_apart(label: str, expected: list[str]) -> None:
+    assert _row(report.format_table([("gcs", PHASED)]), label) == expected
+
+
+def test_rank_io_seconds_are_listed_in_the_context() -> None:
+    assert "gcs: save I/O seconds by rank: 0.500, 1.500" in report.format_context([("gcs", PHASED)])
+
+
+def test_procedure_rows_appear_only_for_their_procedure() -> None:
+    from ckptbench.workload.contract.config import Procedure
+
+    ref = summarize(
+        [_phased(0, 0.5, procedure=Procedure.REFERENCE), _phased(1, 1.5, procedure="reference")],
+        world_size=2,
+        total_bytes=2 * GIB,
+    )
+    table = report.format_table([("gcs", ref)])
+    assert _row(table, "procedure") == ["reference"]
+    assert _row(table, "save rank-0 mean (s)") == ["2.000"]
+    assert "span" not in table
+    assert "rank-0" not in report.format_table([("gcs", PHASED)])

@@ -139,7 +139,7 @@ def test_short_message_keeps_its_samples() -> None:
     r = _rank(3, [1.5, 2.5], [0.5, 0.25])
     back = RankResult.from_termination_message(r.to_termination_message())
     assert back == r
-    assert json.loads(r.to_termination_message())["v"] == 1
+    assert json.loads(r.to_termination_message())["v"] == 2
 
 
 def test_summary_falls_back_to_statistics_when_samples_were_dropped() -> None:

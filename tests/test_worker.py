@@ -65,7 +65,7 @@ def test_ranks_save_load_verify_report_and_clean_up(
         assert result.bytes == (3 if w.rank == 0 else 2) * 1000 * 1000 * 4
         assert result.save is not None and result.load is not None
         assert result.save.seconds is not None and len(result.save.seconds) == 2
-        assert result.load.own_seconds is not None and len(result.load.own_seconds) == 2
+        assert result.load.io_seconds is not None and len(result.load.io_seconds) == 2
         assert result.save.blocked is None
     rank0 = ranks[0].stderr
     for line in ("save 1/2:", "load 2/2:"):

@@ -3,7 +3,8 @@
 ``python -m tests.workers corrupt RANK TENSOR`` and ``python -m tests.workers delete RANK`` run
 an ordinary rank (:func:`ckptbench.workload.rank.worker.run`) whose after-save hook damages the
 first timed sample's checkpoint on disk between its save and its load: the real save, load and
-verification code paths then have to notice.
+verification code paths then have to notice. ``python -m tests.workers slow-write RANK SECONDS``
+delays every ``write_data`` of rank RANK.
 """
 
 from __future__ import annotations
@@ -12,13 +13,20 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ckptbench.workload.contract.config import ENV_PREFIX, WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV
 from ckptbench.workload.contract.results import RankResult
 from ckptbench.workload.local.emulator import free_port
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.storage import StorageWriter
+
+    from ckptbench.workload.storage.timing import TimedWriter
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = [sys.executable, "-m", "ckptbench.cli", "worker"]
@@ -163,12 +171,38 @@ def _corrupt(checkpoint_id: str, tensor: str, rank: int = 0) -> None:
     raise AssertionError(f"{tensor} not in the checkpoint's metadata")
 
 
+def slow_writes(delay: float) -> Callable[[StorageWriter], TimedWriter]:
+    """A stand-in for ``timing.timed_writer`` whose writer's ``write_data`` first sleeps ``delay``.
+
+    The sleep is inside the wrapped writer's ``write_data``: storage I/O that took longer.
+    """
+    from ckptbench.workload.storage import timing
+
+    real = timing.timed_writer
+
+    class _Slow(timing.TimedWriter):
+        def write_data(self, plan: Any, planner: Any) -> Any:
+            time.sleep(delay)
+            return self.inner.write_data(plan, planner)
+
+    def wrap(inner: StorageWriter) -> TimedWriter:
+        return real(_Slow(inner))
+
+    return wrap
+
+
 def _inject_main(argv: list[str]) -> int:
     from ckptbench.workload.rank import worker
     from ckptbench.workload.storage import objects as objectio
+    from ckptbench.workload.storage import timing
 
     config = WorkloadConfig.from_env()
     mode, target = argv[0], int(argv[1])
+    if mode == "slow-write":
+        # Every save on rank ``target`` spends argv[2] more seconds in write_data.
+        if config.rank == target:
+            timing.timed_writer = slow_writes(float(argv[2]))  # type: ignore[assignment]
+        return worker.run(config)
     first_timed = config.warmup_samples
 
     def after_save(sample: int, checkpoint_id: str) -> None:

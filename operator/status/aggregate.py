@@ -31,10 +31,13 @@ def ranks_status(spec: RunSpec, summary: RunSummary) -> dict[str, Any]:
 
 
 def slowest_rank(results: Sequence[RankResult]) -> int | None:
-    """The rank whose own save plus load time is the largest: the one holding the others up."""
+    """The rank whose own save plus load I/O time is the largest: the one holding the others up.
+
+    I/O time is timed inside the storage layer; barrier-to-barrier time is equal on every rank.
+    """
 
     def own(result: RankResult) -> float:
-        return sum(op.own.mean for op in (result.save, result.load) if op is not None)
+        return sum(op.io.mean for op in (result.save, result.load) if op is not None)
 
     timed = [r for r in results if r.save is not None or r.load is not None]
     if not timed:
@@ -58,7 +61,12 @@ def op_status(op: OpSummary, result_pods: Mapping[int, str]) -> dict[str, Any]:
         "slowestRank": op.slowest_rank,
         "slowestRankSeconds": op.slowest_rank_seconds,
         "fastestRankSeconds": op.fastest_rank_seconds,
+        "planningSeconds": op.planning_mean_seconds,
+        "collectiveOverheadSeconds": op.collective_overhead_seconds,
     }
+    if op.rank_io_seconds is not None:
+        # Each rank's own mean I/O seconds, by rank; the summary keeps it only for small worlds.
+        out["rankIoSeconds"] = op.rank_io_seconds
     if op.slowest_rank in result_pods:
         out["slowestRankPod"] = result_pods[op.slowest_rank]
     if op.blocked_mean_seconds is not None:

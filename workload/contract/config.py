@@ -28,6 +28,24 @@ class Backend(enum.StrEnum):
     GCSFS = "gcsfs"
 
 
+class Procedure(enum.StrEnum):
+    """How samples are run and figures computed (docs/measurement.md)."""
+
+    CKPTBENCH = "ckptbench"  # warm-up, then save/load interleaved, each load on a fresh template
+    REFERENCE = "reference"  # the reference's: all saves then all loads into one template
+    MLPERF = "mlperf"  # MLPerf Storage's: 10 writes then 10 reads, span durations
+
+
+MLPERF_CHECKPOINTS = 10
+
+
+class CacheMode(enum.StrEnum):
+    """Whether the ``file`` backend's written files were evicted from the page cache."""
+
+    DROPPED = "dropped"
+    KEPT = "kept"
+
+
 class ConfigError(ValueError):
     """A configuration value is missing or wrong; the message names the variable and the reason."""
 
@@ -102,6 +120,16 @@ class WorkloadConfig(BaseModel):
         ),
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of the synthetic tensor content.")
+    procedure: Procedure = Field(
+        Procedure.CKPTBENCH,
+        description="ckptbench (warm-up, save/load interleaved), reference (no warm-up, all "
+        "saves then all loads into one reused template) or mlperf (10 writes then 10 reads).",
+    )
+    drop_cache: bool = Field(
+        True,
+        description="file backend: evict the written files from this node's page cache before "
+        "each load, so loads read the disk.",
+    )
     master_addr: str = Field("127.0.0.1", min_length=1, description="Rank 0's host name.")
     master_port: int = Field(29500, ge=1, le=65535, description="Rank 0's rendezvous port.")
     rendezvous_timeout_seconds: float = Field(
@@ -137,6 +165,19 @@ class WorkloadConfig(BaseModel):
             )
         if self.backend is Backend.FILE and self.checkpoint_path.startswith("gs://"):
             raise ValueError("checkpoint_path: is a gs:// URL but backend is file")
+        if self.checkpoint_path.startswith("gs://") and not self.checkpoint_path[5:].split("/")[0]:
+            raise ValueError(f"checkpoint_path: no bucket in {self.checkpoint_path!r}")
+        if self.procedure is not Procedure.CKPTBENCH and self.warmup_samples:
+            raise ValueError(
+                f"warmup_samples: the {self.procedure.value} procedure runs no warm-up; "
+                f"set it to 0 (got {self.warmup_samples})"
+            )
+        if self.procedure is Procedure.MLPERF and self.sample_count != MLPERF_CHECKPOINTS:
+            raise ValueError(
+                f"sample_count: the mlperf procedure runs MLPerf Storage's {MLPERF_CHECKPOINTS} "
+                f"writes then {MLPERF_CHECKPOINTS} reads; set it to {MLPERF_CHECKPOINTS} "
+                f"(got {self.sample_count})"
+            )
         return self
 
     def _check_model(self) -> None:
@@ -150,6 +191,12 @@ class WorkloadConfig(BaseModel):
                 f"model: a model preset and {'/'.join(sorted(both))} are exclusive "
                 "(the reference layout's settings)"
             )
+
+    @property
+    def cache_mode(self) -> CacheMode | None:
+        if self.backend is not Backend.FILE:
+            return None
+        return CacheMode.DROPPED if self.drop_cache else CacheMode.KEPT
 
     # -- derived facts -----------------------------------------------------------------------
 
@@ -282,6 +329,20 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 
 
 _OPTIONAL_STRINGS = ("project", "termination_log", "model", "layers", "vocab", "memory_limit_bytes")
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """``CKPTBENCH_*`` variables that name no setting: most likely a misspelt one."""
+    known = {ENV_PREFIX + field.upper() for field in WorkloadConfig.model_fields}
+    return sorted(
+        v
+        for v in environ
+        if v.startswith(ENV_PREFIX) and v not in known and not v.startswith(_OPERATOR_PREFIXES)
+    )
+
+
+# The operator's own settings share the prefix; a shell that runs both may carry them.
+_OPERATOR_PREFIXES = (ENV_PREFIX + "OPERATOR_", ENV_PREFIX + "DEFAULT_IMAGE")
 
 
 def _env_names(field: str) -> tuple[str, ...]:

@@ -8,7 +8,6 @@ callers here decide where the address goes.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import socket

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ckptbench.workload.contract.config import Procedure
 from ckptbench.workload.contract.results import OpSummary, RunSummary
 from ckptbench.workload.contract.sizes import GIB
 
@@ -97,6 +98,58 @@ def _op_rows(name: str, rate: Unit) -> list[Row]:
             ratio=True,
         ),
         Row(f"{name} slowest rank", _op(name, lambda o: o.slowest_rank), fmt_int),
+        # Each rank's own phases, timed inside the storage layer; the collective figures above
+        # are barrier to barrier and the same on every rank.
+        Row(
+            f"{name} planning (s)",
+            _op(name, lambda o: o.planning_mean_seconds),
+            fmt_seconds,
+            ratio=True,
+        ),
+        Row(
+            f"{name} I/O slowest rank (s)",
+            _op(name, lambda o: o.slowest_rank_seconds),
+            fmt_seconds,
+            ratio=True,
+        ),
+        Row(
+            f"{name} I/O fastest rank (s)",
+            _op(name, lambda o: o.fastest_rank_seconds),
+            fmt_seconds,
+            ratio=True,
+        ),
+        Row(
+            f"{name} collective overhead (s)",
+            _op(name, lambda o: o.collective_overhead_seconds),
+            fmt_seconds,
+        ),
+    ]
+
+
+def _reference_rows(name: str) -> list[Row]:
+    """The reference's own figures: rank 0's barrier-to-barrier mean and stdev."""
+    return [
+        Row(f"{name} rank-0 mean (s)", _op(name, lambda o: o.rank0_mean_seconds), fmt_seconds),
+        Row(f"{name} rank-0 stdev (s)", _op(name, lambda o: o.rank0_stdev_seconds), fmt_seconds),
+    ]
+
+
+def _mlperf_rows(name: str, rate: Unit) -> list[Row]:
+    """MLPerf Storage's duration (latest rank end - earliest start) and total / duration."""
+
+    def span_rate(o: OpSummary) -> float | None:
+        if o.span_mean_seconds is None or o.span_mean_seconds <= 0:
+            return None
+        return o.throughput_bytes_per_second * o.mean_seconds / o.span_mean_seconds
+
+    return [
+        Row(f"{name} span (s)", _op(name, lambda o: o.span_mean_seconds), fmt_seconds),
+        Row(f"{name} span throughput ({rate.name}/s)", _op(name, span_rate), fmt_in(rate, 3)),
+        Row(
+            f"{name} median per-rank ({rate.name}/s)",
+            _op(name, lambda o: o.median_rank_throughput_bytes_per_second),
+            fmt_in(rate, 3),
+        ),
     ]
 
 
@@ -136,10 +189,21 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         ),
         Row(f"total size ({size.name})", lambda s: s.total_bytes, fmt_in(size, 2)),
     ]
-    save_rows = _op_rows("save", rate)
-    if any(s.save is not None and s.save.blocked_mean_seconds is not None for s in runs):
-        save_rows.insert(2, _blocked_row())
-    rows += save_rows + _op_rows("load", rate)
+    procedures = {s.procedure for s in runs}
+    rows.append(Row("procedure", lambda s: s.procedure.value, str))
+    if any(s.cache is not None for s in runs):
+        rows.append(Row("page cache", lambda s: s.cache.value if s.cache else None, str))
+    for name in ("save", "load"):
+        op_rows = _op_rows(name, rate)
+        if name == "save" and any(
+            s.save is not None and s.save.blocked_mean_seconds is not None for s in runs
+        ):
+            op_rows.insert(2, _blocked_row())
+        if Procedure.REFERENCE in procedures:
+            op_rows += _reference_rows(name)
+        if Procedure.MLPERF in procedures:
+            op_rows += _mlperf_rows(name, rate)
+        rows += op_rows
     rows += [Row("verified", _verified, str), Row("status", _status, str)]
     return rows
 
@@ -282,7 +346,14 @@ def format_context(runs: Sequence[tuple[str, RunSummary]]) -> str:
         if settings:
             text = ", ".join(f"{k}={v}" for k, v in settings.items())
             lines.append(f"{label}: {text}")
+        for name, op in (("save", s.save), ("load", s.load)):
+            if op is not None and op.rank_io_seconds and len(op.rank_io_seconds) <= _RANKS_SHOWN:
+                shown = ", ".join(f"{x:.3f}" for x in op.rank_io_seconds)
+                lines.append(f"{label}: {name} I/O seconds by rank: {shown}")
     return "\n".join(lines)
+
+
+_RANKS_SHOWN = 16
 
 
 def format_report(runs: Sequence[tuple[str, RunSummary]]) -> str:

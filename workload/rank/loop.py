@@ -1,17 +1,26 @@
-"""The timed loop: warm-ups, then ``sample_count`` samples of DCP save then load, each verified.
+"""The timed loop: DCP saves and loads of this rank's shard, timed, verified and cleaned up.
 
-Each operation is bracketed ``barrier(); t0; op; own = t; barrier(); t1`` as in the reference:
-``t1 - t0`` is the collective duration this rank saw, ``own - t0`` its own part. The closing
-barrier is an all-reduce of a failure flag, so when any rank fails (a bad read, a verification
-mismatch, a failed delete) every rank learns it at the same point and stops in step; nobody is
-left waiting in a collective the others will never join.
+Procedures (``config.procedure``): ``ckptbench`` runs warm-ups, then ``sample_count`` samples of
+save then load, each load into a fresh template; ``reference`` and ``mlperf`` run every save, then
+every load into one reused template, with no warm-up.
 
-Memory stays at one shard: the loaded (and verified) tensors are what the next sample saves, and
-the previous shard is released before the load template is allocated.
+Each operation is bracketed ``barrier(); t0; op; barrier(); t1`` as in the reference: ``t1 - t0``
+is the collective duration, the same on every rank because DCP ends its save and load with
+collectives. What tells ranks apart is timed inside the storage layer (planning, I/O, finish:
+:mod:`ckptbench.workload.storage.timing`). The closing barrier is an all-reduce of a failure flag,
+so when any rank fails (a bad read, a verification mismatch, a failed delete) every rank learns it
+at the same point and stops in step; nobody is left waiting in a collective the others will never
+join.
+
+Memory: the loaded (and verified) tensors are what the next sample saves, and the previous shard
+is released before the load template is allocated, so one shard is held at a time, except while
+an async save holds DCP's staging copy (a second full shard) until it is durable.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import socket
 import sys
 import time
@@ -27,9 +36,10 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.config import CacheMode, Procedure, WorkloadConfig
 from ckptbench.workload.contract.results import OpTiming, RankResult
 from ckptbench.workload.rank import state
+from ckptbench.workload.storage import cache, timing
 from ckptbench.workload.storage import factory as backends
 
 AfterSave = Callable[[int, str], None]
@@ -44,11 +54,26 @@ class CheckpointFailure(RuntimeError):
     """DCP reported failures; the message names each failing rank and its error, briefly."""
 
     @classmethod
-    def of(cls, op: str, exc: CheckpointException) -> CheckpointFailure:
+    def of(cls, op: str, exc: CheckpointException, where: str) -> CheckpointFailure:
         parts = []
         for rank, (cause, _trace) in sorted(exc.failures.items()):
-            parts.append(f"rank {rank}: {type(cause).__name__}: {cause}")
+            parts.append(f"rank {rank}: {_describe(cause, where)}")
         return cls(f"{op} failed on " + "; ".join(parts))
+
+
+def _describe(cause: BaseException, where: str) -> str:
+    # torch.save reports a full disk as "unexpected pos 704 vs 598"; the OSError that caused it
+    # is only in the exception's context. Name the errno and the path instead.
+    seen: BaseException | None = cause
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno is not None:
+            name = errno.errorcode.get(seen.errno, str(seen.errno))
+            path = seen.filename or where
+            if seen is not cause or seen.errno == errno.ENOSPC:
+                return f"{name}: {seen.strerror} ({path})"
+            break
+        seen = seen.__cause__ or seen.__context__
+    return f"{type(cause).__name__}: {cause}"
 
 
 class AsyncSaveError(RuntimeError):
@@ -56,19 +81,35 @@ class AsyncSaveError(RuntimeError):
 
 
 @dataclass
-class _Timings:
-    save: list[float] = field(default_factory=list)
-    save_own: list[float] = field(default_factory=list)
-    save_blocked: list[float] = field(default_factory=list)
-    load: list[float] = field(default_factory=list)
-    load_own: list[float] = field(default_factory=list)
+class _Op:
+    """One timed operation on this rank."""
+
+    seconds: float  # barrier to barrier: the collective as this rank saw it
+    phases: timing.Phases  # planning, I/O and finish, timed inside the storage layer
+    started_at: float  # wall clock (Unix seconds), for spans across ranks
+    ended_at: float
+    blocked_seconds: float | None = None
 
 
 @dataclass
-class _Op:
-    seconds: float
-    own_seconds: float
-    blocked_seconds: float | None = None
+class _Series:
+    """One operation's timed samples on this rank."""
+
+    ops: list[_Op] = field(default_factory=list)
+
+    def timing(self) -> OpTiming | None:
+        if not self.ops:
+            return None
+        blocked = [op.blocked_seconds for op in self.ops if op.blocked_seconds is not None]
+        return OpTiming.of(
+            [op.seconds for op in self.ops],
+            [op.phases.own_io or 0.0 for op in self.ops],
+            [op.phases.planning or 0.0 for op in self.ops],
+            finish_seconds=[op.phases.finish for op in self.ops],
+            blocked_seconds=blocked or None,
+            started_at=[op.started_at for op in self.ops],
+            ended_at=[op.ended_at for op in self.ops],
+        )
 
 
 def run(
@@ -93,12 +134,13 @@ class _Loop:
         self.after_save = after_save
         self.say: Callable[[str], None] = say
         self.distributed = dist.is_available() and dist.is_initialized()
-        self.timings = _Timings()
+        self.saves = _Series()
+        self.loads = _Series()
         self.verified: bool | None = None
         self.save_group: Any = None
         self.session: backends.StorageSession | None = None
 
-    # -- the loop ------------------------------------------------------------------------------
+    # -- the procedures ----------------------------------------------------------------------------
 
     def run(self) -> RankResult:
         config = self.config
@@ -113,12 +155,15 @@ class _Loop:
             # One storage client for the whole run, made and authenticated before any timing.
             self.session = self._step("open storage", lambda: backends.open_session(config))
             # The shard is handed over in a one-element list so that no frame of ours keeps the
-            # saved shard alive while the next one is loaded: one shard in memory, not two.
+            # saved shard alive while the next one is loaded: one shard in memory (two while an
+            # async save holds its staging copy), not one more.
             holder = [self._step("build state", lambda: state.build_state(config))]
-            total = config.warmup_samples + config.sample_count
-            for index in range(total):
-                timed = index >= config.warmup_samples
-                holder = [self._sample(index, timed, holder)]
+            if config.procedure is Procedure.CKPTBENCH:
+                total = config.warmup_samples + config.sample_count
+                for index in range(total):
+                    holder = [self._sample(index, index >= config.warmup_samples, holder)]
+            else:
+                self._saves_then_loads(holder)
         except Exception as exc:
             error = exc
             if not isinstance(exc, PeerFailure):
@@ -131,6 +176,7 @@ class _Loop:
     def _sample(
         self, index: int, timed: bool, holder: list[dict[str, torch.Tensor]]
     ) -> dict[str, torch.Tensor]:
+        """The ckptbench procedure's sample: save, then load into a fresh template."""
         config = self.config
         checkpoint_id = config.checkpoint_id(index)
         label = self._label(index, timed)
@@ -140,25 +186,60 @@ class _Loop:
         del shard  # the next shard is whatever we load: one shard in memory, not two
         self._report("save", label, save)
         if timed:
-            self.timings.save.append(save.seconds)
-            self.timings.save_own.append(save.own_seconds)
-            if save.blocked_seconds is not None:
-                self.timings.save_blocked.append(save.blocked_seconds)
+            self.saves.ops.append(save)
+        self._after_save(index, checkpoint_id)
+
+        template: dict[str, torch.Tensor] = self._step(
+            "prepare load", lambda: state.empty_template(config)
+        )
+        loaded = self._load(checkpoint_id, template)
+        self._report("load", label, loaded)
+        if timed:
+            self.loads.ops.append(loaded)
+        self._check(template)
+        if not config.keep_checkpoints:
+            self._cleanup(checkpoint_id)
+        return template
+
+    def _saves_then_loads(self, holder: list[dict[str, torch.Tensor]]) -> None:
+        """The reference's and MLPerf's order: every save, then every load into one template.
+
+        No warm-up. The template is allocated once and reused, so only the first load pays for
+        first-touching its pages, as in the reference.
+        """
+        config = self.config
+        ids = [config.checkpoint_id(i) for i in range(config.sample_count)]
+        shard = holder.pop()
+        for index, checkpoint_id in enumerate(ids):
+            save = self._save(checkpoint_id, shard)
+            self._report("save", self._label(index, True), save)
+            self.saves.ops.append(save)
+            self._after_save(index, checkpoint_id)
+        del shard  # released before the template is allocated: one shard in memory
+        template: dict[str, torch.Tensor] = self._step(
+            "prepare load", lambda: state.empty_template(config)
+        )
+        for index, checkpoint_id in enumerate(ids):
+            loaded = self._load(checkpoint_id, template)
+            self._report("load", self._label(index, True), loaded)
+            self.loads.ops.append(loaded)
+            self._check(template)
+        if not config.keep_checkpoints:
+            for checkpoint_id in ids:
+                self._cleanup(checkpoint_id)
+
+    def _after_save(self, index: int, checkpoint_id: str) -> None:
         if self.after_save is not None:
             hook = self.after_save
             self._step("after-save hook", lambda: hook(index, checkpoint_id))
+        if self.config.cache_mode is CacheMode.DROPPED:
+            # After the save's fsync and before the load: the load then reads the disk.
+            self._step("evict page cache", lambda: cache.evict(checkpoint_id))
 
-        loaded, load = self._load(checkpoint_id)
-        self._report("load", label, load)
-        if timed:
-            self.timings.load.append(load.seconds)
-            self.timings.load_own.append(load.own_seconds)
-        if config.verify:
+    def _check(self, loaded: dict[str, torch.Tensor]) -> None:
+        if self.config.verify:
             self._step("verify", lambda: self._verify(loaded))
             self.verified = True
-        if not config.keep_checkpoints:
-            self._cleanup(checkpoint_id)
-        return loaded
 
     def _label(self, index: int, timed: bool) -> str:
         if timed:
@@ -169,39 +250,72 @@ class _Loop:
 
     def _save(self, checkpoint_id: str, shard: dict[str, torch.Tensor]) -> _Op:
         session = self._session()
-        writer = self._step("prepare save", lambda: session.writer(checkpoint_id))
+        writer: timing.TimedWriter = self._step(
+            "prepare save", lambda: timing.timed_writer(session.writer(checkpoint_id))
+        )
         blocked: float | None = None
 
-        def save() -> None:
+        def save() -> timing.Phases:
             nonlocal blocked
             if self.config.async_save:
                 t0 = time.perf_counter()
                 future = dcp_async_save(shard, storage_writer=writer, process_group=self.save_group)
+                # The caller is free here; this includes DCP's staging copy of the shard.
                 blocked = time.perf_counter() - t0
                 self._await_durable(future)
             else:
                 dcp_save(shard, storage_writer=writer)
+            return writer.phases
 
-        seconds, own = self._timed("save", save)
-        return _Op(seconds, own, blocked)
+        try:
+            op = self._timed("save", save, checkpoint_id)
+        except Exception:
+            self._discard(checkpoint_id)
+            raise
+        op.blocked_seconds = blocked
+        return op
 
-    def _timed(self, what: str, operation: Callable[[], None]) -> tuple[float, float]:
-        """``barrier; t0; operation; own; barrier; t1``: (collective, own) seconds.
+    def _discard(self, checkpoint_id: str) -> None:
+        """After a failed save, remove this rank's partial shards (a full disk stays full else)."""
+        with contextlib.suppress(Exception):
+            self._session().delete_prefix(checkpoint_id, f"__{self.config.rank}_")
+
+    def _load(self, checkpoint_id: str, template: dict[str, torch.Tensor]) -> _Op:
+        session = self._session()
+
+        def prepare() -> timing.TimedReader:
+            # A NaN in every chunk: a load that skips a chunk then fails verification, even when
+            # the template's memory still holds the values just saved.
+            state.mark_unwritten(template)
+            return timing.timed_reader(session.reader(checkpoint_id))
+
+        reader: timing.TimedReader = self._step("prepare load", prepare)
+
+        def load() -> timing.Phases:
+            dcp_load(template, storage_reader=reader)
+            return reader.phases
+
+        return self._timed("load", load, checkpoint_id)
+
+    def _timed(self, what: str, operation: Callable[[], timing.Phases], where: str) -> _Op:
+        """``barrier; t0; operation; barrier; t1``: the collective, with the storage phases.
 
         The closing barrier is :meth:`_agree`, so a failure on any rank stops every rank here.
         """
         self._barrier()
+        started_at = time.time()
         t0 = time.perf_counter()
         error: BaseException | None = None
+        phases = timing.Phases()
         try:
-            operation()
+            phases = operation()
         except CheckpointException as exc:  # a BaseException: `except Exception` misses it
-            error = CheckpointFailure.of(what, exc)
+            error = CheckpointFailure.of(what, exc, where)
         except Exception as exc:
             error = exc
-        own = time.perf_counter() - t0
+        ended_at = time.time()
         self._agree(error, what)
-        return time.perf_counter() - t0, own
+        return _Op(time.perf_counter() - t0, phases, started_at, ended_at)
 
     def _await_durable(self, future: Any) -> None:
         # The reference never looks at the future: a failed upload would pass as a fast save.
@@ -219,18 +333,6 @@ class _Loop:
             raise AsyncSaveError(
                 f"async save: future returned {type(metadata).__name__}, not Metadata"
             )
-
-    def _load(self, checkpoint_id: str) -> tuple[dict[str, torch.Tensor], _Op]:
-        session = self._session()
-
-        def prepare() -> tuple[dict[str, torch.Tensor], Any]:
-            template = state.empty_template(self.config)
-            state.mark_unwritten(template)
-            return template, session.reader(checkpoint_id)
-
-        template, reader = self._step("prepare load", prepare)
-        seconds, own = self._timed("load", lambda: dcp_load(template, storage_reader=reader))
-        return template, _Op(seconds, own)
 
     def _session(self) -> backends.StorageSession:
         if self.session is None:
@@ -286,18 +388,18 @@ class _Loop:
 
     # -- reporting -------------------------------------------------------------------------------
 
-    def _report(self, op: str, label: str, timing: _Op) -> None:
+    def _report(self, op: str, label: str, timed: _Op) -> None:
         if self.config.rank != 0:
             return
-        line = f"[rank 0] {op} {label}: {timing.seconds:.3f} s"
-        if timing.blocked_seconds is not None:
-            line += f" (blocked {timing.blocked_seconds:.3f} s)"
+        line = f"[rank 0] {op} {label}: {timed.seconds:.3f} s"
+        if timed.phases.own_io is not None:
+            line += f" (I/O {timed.phases.own_io:.3f} s"
+            if timed.blocked_seconds is not None:
+                line += f", blocked {timed.blocked_seconds:.3f} s"
+            line += ")"
         self.say(line)
 
     def _result(self, error: BaseException | None) -> RankResult:
-        t = self.timings
-        save = OpTiming.of(t.save, t.save_own, t.save_blocked or None) if t.save else None
-        load = OpTiming.of(t.load, t.load_own) if t.load else None
         verified = self.verified
         session = self.session
         paths = session.read_paths if session else None
@@ -307,12 +409,14 @@ class _Loop:
             rank=self.config.rank,
             host=socket.gethostname(),
             bytes=self.config.shard_bytes,
-            save=save,
-            load=load,
+            save=self.saves.timing(),
+            load=self.loads.timing(),
             verified=verified if self.config.verify else None,
             setup_seconds=round(session.setup_seconds, 6) if session else None,
             read_paths={k: v for k, v in paths.items() if v} if paths else None,
             error=RankResult.error_text(error) if error is not None else None,
+            procedure=self.config.procedure,
+            cache=self.config.cache_mode,
         )
 
 

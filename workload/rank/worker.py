@@ -50,6 +50,14 @@ def main(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return EXIT_CONFIG
+    unknown = config_module.unknown_variables(os.environ)
+    if unknown:
+        # Most likely a misspelt setting, silently left at its default otherwise.
+        print(
+            f"[rank {config.rank}] warning: unknown setting(s) {', '.join(unknown)} ignored; "
+            "see 'ckptbench worker --help'",
+            file=sys.stderr,
+        )
     return run(config)
 
 

@@ -1,0 +1,208 @@
+"""Per-rank phase timing, taken inside the storage layer, for every backend.
+
+DCP's save ends with an all-reduce and its load with an all-gather, so the wall time around
+``dcp.save`` is the same on every rank: it cannot tell a heavy rank from a light one. The calls
+DCP makes into a StorageWriter/StorageReader can. :func:`timed_writer` and :func:`timed_reader`
+wrap any writer or reader and record, for one operation on this rank:
+
+- ``planning``: from DCP's first call into the storage layer to the start of data I/O. It spans
+  the planner, the storage plan hooks and the exchange of plans between ranks (a collective);
+- ``io``: ``write_data``/``read_data`` from the call until the futures they return complete;
+- ``finish``: ``finish`` (the coordinator's ``.metadata`` write; zero on other ranks).
+
+The loop keeps the collective time (barrier to barrier) around the whole operation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import (
+    LoadPlan,
+    LoadPlanner,
+    SavePlan,
+    SavePlanner,
+)
+from torch.distributed.checkpoint.staging import AsyncStager
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
+from torch.futures import Future
+
+
+@dataclass
+class Phases:
+    """One operation's phases on this rank, in seconds (``None``: the phase has not run)."""
+
+    planning: float | None = None
+    io: float | None = None
+    finish: float = 0.0
+
+    @property
+    def own_io(self) -> float | None:
+        """This rank's own I/O: data I/O plus its ``finish``. What ranks are compared by."""
+        return None if self.io is None else self.io + self.finish
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.phases = Phases()
+        self._first_call: float | None = None
+
+    def touch(self) -> None:
+        if self._first_call is None:
+            self._first_call = time.perf_counter()
+
+    def io_started(self) -> float:
+        now = time.perf_counter()
+        start = self._first_call if self._first_call is not None else now
+        self.phases.planning = now - start
+        return now
+
+    def io_done(self, started: float) -> None:
+        self.phases.io = time.perf_counter() - started
+
+
+class TimedWriter(StorageWriter):
+    """A StorageWriter that times the calls DCP makes on ``inner`` and forwards them unchanged."""
+
+    def __init__(self, inner: StorageWriter) -> None:
+        self.inner = inner
+        self._clock = _Clock()
+
+    @property
+    def phases(self) -> Phases:
+        return self._clock.phases
+
+    def __getattr__(self, name: str) -> Any:
+        # Attributes DCP reads with getattr (``checkpoint_id``), and backend settings.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        self._clock.touch()
+        self.inner.reset(checkpoint_id)
+
+    def storage_meta(self) -> StorageMeta | None:
+        self._clock.touch()
+        return self.inner.storage_meta()
+
+    def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        self._clock.touch()
+        if "kwargs" in inspect.signature(self.inner.set_up_storage_writer).parameters:
+            self.inner.set_up_storage_writer(is_coordinator, *args, **kwargs)
+        else:
+            self.inner.set_up_storage_writer(is_coordinator)
+
+    def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
+        self._clock.touch()
+        return self.inner.prepare_local_plan(plan)
+
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        return self.inner.prepare_global_plan(plans)
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        started = self._clock.io_started()
+        future = self.inner.write_data(plan, planner)
+        future.add_done_callback(lambda _: self._clock.io_done(started))
+        return future
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        started = time.perf_counter()
+        try:
+            self.inner.finish(metadata, results)
+        finally:
+            self.phases.finish = time.perf_counter() - started
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        # DCP asks this only when it must pick a writer itself; ours is always given.
+        return False
+
+
+class _TimedStagingWriter(TimedWriter, AsyncStager):
+    """A timed writer around one that stages async saves itself (DCP's FileSystemWriter and its
+    subclasses). DCP tests ``isinstance(writer, AsyncStager)`` by static attributes, so forwarding
+    by ``__getattr__`` is not enough: without this class DCP would stage with its own stager.
+    Staging is the async caller's blocked time, not a phase of the write: it is not timed here.
+    """
+
+    inner: Any
+
+    @property
+    def should_synchronize_after_execute(self) -> bool:
+        return bool(self.inner.should_synchronize_after_execute)
+
+    def stage(self, state_dict: Any) -> Any:
+        return self.inner.stage(state_dict)
+
+    def synchronize_staging(self) -> None:
+        self.inner.synchronize_staging()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class TimedReader(StorageReader):
+    """A StorageReader that times the calls DCP makes on ``inner`` and forwards them unchanged."""
+
+    def __init__(self, inner: StorageReader) -> None:
+        self.inner = inner
+        self._clock = _Clock()
+
+    @property
+    def phases(self) -> Phases:
+        return self._clock.phases
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        self._clock.touch()
+        self.inner.reset(checkpoint_id)
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        self._clock.touch()
+        return self.inner.read_metadata(*args, **kwargs)
+
+    def set_up_storage_reader(
+        self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any
+    ) -> None:
+        self._clock.touch()
+        if "kwargs" in inspect.signature(self.inner.set_up_storage_reader).parameters:
+            self.inner.set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
+        else:
+            self.inner.set_up_storage_reader(metadata, is_coordinator)
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        self._clock.touch()
+        return self.inner.prepare_local_plan(plan)
+
+    def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
+        return self.inner.prepare_global_plan(plans)
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        started = self._clock.io_started()
+        future = self.inner.read_data(plan, planner)
+        future.add_done_callback(lambda _: self._clock.io_done(started))
+        return future
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        return False
+
+
+def timed_writer(inner: StorageWriter) -> TimedWriter:
+    if isinstance(inner, AsyncStager):
+        return _TimedStagingWriter(inner)
+    return TimedWriter(inner)
+
+
+def timed_reader(inner: StorageReader) -> TimedReader:
+    return TimedReader(inner)
