@@ -77,6 +77,14 @@ CASES = [
     Case("spec-a-string", "worldSize: 4", "spec", "schema"),
     # -- what only the CEL rules (and the model's twins) say ------------------------------------
     Case("padding-below-world-size", _with(paddingSize=2), "paddingSize", "cel"),
+    Case("procedure-unknown", _with(procedure="fast"), "procedure", "schema"),
+    Case(
+        "reference-with-warmup",
+        _with(procedure="reference", warmupSamples=1),
+        "warmupSamples",
+        "cel",
+    ),
+    Case("mlperf-with-8-samples", _with(procedure="mlperf", sampleCount=8), "sampleCount", "cel"),
     Case(
         "model-with-layer-size",
         _with(model={"preset": "llama3-8b"}, layerSize=10),

@@ -280,7 +280,7 @@ def test_rendering_is_deterministic_and_the_spec_hash_follows_the_spec() -> None
     assert render_jobset("a", "ns", UID, spec, DEFAULTS) == render_jobset(
         "a", "ns", UID, spec, DEFAULTS
     )
-    changed = spec.model_copy(update={"sample_count": spec.sample_count + 1})
+    changed = spec.model_copy(update={"sample_count": spec.samples + 1})
     assert spec_hash(changed) != spec_hash(spec)
 
 

@@ -44,7 +44,7 @@ def test_contract_constants() -> None:
 
 def test_defaults_are_the_references() -> None:
     spec = CheckpointBenchmarkSpec.model_validate(BASE)
-    assert (spec.world_size, spec.layer_size, spec.padding_size, spec.sample_count) == (
+    assert (spec.world_size, spec.layer_size, spec.padding_size, spec.samples) == (
         4,
         100_000,
         196,
@@ -209,3 +209,25 @@ def test_spec_is_frozen() -> None:
     spec = parse_spec(BASE)
     with pytest.raises(ValueError, match="frozen"):
         spec.world_size = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("fields", "samples", "warmups"),
+    [
+        ({}, 8, 1),
+        ({"procedure": "reference"}, 8, 0),
+        ({"procedure": "mlperf"}, 10, 0),
+        ({"procedure": "reference", "sampleCount": 3, "warmupSamples": 0}, 3, 0),
+    ],
+)
+def test_procedure_reaches_the_workload_with_its_own_counts(
+    fields: dict[str, object], samples: int, warmups: int
+) -> None:
+    spec = CheckpointBenchmarkSpec.model_validate(
+        {"checkpointPath": "gs://bucket/ckpt", "worldSize": 2, **fields}
+    )
+    config = spec.to_workload_config("run", "rank0.host")
+    assert (config.sample_count, config.warmup_samples) == (samples, warmups)
+    assert config.procedure.value == fields.get("procedure", "ckptbench")
+    assert config.to_env()["CKPTBENCH_PROCEDURE"] == config.procedure.value
+    assert config.to_env()["CKPTBENCH_DROP_CACHE"] == "true"

@@ -101,7 +101,7 @@ def test_async_save_reports_blocked_and_durable_times_and_keeps_checkpoints(
         assert save.seconds is not None
         # Durable comes after the call returned.
         assert all(b <= s for b, s in zip(save.blocked_seconds, save.seconds, strict=True))
-    assert "(blocked " in ranks[0].stderr
+    assert ", blocked " in ranks[0].stderr
     summary = _summary(config)
     assert summary.save is not None and summary.save.blocked_mean_seconds is not None
     for sample in range(3):

@@ -47,7 +47,13 @@ from ckptbench.operator.spec.schemas import (
     crd_schema,
 )
 from ckptbench.workload.contract import models, sizes
-from ckptbench.workload.contract.config import MIB, Backend, WorkloadConfig
+from ckptbench.workload.contract.config import (
+    MIB,
+    MLPERF_CHECKPOINTS,
+    Backend,
+    Procedure,
+    WorkloadConfig,
+)
 
 _CRD_RULES: list[JsonValue] = [cast("JsonValue", rule.to_crd()) for rule in RULES]
 _RESOURCE_KEYS = frozenset({"limits", "requests", "claims"})
@@ -63,6 +69,9 @@ def _only_keys(item: dict[str, Any], allowed: tuple[str, ...], where: str, why: 
         if key not in allowed:
             listed = [k for k in allowed if k != "name"]
             raise ValueError(f"{where}.{key}: {why} {', '.join(listed)}")
+
+
+DEFAULT_SAMPLES = 8  # the reference's SAMPLE_COUNT
 
 
 class CheckpointBenchmarkSpec(BaseModel):
@@ -119,14 +128,34 @@ class CheckpointBenchmarkSpec(BaseModel):
         "interpreter), and have each rank check its container's limit before it starts. false: "
         "run anyway.",
     )
-    sample_count: int = Field(
-        8,
+    sample_count: int | None = Field(
+        None,
         ge=1,
         le=1000,
-        description="Timed samples of save and of load (the reference's SAMPLE_COUNT).",
+        description="Timed samples of save and of load (the reference's SAMPLE_COUNT); default 8, "
+        "10 with procedure mlperf (which needs exactly 10).",
     )
-    warmup_samples: int = Field(
-        1, ge=0, le=100, description="Untimed samples run before the timed ones."
+    warmup_samples: int | None = Field(
+        None,
+        ge=0,
+        le=100,
+        description="Untimed samples run before the timed ones; default 1 with procedure "
+        "ckptbench, 0 otherwise (the reference and mlperf procedures run no warm-up).",
+    )
+    procedure: Procedure = Field(
+        Procedure.CKPTBENCH,
+        strict=False,  # strict enums would refuse the plain string a manifest holds
+        description="How samples run: ckptbench (warm-up, then save and load interleaved, each "
+        "load into a fresh template), reference (the reference's order: every save, then every "
+        "load into one reused template, no warm-up; rank 0's mean and stdev reported beside ours) "
+        "or mlperf (MLPerf Storage's: 10 writes then 10 reads; duration = latest rank end minus "
+        "earliest rank start, under MLPerf's metric names).",
+    )
+    drop_cache: bool = Field(
+        True,
+        description="Backend file: evict the written files from the node's page cache before "
+        "each load, so loads read the storage (a network file system may still cache on its "
+        "server). False keeps the cache.",
     )
     backend: Backend = Field(
         Backend.GCS,
@@ -153,7 +182,8 @@ class CheckpointBenchmarkSpec(BaseModel):
     )
     async_save: bool = Field(
         False,
-        description="Save with dcp.async_save: time blocked (staging) and time until durable are "
+        description="Save with dcp.async_save: time blocked (including DCP's staging copy, a "
+        "second full shard in memory until the upload completes) and time until durable are "
         "reported separately.",
     )
     verify: bool = Field(True, description="Verify the content of every loaded tensor.")
@@ -188,8 +218,9 @@ class CheckpointBenchmarkSpec(BaseModel):
     resources: dict[str, Any] | None = Field(
         None,
         description="Compute resources of each rank's container (a Kubernetes "
-        "ResourceRequirements: requests, limits). A rank holds one shard in memory, plus about "
-        "300 MiB for the runtime and transfer buffers: request memory accordingly.",
+        "ResourceRequirements: requests, limits). A rank holds one shard in memory (two with "
+        "asyncSave, while DCP's staging copy is uploaded), plus about 300 MiB for the runtime and "
+        "transfer buffers: request memory accordingly.",
         json_schema_extra=crd_schema(RESOURCES_SCHEMA),
     )
     service_account_name: str | None = Field(
@@ -361,6 +392,20 @@ class CheckpointBenchmarkSpec(BaseModel):
     # -- use --------------------------------------------------------------------------------------
 
     @property
+    def samples(self) -> int:
+        """sampleCount, or the procedure's default (MLPerf Storage's 10 for mlperf)."""
+        if self.sample_count is not None:
+            return self.sample_count
+        return MLPERF_CHECKPOINTS if self.procedure is Procedure.MLPERF else DEFAULT_SAMPLES
+
+    @property
+    def warmups(self) -> int:
+        """warmupSamples, or the procedure's default (only ckptbench runs a warm-up)."""
+        if self.warmup_samples is not None:
+            return self.warmup_samples
+        return 1 if self.procedure is Procedure.CKPTBENCH else 0
+
+    @property
     def total_bytes(self) -> int:
         if self.model is not None:
             return models.model_sizes(self.model.to_contract(), self.world_size).total_bytes
@@ -379,8 +424,10 @@ class CheckpointBenchmarkSpec(BaseModel):
             world_size=self.world_size,
             **layout,
             memory_check=self.memory_check,
-            sample_count=self.sample_count,
-            warmup_samples=self.warmup_samples,
+            sample_count=self.samples,
+            warmup_samples=self.warmups,
+            procedure=self.procedure,
+            drop_cache=self.drop_cache,
             backend=self.backend,
             checkpoint_path=self.checkpoint_path,
             run_id=run_id,

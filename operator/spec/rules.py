@@ -21,7 +21,7 @@ from ckptbench.operator.spec.names import (
     VOLUME_SOURCES,
 )
 from ckptbench.workload.contract import memory_plan, sizes
-from ckptbench.workload.contract.config import Backend
+from ckptbench.workload.contract.config import MLPERF_CHECKPOINTS, Backend
 
 if TYPE_CHECKING:
     from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
@@ -91,6 +91,25 @@ RULES: tuple[Rule, ...] = (
         "!has(self.model) || (!has(self.layerSize) && !has(self.paddingSize))",
         "model is exclusive with layerSize and paddingSize (the reference layout's settings)",
         _model_alone,
+    ),
+    Rule(
+        "warmupSamples",
+        "!has(self.warmupSamples) || self.warmupSamples == 0 || !has(self.procedure) || "
+        "self.procedure == 'ckptbench'",
+        "warmupSamples must be 0 with procedure reference or mlperf: they run no warm-up",
+        lambda s: not s.warmup_samples or s.procedure.value == "ckptbench",
+    ),
+    Rule(
+        "sampleCount",
+        "!has(self.sampleCount) || !has(self.procedure) || self.procedure != 'mlperf' || "
+        f"self.sampleCount == {MLPERF_CHECKPOINTS}",
+        f"sampleCount must be {MLPERF_CHECKPOINTS} with procedure mlperf: MLPerf Storage runs "
+        f"{MLPERF_CHECKPOINTS} writes then {MLPERF_CHECKPOINTS} reads",
+        lambda s: (
+            s.sample_count is None
+            or s.procedure.value != "mlperf"
+            or s.sample_count == MLPERF_CHECKPOINTS
+        ),
     ),
     Rule(
         "paddingSize",

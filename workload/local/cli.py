@@ -51,7 +51,10 @@ def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
         "warmup_samples": config.warmup_samples,
         "async_save": config.async_save,
         "verify": config.verify,
+        "procedure": config.procedure.value,
     }
+    if config.cache_mode is not None:
+        s["cache"] = config.cache_mode.value
     if config.backend is Backend.GCS:
         s["threads"] = config.threads
         s["part_size"] = sizes.format_bytes(config.part_size_bytes)

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ckptbench.workload.contract import models
-from ckptbench.workload.contract.config import Backend, field_errors
+from ckptbench.workload.contract.config import Backend, Procedure, field_errors
 
 DEFAULT_TIMEOUT_SECONDS = 3600.0
 
@@ -116,6 +116,16 @@ def parse_dtype(text: str) -> models.DtypeProfile:
         ) from None
 
 
+def parse_procedure(text: str) -> Procedure:
+    try:
+        return Procedure(text.lower())
+    except ValueError:
+        valid = ", ".join(p.value for p in Procedure)
+        raise argparse.ArgumentTypeError(
+            f"unknown procedure {text!r} (choose from {valid})"
+        ) from None
+
+
 def parse_int(text: str) -> int:
     try:
         return int(text)
@@ -191,8 +201,34 @@ OPTIONS: tuple[Option, ...] = (
         "memory_check",
         const=False,
     ),
-    Option("--samples", "timed samples (default 3)", "sample_count", parse_int, 3),
-    Option("--warmup", "untimed samples first (default 1)", "warmup_samples", parse_int, 1),
+    # Their defaults depend on the procedure: decided by the plan (see plan.procedure_defaults).
+    Option(
+        "--samples",
+        "timed samples (default 3; 10 with --procedure mlperf)",
+        "sample_count",
+        parse_int,
+    ),
+    Option(
+        "--warmup",
+        "untimed samples first (default 1; 0 with --procedure reference or mlperf)",
+        "warmup_samples",
+        parse_int,
+    ),
+    Option(
+        "--procedure",
+        "ckptbench (warm-up, save/load interleaved; default), reference (all saves then all "
+        "loads into one template, no warm-up) or mlperf (10 writes then 10 reads)",
+        "procedure",
+        parse_procedure,
+        metavar="NAME",
+    ),
+    Option(
+        "--keep-cache",
+        "file backend: do not evict written files from the page cache before each load "
+        "(loads may then read memory, not the disk)",
+        "drop_cache",
+        const=False,
+    ),
     Option("--threads", "transfer threads per rank (gcs; default 8)", "threads", parse_int, 8),
     Option(
         "--part-size",

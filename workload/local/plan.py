@@ -11,12 +11,18 @@ import datetime as dt
 import itertools
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from ckptbench.workload.contract import memory_plan, sizes
-from ckptbench.workload.contract.config import Backend, WorkloadConfig
+from ckptbench.workload.contract.config import (
+    MLPERF_CHECKPOINTS,
+    Backend,
+    Procedure,
+    WorkloadConfig,
+)
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
 from ckptbench.workload.rank import memory
 from ckptbench.workload.storage.paths import local_path
@@ -109,7 +115,7 @@ def plan(args: argparse.Namespace) -> Plan:
         emulator_bucket = EMULATOR_BUCKET
     elif kind == "gs":
         storage = raw_storage.rstrip("/")
-        bucket = storage.removeprefix("gs://").split("/", 1)[0]
+        bucket = raw_storage.removeprefix("gs://").split("/", 1)[0]
         if not bucket:
             raise UsageError(f"--storage: no bucket in {raw_storage!r}")
         if args.emulator:
@@ -118,6 +124,8 @@ def plan(args: argparse.Namespace) -> Plan:
         if args.emulator:
             raise UsageError("--emulator: needs a gs:// --storage")
         storage = _local_path(raw_storage)
+    if args.json is not None:
+        check_writable("--json", Path(args.json))
     timeout: float = _one(args, "--timeout")
     if not timeout > 0:
         raise UsageError(f"--timeout: must be positive, got {timeout}")
@@ -217,6 +225,7 @@ def _cells(
             for name in ("layer_size", "padding_size"):
                 if name not in given:
                     raw.pop(name, None)
+        procedure_defaults(raw)
         backend: Backend = raw["backend"]
         raw["run_id"] = run_id(backend, stamp, index if several else None)
         where = [f"{k}={v}" for k, v in varied.items()]
@@ -226,6 +235,31 @@ def _cells(
             raise UsageError(explain(exc, where if several else ())) from None
         cells.append(Cell(_label(varied, backend), config, varied))
     return cells
+
+
+def check_writable(flag: str, path: Path) -> None:
+    """Refuse, before any work, an output file that could not be written after the run."""
+    if path.is_dir():
+        raise UsageError(f"{flag}: {str(path)!r} is a directory; give a file name")
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):  # appends nothing: an existing file keeps its content until then
+            pass
+    except OSError as exc:
+        raise UsageError(f"{flag}: cannot write {str(path)!r}: {exc.strerror or exc}") from None
+    if not existed:
+        path.unlink(missing_ok=True)
+
+
+def procedure_defaults(raw: dict[str, Any]) -> None:
+    """Samples and warm-ups not given take the procedure's own counts (MLPerf's 10, no warm-up
+    for the reference's and MLPerf's orders); given ones are checked by the config."""
+    procedure = raw.get("procedure", Procedure.CKPTBENCH)
+    if "sample_count" not in raw:
+        raw["sample_count"] = MLPERF_CHECKPOINTS if procedure is Procedure.MLPERF else 3
+    if "warmup_samples" not in raw:
+        raw["warmup_samples"] = 1 if procedure is Procedure.CKPTBENCH else 0
 
 
 def _label(varied: dict[str, str], backend: Backend) -> str:

@@ -124,9 +124,9 @@ def mark_unwritten(template: Mapping[str, Any]) -> None:
     """Put a NaN in every chunk of every tensor, so a load that skips a chunk fails verification.
 
     ``torch.empty`` may hand back the memory of the shard just saved, which already holds the
-    expected values; without a mark, a reader that wrote nothing could pass. One element per
-    ``BLOCK`` touches one page in 256, so the load still runs on mostly fresh memory, as the
-    reference's does.
+    expected values, and a reused template holds the previous load's; without a mark, a reader
+    that wrote nothing could pass. One element per ``BLOCK`` touches one page in 256, so a fresh
+    template's pages are still nearly all first touched by the load itself.
     """
     for tensor in template.values():
         if hasattr(tensor, "to_local"):  # a model preset's DTensor: mark this rank's rows
