@@ -17,6 +17,7 @@ CONTRACT_NAMES = {
     "ckptbench_benchmark_phase",
     "ckptbench_benchmark_duration_seconds",
     "ckptbench_benchmark_throughput_bytes_per_second",
+    "ckptbench_benchmark_phase_seconds",
     "ckptbench_operator_reconciles_total",
     "ckptbench_operator_reconcile_errors_total",
     "ckptbench_operator_reconcile_duration_seconds",
@@ -29,6 +30,10 @@ OP = {
     "maxSeconds": 4.0,
     "throughputBytesPerSecond": 100.0,
     "minRankThroughputBytesPerSecond": 20.0,
+    "planningSeconds": 0.25,
+    "slowestRankSeconds": 1.5,
+    "fastestRankSeconds": 0.5,
+    "collectiveOverheadSeconds": 0.25,
 }
 SUCCEEDED = {
     "phase": "Succeeded",
@@ -82,6 +87,22 @@ def test_metric_names_cover_the_contract() -> None:
             "ckptbench_benchmark_throughput_bytes_per_second",
             {"operation": "load", "kind": "min_rank"},
             20.0,
+        ),
+        ("ckptbench_benchmark_phase_seconds", {"operation": "save", "part": "planning"}, 0.25),
+        (
+            "ckptbench_benchmark_phase_seconds",
+            {"operation": "save", "part": "io_slowest_rank"},
+            1.5,
+        ),
+        (
+            "ckptbench_benchmark_phase_seconds",
+            {"operation": "load", "part": "io_fastest_rank"},
+            0.5,
+        ),
+        (
+            "ckptbench_benchmark_phase_seconds",
+            {"operation": "load", "part": "collective_overhead"},
+            0.25,
         ),
     ],
 )

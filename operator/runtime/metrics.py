@@ -19,6 +19,13 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 _LABELS = ("namespace", "name", "backend")
 OPERATIONS = ("save", "load")
 STATISTICS = {"mean": "meanSeconds", "p50": "p50Seconds", "p90": "p90Seconds", "max": "maxSeconds"}
+# Per-rank figures without a rank label (its cardinality would grow with the world size).
+PARTS = {
+    "planning": "planningSeconds",
+    "io_slowest_rank": "slowestRankSeconds",
+    "io_fastest_rank": "fastestRankSeconds",
+    "collective_overhead": "collectiveOverheadSeconds",
+}
 THROUGHPUTS = {
     "aggregate": "throughputBytesPerSecond",
     "min_rank": "minRankThroughputBytesPerSecond",
@@ -54,6 +61,13 @@ THROUGHPUT = Gauge(
     (*_LABELS, "operation", "kind"),
     registry=REGISTRY,
 )
+PHASE_SECONDS = Gauge(
+    "ckptbench_benchmark_phase_seconds",
+    "A checkpoint operation's parts, timed inside the storage layer: planning, the I/O seconds "
+    "of the slowest and of the fastest rank, and the collective overhead.",
+    (*_LABELS, "operation", "part"),
+    registry=REGISTRY,
+)
 RECONCILES = Counter(
     "ckptbench_operator_reconciles_total",
     "Reconciles run by the operator, by handler.",
@@ -74,7 +88,14 @@ RECONCILE_DURATION = Histogram(
     registry=REGISTRY,
 )
 
-_BENCHMARK_GAUGES: tuple[Gauge, ...] = (CHECKPOINT_BYTES, RANKS, PHASE, DURATION, THROUGHPUT)
+_BENCHMARK_GAUGES: tuple[Gauge, ...] = (
+    CHECKPOINT_BYTES,
+    RANKS,
+    PHASE,
+    DURATION,
+    THROUGHPUT,
+    PHASE_SECONDS,
+)
 # Which label values each benchmark has series under, so removal takes away exactly those.
 _series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
 _lock = threading.Lock()
@@ -117,6 +138,9 @@ def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[st
         for kind, key in THROUGHPUTS.items():
             if isinstance(op.get(key), int | float):
                 values.append((THROUGHPUT, (*base, operation, kind), float(op[key])))
+        for part, key in PARTS.items():
+            if isinstance(op.get(key), int | float):
+                values.append((PHASE_SECONDS, (*base, operation, part), float(op[key])))
     with _lock:
         # A backend change (a re-created benchmark) must not leave the old series behind.
         stale = _series.get((namespace, name), set()) - {(g, labels) for g, labels, _ in values}

@@ -160,9 +160,11 @@ class CheckpointBenchmarkSpec(BaseModel):
     backend: Backend = Field(
         Backend.GCS,
         strict=False,  # strict enums would refuse the plain string a manifest holds
-        description="Storage backend: gcs (buffered multipart XML upload, the reference's "
-        "optimized writer), gcsfs (DCP's fsspec writer/reader, the reference's USE_FSSPEC) or file "
-        "(a local or mounted filesystem).",
+        description="Storage backend: gcs (ckptbench's own writer and reader: each rank's file is "
+        "cut into partSizeBytes parts uploaded by `threads` workers as temporary objects, then "
+        "composed into one object (a parallel composite upload); loads are parallel ranged reads "
+        "straight into the tensors), gcsfs (DCP's fsspec writer/reader over gcsfs, the "
+        "reference's USE_FSSPEC) or file (a local or mounted filesystem).",
     )
     checkpoint_path: str = Field(
         ...,

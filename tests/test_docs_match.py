@@ -1,0 +1,51 @@
+"""Descriptions users read say what the code does, and keep saying it when the code changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.workload.contract.config import Procedure
+from ckptbench.workload.contract.results import OpSummary, mlperf_metrics
+from ckptbench.workload.storage.gcs import upload
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_gcs_backend_is_described_as_the_upload_it_does() -> None:
+    # The upload module names its scheme first; change it there and these texts must follow.
+    scheme = (upload.__doc__ or "").strip().splitlines()[0].lower()
+    assert scheme.startswith("parallel composite upload"), scheme
+    description = CheckpointBenchmarkSpec.model_fields["backend"].description or ""
+    assert "parallel composite upload" in description
+    gcs_examples = [
+        p for p in (ROOT / "examples").glob("*.yaml") if "Backend gcs:" in p.read_text()
+    ]
+    assert gcs_examples
+    for path in gcs_examples:
+        text = path.read_text()
+        assert "parallel composite" in text.replace("\n# ", " "), path
+    for text in (description, *(p.read_text() for p in gcs_examples)):
+        assert "XML" not in text and "multipart" not in text
+
+
+def _op(seconds: float) -> OpSummary:
+    return OpSummary(
+        samples=2, mean_seconds=seconds, stdev_seconds=0.0, p50_seconds=seconds,
+        p90_seconds=seconds, max_seconds=seconds, min_seconds=seconds,
+        throughput_bytes_per_second=1.0, min_rank_throughput_bytes_per_second=1.0,
+        slowest_rank=0, slowest_rank_seconds=seconds, fastest_rank_seconds=seconds,
+        seconds=[seconds, seconds],
+    )  # fmt: skip
+
+
+def test_measurement_doc_names_every_procedure_and_mlperf_figure() -> None:
+    doc = (ROOT / "docs" / "measurement.md").read_text()
+    for procedure in Procedure:
+        assert f"**`{procedure.value}`**" in doc, procedure
+    keys = mlperf_metrics(_op(1.0), _op(2.0), 2**30)
+    for key in keys:
+        if "_min_rank_" in key or "_median_rank_" in key:
+            continue  # documented together as checkpoint_{write,read}_{min,median}_rank_gibps
+        assert f"`{key}`" in doc or key.startswith("load_"), key
+    assert "checkpoint_{write,read}_{min,median}_rank_gibps" in doc
