@@ -26,7 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run one rank (the entry point of a benchmark pod)",
     ),
     "operator": ("ckptbench.operator.runtime.main", "run the Kubernetes operator"),
-    "crd": ("ckptbench.operator.spec.crd", "print the CheckpointBenchmark CRD"),
+    "crd": (
+        "ckptbench.operator.crd_cli",
+        "print the CheckpointBenchmark CRD (--kind sweep: the CheckpointBenchmarkSweep's)",
+    ),
     "render": ("ckptbench.operator.render.cli", "print the manifests for a CheckpointBenchmark"),
 }
 

@@ -35,6 +35,14 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         subresources={"status"},
         verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
     ),
+    f"{spec_names.GROUP}/{spec_names.VERSION}/checkpointbenchmarksweeps": kmock.ResourceInfo(
+        kind="CheckpointBenchmarkSweep",
+        singular="checkpointbenchmarksweep",
+        shortnames={"ckbs"},
+        namespaced=True,
+        subresources={"status"},
+        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+    ),
     "jobset.x-k8s.io/v1alpha2/jobsets": kmock.ResourceInfo(
         kind="JobSet",
         singular="jobset",

@@ -20,9 +20,22 @@ from celpy.evaluation import CELEvalError
 from ckptbench.operator.spec.crd import build_crd
 
 
-def openapi_schema() -> dict[str, Any]:
-    schema: dict[str, Any] = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+def openapi_schema(crd: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The CRD's schema; by default the CheckpointBenchmark's."""
+    source = crd if crd is not None else build_crd()
+    schema: dict[str, Any] = source["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schema
+
+
+def _kind(crd: dict[str, Any] | None) -> str:
+    return "" if crd is None else str(crd["metadata"]["name"])
+
+
+_CRDS: dict[str, dict[str, Any]] = {}
+
+
+def _crd_of(kind: str) -> dict[str, Any] | None:
+    return _CRDS.get(kind)
 
 
 def closed(schema: dict[str, Any]) -> dict[str, Any]:
@@ -48,14 +61,18 @@ def closed(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.cache
-def _validator() -> jsonschema.Draft4Validator:
+def _validator(kind: str = "") -> jsonschema.Draft4Validator:
     # OpenAPI v3.0 schemas use draft-4 semantics (boolean exclusiveMinimum).
-    return jsonschema.Draft4Validator(closed(openapi_schema()))
+    return jsonschema.Draft4Validator(closed(openapi_schema(_crd_of(kind))))
 
 
-def schema_errors(obj: dict[str, Any]) -> list[str]:
-    """``path: message`` for every schema violation of the whole CheckpointBenchmark ``obj``."""
-    errors = sorted(_validator().iter_errors(obj), key=lambda e: list(e.absolute_path))
+def schema_errors(obj: dict[str, Any], crd: dict[str, Any] | None = None) -> list[str]:
+    """``path: message`` for every schema violation of the whole ``obj`` (by default a
+    CheckpointBenchmark; pass another ``crd`` for its kind)."""
+    if crd is not None:
+        _CRDS.setdefault(_kind(crd), crd)
+    validator = _validator(_kind(crd))
+    errors = sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))
     return [
         ".".join(str(part) for part in error.absolute_path) + ": " + error.message
         for error in errors
@@ -85,11 +102,11 @@ def _rules_at(schema: dict[str, Any], path: str) -> list[tuple[str, dict[str, st
 
 
 @functools.cache
-def _programs() -> list[tuple[str, dict[str, str], Any]]:
+def _programs(kind: str = "") -> list[tuple[str, dict[str, str], Any]]:
     env = celpy.Environment()
     return [
         (path, rule, env.program(env.compile(rule["rule"])))
-        for path, rule in _rules_at(openapi_schema(), "")
+        for path, rule in _rules_at(openapi_schema(_crd_of(kind)), "")
     ]
 
 
@@ -101,13 +118,15 @@ def _at(obj: Any, path: str) -> Any:
     return obj
 
 
-def cel_failures(obj: dict[str, Any]) -> list[str]:
+def cel_failures(obj: dict[str, Any], crd: dict[str, Any] | None = None) -> list[str]:
     """``<path><fieldPath>: <message>`` for every CEL rule the CheckpointBenchmark ``obj`` breaks.
 
     Objects the schema already rejects are not meaningful here (the API server stops earlier)."""
-    defaulted = with_defaults(obj, openapi_schema())
+    if crd is not None:
+        _CRDS.setdefault(_kind(crd), crd)
+    defaulted = with_defaults(obj, openapi_schema(_crd_of(_kind(crd))))
     failures = []
-    for path, rule, program in _programs():
+    for path, rule, program in _programs(_kind(crd)):
         target = _at(defaulted, path)
         if target is None:
             continue

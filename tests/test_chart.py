@@ -52,9 +52,14 @@ VALUE_SETS: dict[str, list[str]] = {
 # The operator contract (notes/operator-contract.md): what the operator calls, nothing more.
 NAMESPACED_RULES = {
     ("ckptbench.dev", "checkpointbenchmarks", verb)
-    for verb in ("get", "list", "watch", "patch", "update")
+    for verb in ("get", "list", "watch", "patch", "update", "create", "delete")
 } | {
     *{("ckptbench.dev", "checkpointbenchmarks/status", v) for v in ("get", "patch", "update")},
+    *{
+        ("ckptbench.dev", "checkpointbenchmarksweeps", v)
+        for v in ("get", "list", "watch", "patch", "update")
+    },
+    *{("ckptbench.dev", "checkpointbenchmarksweeps/status", v) for v in ("get", "patch", "update")},
     *{("jobset.x-k8s.io", "jobsets", v) for v in ("get", "list", "watch", "create")},
     *{("", "pods", v) for v in ("get", "list", "watch")},
     *{("", "events", v) for v in ("create", "patch")},

@@ -21,6 +21,8 @@ from ckptbench.operator.render.labels import (
     jobset_name,
 )
 from ckptbench.operator.spec import names
+from ckptbench.operator.sweep import crd as sweep_crd
+from ckptbench.operator.sweep.cells import LABEL_SWEEP
 
 JOBSET_GROUP, JOBSET_VERSION = JOBSET_API_VERSION.split("/")
 JOBSET_PLURAL = "jobsets"
@@ -98,6 +100,74 @@ class Kube:
                 for k, v in wanted.items()
             )
         ]
+
+    # -- sweeps ------------------------------------------------------------------------------------
+
+    def get_sweep(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return _or_none(
+            lambda: self._custom.get_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                sweep_crd.PLURAL,
+                name,
+                _preload_content=False,
+            )
+        )
+
+    def list_sweep_children(self, namespace: str, sweep: str) -> list[dict[str, Any]]:
+        """The benchmarks labelled with ``sweep``; the label is checked again here, as for pods."""
+        response = self._custom.list_namespaced_custom_object(
+            names.GROUP,
+            names.VERSION,
+            namespace,
+            names.PLURAL,
+            label_selector=f"{LABEL_SWEEP}={sweep}",
+            _preload_content=False,
+        )
+        items = _json(response).get("items") or []
+        return [
+            b
+            for b in items
+            if ((b.get("metadata") or {}).get("labels") or {}).get(LABEL_SWEEP) == sweep
+        ]
+
+    def create_benchmark(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Create a sweep's child; None when it already exists (a reconcile before made it)."""
+        try:
+            response = self._custom.create_namespaced_custom_object(
+                names.GROUP,
+                names.VERSION,
+                namespace,
+                names.PLURAL,
+                dict(body),
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+        return _json(response)
+
+    def delete_benchmark(self, namespace: str, name: str) -> None:
+        try:
+            self._custom.delete_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, names.PLURAL, name, _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status != 404:  # already gone (the garbage collector was first)
+                raise
+
+    def patch_sweep_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self._custom.patch_namespaced_custom_object_status(
+            names.GROUP,
+            names.VERSION,
+            namespace,
+            sweep_crd.PLURAL,
+            name,
+            {"status": dict(patch)},
+            _preload_content=False,
+        )
 
     def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """A JSON merge patch of the status subresource (None values remove keys)."""

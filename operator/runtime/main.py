@@ -151,8 +151,9 @@ def main(argv: Sequence[str]) -> int:
 
     from ckptbench.operator.render.jobset import RenderDefaults
     from ckptbench.operator.render.security import Policy
-    from ckptbench.operator.runtime import handlers, kube, metrics
+    from ckptbench.operator.runtime import handlers, kube, metrics, sweep_handlers
     from ckptbench.operator.runtime.reconcile import Reconciler
+    from ckptbench.operator.runtime.sweeps import SweepReconciler
 
     log = logging.getLogger("ckptbench.operator")
     settings = kopf.OperatorSettings()
@@ -175,14 +176,16 @@ def main(argv: Sequence[str]) -> int:
             priority_class_names=options.allowed_priority_classes,
         ),
     )
-    reconciler = Reconciler(api=kube.Kube(kube.load_config()), defaults=defaults)
+    api = kube.Kube(kube.load_config())
+    reconciler = Reconciler(api=api, defaults=defaults)
+    sweeps = SweepReconciler(api=api)
     server, thread = metrics.serve(options.metrics_port)
     log.info(
         "serving metrics on :%d, liveness on :%d/healthz, watching %s (handlers: %s)",
         options.metrics_port,
         options.health_port,
         ", ".join(options.namespaces) or "all namespaces",
-        handlers.__name__,
+        f"{handlers.__name__}, {sweep_handlers.__name__}",
     )
     try:
         kopf.run(
@@ -191,7 +194,7 @@ def main(argv: Sequence[str]) -> int:
             namespaces=list(options.namespaces),
             liveness_endpoint=f"http://0.0.0.0:{options.health_port}/healthz",
             settings=settings,
-            memo=kopf.Memo(reconciler=reconciler),
+            memo=kopf.Memo(reconciler=reconciler, sweeps=sweeps),
         )
     finally:
         server.shutdown()

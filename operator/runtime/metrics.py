@@ -68,6 +68,19 @@ PHASE_SECONDS = Gauge(
     (*_LABELS, "operation", "part"),
     registry=REGISTRY,
 )
+SWEEP_CELL_THROUGHPUT = Gauge(
+    "ckptbench_sweep_cell_throughput_bytes_per_second",
+    "Aggregate throughput of each succeeded cell of a sweep (its child benchmark's), to compare "
+    "cells side by side.",
+    ("namespace", "sweep", "cell", "operation"),
+    registry=REGISTRY,
+)
+SWEEP_CELLS = Gauge(
+    "ckptbench_sweep_cells",
+    "Cells of a sweep by state: total, done, succeeded, failed.",
+    ("namespace", "sweep", "state"),
+    registry=REGISTRY,
+)
 RECONCILES = Counter(
     "ckptbench_operator_reconciles_total",
     "Reconciles run by the operator, by handler.",
@@ -163,6 +176,44 @@ def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:
         gauge.remove(*labels)
 
 
+_SWEEP_COUNTS = {
+    "total": "cellsTotal",
+    "done": "cellsDone",
+    "succeeded": "cellsSucceeded",
+    "failed": "cellsFailed",
+}
+_sweep_series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
+
+
+def update_sweep(namespace: str, sweep: str, status: Mapping[str, Any]) -> None:
+    """Set a sweep's series from its status: cell counts and each succeeded cell's throughput."""
+    values: list[tuple[Gauge, tuple[str, ...], float]] = []
+    for state, key in _SWEEP_COUNTS.items():
+        if isinstance(status.get(key), int):
+            values.append((SWEEP_CELLS, (namespace, sweep, state), float(status[key])))
+    for row in status.get("cells") or []:
+        if not isinstance(row, Mapping) or row.get("phase") != "Succeeded":
+            continue
+        for operation in OPERATIONS:
+            rate = row.get(f"{operation}GiBps")
+            if isinstance(rate, int | float):
+                cell = (namespace, sweep, str(row.get("cell")), operation)
+                values.append((SWEEP_CELL_THROUGHPUT, cell, float(rate) * 1024**3))
+    with _lock:
+        stale = _sweep_series.get((namespace, sweep), set()) - {(g, lb) for g, lb, _ in values}
+        for gauge, labels in stale:
+            _remove(gauge, labels)
+        for gauge, labels, value in values:
+            gauge.labels(*labels).set(value)
+        _sweep_series[(namespace, sweep)] = {(g, lb) for g, lb, _ in values}
+
+
+def remove_sweep(namespace: str, sweep: str) -> None:
+    with _lock:
+        for gauge, labels in _sweep_series.pop((namespace, sweep), set()):
+            _remove(gauge, labels)
+
+
 @contextmanager
 def observe_reconcile(handler: str) -> Iterator[None]:
     """Count and time one reconcile; an exception is counted as an error and re-raised."""
@@ -185,6 +236,8 @@ __all__ = [
     "metric_names",
     "observe_reconcile",
     "remove_benchmark",
+    "remove_sweep",
     "serve",
     "update_benchmark",
+    "update_sweep",
 ]

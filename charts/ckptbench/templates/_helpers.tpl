@@ -84,11 +84,18 @@ watched ones, or the release namespace when the operator watches the whole clust
 
 {{/* The operator's namespaced permissions: exactly what it calls, no wildcards. */}}
 {{- define "ckptbench.rbacRules" -}}
+# create and delete: a CheckpointBenchmarkSweep's cells run as child benchmarks.
 - apiGroups: ["ckptbench.dev"]
   resources: ["checkpointbenchmarks"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["get", "list", "watch", "patch", "update", "create", "delete"]
 - apiGroups: ["ckptbench.dev"]
   resources: ["checkpointbenchmarks/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["ckptbench.dev"]
+  resources: ["checkpointbenchmarksweeps"]
+  verbs: ["get", "list", "watch", "patch", "update"]
+- apiGroups: ["ckptbench.dev"]
+  resources: ["checkpointbenchmarksweeps/status"]
   verbs: ["get", "patch", "update"]
 - apiGroups: ["jobset.x-k8s.io"]
   resources: ["jobsets"]

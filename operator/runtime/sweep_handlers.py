@@ -1,0 +1,60 @@
+"""kopf registrations for CheckpointBenchmarkSweeps: thin wrappers around :class:`SweepReconciler`.
+
+- a sweep created, resumed or its spec edited: reconcile it now;
+- a child CheckpointBenchmark (labelled with its sweep) changes: reconcile its sweep soon
+  (coalesced), which starts the next cells and refreshes the comparison table;
+- a sweep deleted: its series go and its children are deleted (the garbage collector does the
+  same through their owner references).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from ckptbench.operator.runtime.sweeps import SweepReconciler
+from ckptbench.operator.spec import names
+from ckptbench.operator.sweep import crd as sweep_crd
+from ckptbench.operator.sweep.cells import LABEL_SWEEP
+
+
+def _namespace(namespace: str | None) -> str:
+    if not namespace:
+        raise kopf.PermanentError("CheckpointBenchmarkSweep is namespaced")
+    return namespace
+
+
+def _sweeps(memo: Any) -> SweepReconciler:
+    sweeps = memo.get("sweeps")
+    if not isinstance(sweeps, SweepReconciler):
+        raise kopf.PermanentError("the operator was started without a sweep reconciler in its memo")
+    return sweeps
+
+
+@kopf.on.cleanup()
+async def stop_sweeps(memo: Any, **_: Any) -> None:
+    await _sweeps(memo).close()
+
+
+@kopf.on.resume(names.GROUP, names.VERSION, sweep_crd.PLURAL)
+@kopf.on.create(names.GROUP, names.VERSION, sweep_crd.PLURAL)
+@kopf.on.update(names.GROUP, names.VERSION, sweep_crd.PLURAL, field="spec")
+async def sweep_changed(namespace: str | None, name: str, memo: Any, reason: str, **_: Any) -> None:
+    await _sweeps(memo).reconcile(_namespace(namespace), name, str(reason))
+
+
+@kopf.on.event(names.GROUP, names.VERSION, sweep_crd.PLURAL)
+async def sweep_event(
+    event: kopf.RawEvent, namespace: str | None, name: str, memo: Any, **_: Any
+) -> None:
+    if event.get("type") == "DELETED":
+        uid = str(((event.get("object") or {}).get("metadata") or {}).get("uid", ""))
+        await _sweeps(memo).deleted(_namespace(namespace), name, uid)
+
+
+@kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, labels={LABEL_SWEEP: kopf.PRESENT})
+async def sweep_child_event(
+    namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any
+) -> None:
+    _sweeps(memo).request(_namespace(namespace), labels[LABEL_SWEEP], "child")

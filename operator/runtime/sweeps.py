@@ -1,0 +1,173 @@
+"""One reconcile of a CheckpointBenchmarkSweep: validate, start the next cells, aggregate.
+
+The sweep's children are CheckpointBenchmarks named ``<sweep>-c<cell>``, labelled with the sweep
+and owned by it (so the garbage collector deletes them with it). A reconcile lists them, creates
+the children :func:`~ckptbench.operator.sweep.status.cells_to_start` names (an existing one, 409,
+counts as created), and patches the status when it changed. A child of the same name owned by
+something else is left alone and its cell reported as blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from ckptbench.operator.runtime import metrics
+from ckptbench.operator.sweep import status as sst
+from ckptbench.operator.sweep.cells import LABEL_CELL, Cell, expand, render_child
+from ckptbench.operator.sweep.crd import validate_sweep_name
+from ckptbench.operator.sweep.model import CellError, CheckpointBenchmarkSweepSpec
+
+log = logging.getLogger(__name__)
+
+
+class SweepApi(Protocol):
+    def get_sweep(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def list_sweep_children(self, namespace: str, sweep: str) -> list[dict[str, Any]]: ...
+    def create_benchmark(
+        self, namespace: str, body: Mapping[str, Any]
+    ) -> dict[str, Any] | None: ...
+    def delete_benchmark(self, namespace: str, name: str) -> None: ...
+    def patch_sweep_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    status: dict[str, Any]
+    created: list[str]
+
+
+def parse_sweep(raw: object) -> CheckpointBenchmarkSweepSpec:
+    """Validate a sweep's spec; a :class:`CellError` or ValueError names each bad field."""
+    if isinstance(raw, Mapping) and not isinstance(raw, dict):
+        raw = dict(raw)
+    try:
+        return CheckpointBenchmarkSweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for e in exc.errors():
+            path = "spec" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"])
+            message = str(e["msg"]).removeprefix("Value error, ")
+            problems.append(f"{path}: {message}" if e["loc"] else f"spec.{message}")
+        raise ValueError("; ".join(problems)) from None
+
+
+def _owned(child: Mapping[str, Any], uid: str) -> bool:
+    owners = (child.get("metadata") or {}).get("ownerReferences") or []
+    return any(o.get("uid") == uid and o.get("controller") for o in owners)
+
+
+def _children(
+    api: SweepApi, namespace: str, name: str, uid: str, cells: list[Cell]
+) -> dict[int, dict[str, Any]]:
+    found: dict[int, dict[str, Any]] = {}
+    numbers = {c.number for c in cells}
+    for child in api.list_sweep_children(namespace, name):
+        labels = (child.get("metadata") or {}).get("labels") or {}
+        try:
+            number = int(labels.get(LABEL_CELL, ""))
+        except ValueError:
+            continue
+        if number in numbers and _owned(child, uid):
+            found[number] = child
+    return found
+
+
+def reconcile_sweep_once(api: SweepApi, namespace: str, name: str) -> SweepOutcome | None:
+    sweep = api.get_sweep(namespace, name)
+    meta = (sweep or {}).get("metadata") or {}
+    if sweep is None or meta.get("deletionTimestamp"):
+        metrics.remove_sweep(namespace, name)
+        return None
+    uid = str(meta.get("uid", ""))
+    previous: dict[str, Any] = sweep.get("status") or {}
+    problem = validate_sweep_name(name)
+    spec: CheckpointBenchmarkSweepSpec | None = None
+    cells: list[Cell] = []
+    if problem is None:
+        try:
+            spec = parse_sweep(sweep.get("spec") or {})
+            cells = expand(spec)
+        except (ValueError, CellError) as exc:
+            problem = str(exc)
+    created: list[str] = []
+    if spec is None or problem is not None:
+        status = sst.invalid_status(problem or "invalid spec")
+    else:
+        children = _children(api, namespace, name, uid, cells)
+        for cell in sst.cells_to_start(cells, children, spec.parallelism, spec.stop_on_failure):
+            body = render_child(name, namespace, uid, cell)
+            made = api.create_benchmark(namespace, body)
+            created.append(body["metadata"]["name"])
+            if made is not None:
+                children[cell.number] = made
+        status = sst.sweep_status(name, cells, children, spec.stop_on_failure)
+    if status != previous:
+        removed = {key: None for key in previous if key not in status}
+        api.patch_sweep_status(namespace, name, {**status, **removed})
+    metrics.update_sweep(namespace, name, status)
+    return SweepOutcome(status, created)
+
+
+def delete_children(api: SweepApi, namespace: str, name: str, uid: str) -> list[str]:
+    """Delete the children the sweep owned. The garbage collector does this on a real cluster
+    (owner references); doing it too when the sweep's deletion is seen means a cluster without
+    one (or an operator restarted mid-way) leaves no orphan benchmark running."""
+    gone = []
+    for child in api.list_sweep_children(namespace, name):
+        if _owned(child, uid):
+            child_name = str((child.get("metadata") or {}).get("name", ""))
+            api.delete_benchmark(namespace, child_name)
+            gone.append(child_name)
+    return gone
+
+
+@dataclass
+class SweepReconciler:
+    """Reconciles sweeps one at a time per sweep; a burst of child events costs one reconcile."""
+
+    api: SweepApi
+    debounce_seconds: float = 0.25
+    _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict, init=False)
+    _pending: set[tuple[str, str]] = field(default_factory=set, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+
+    async def reconcile(self, namespace: str, name: str, handler: str) -> SweepOutcome | None:
+        lock = self._locks.setdefault((namespace, name), asyncio.Lock())
+        async with lock:
+            with metrics.observe_reconcile(f"sweep-{handler}"):
+                return await asyncio.to_thread(reconcile_sweep_once, self.api, namespace, name)
+
+    def request(self, namespace: str, name: str, handler: str) -> None:
+        key = (namespace, name)
+        if key in self._pending:
+            return
+        self._pending.add(key)
+        task = asyncio.get_running_loop().create_task(self._later(key, handler))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _later(self, key: tuple[str, str], handler: str) -> None:
+        await asyncio.sleep(self.debounce_seconds)
+        self._pending.discard(key)
+        try:
+            await self.reconcile(*key, handler)
+        except Exception:
+            log.exception("reconcile of sweep %s/%s after a %s event failed", *key, handler)
+
+    async def deleted(self, namespace: str, name: str, uid: str) -> None:
+        metrics.remove_sweep(namespace, name)
+        self._locks.pop((namespace, name), None)
+        gone = await asyncio.to_thread(delete_children, self.api, namespace, name, uid)
+        if gone:
+            log.info("sweep %s/%s deleted: deleted its children %s", namespace, name, gone)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,317 @@
+"""CheckpointBenchmarkSweep: the spec refused by field (model and CRD alike), its cells, the
+children it renders, the status it aggregates, and the generated CRD in sync."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from ckptbench.operator.runtime.sweeps import parse_sweep
+from ckptbench.operator.sweep import cells as sc
+from ckptbench.operator.sweep import crd as sweep_crd
+from ckptbench.operator.sweep import status as sst
+from ckptbench.operator.sweep.model import MAX_CELLS, CellError
+from tests.crd_validation import cel_failures, schema_errors
+
+ROOT = Path(__file__).resolve().parent.parent
+SWEEP_CRD = sweep_crd.build_crd()
+TEMPLATE = {
+    "worldSize": 2,
+    "layerSize": 10,
+    "paddingSize": 4,
+    "checkpointPath": "gs://bucket/sweep",
+}
+
+
+def sweep(name: str = "grid", **spec: Any) -> dict[str, Any]:
+    body = {"template": copy.deepcopy(TEMPLATE), **spec}
+    return {
+        "apiVersion": "ckptbench.dev/v1alpha1",
+        "kind": "CheckpointBenchmarkSweep",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": body,
+    }
+
+
+GRID = sweep(axes={"backend": ["gcs", "gcsfs"], "threads": [4, 16]})
+
+
+def refusals(obj: dict[str, Any]) -> tuple[str, list[str]]:
+    """(the model's message, the API server's: schema errors, else CEL failures)."""
+    try:
+        parse_sweep(obj["spec"])
+        model = ""
+    except (ValueError, CellError) as exc:
+        model = str(exc)
+    name_problem = sweep_crd.validate_sweep_name(obj["metadata"]["name"])
+    if name_problem:
+        model = "; ".join(p for p in (model, name_problem) if p)
+    server = schema_errors(obj, SWEEP_CRD) or cel_failures(obj, SWEEP_CRD)
+    return model, server
+
+
+def test_a_grid_is_accepted_by_model_and_crd() -> None:
+    assert refusals(GRID) == ("", [])
+
+
+def test_explicit_cells_are_accepted() -> None:
+    obj = sweep(cells=[{"backend": "gcsfs"}, {"threads": 32, "asyncSave": True}])
+    assert refusals(obj) == ("", [])
+    cells = sc.expand(parse_sweep(obj["spec"]))
+    assert [c.values for c in cells] == [{"backend": "gcsfs"}, {"threads": 32, "asyncSave": True}]
+
+
+THREADS_9 = list(range(1, 10))
+PARTS_8 = [n * 1024 * 1024 for n in range(1, 9)]
+
+
+@pytest.mark.parametrize(
+    ("obj", "model_says", "server_says"),
+    [
+        (
+            sweep(axes={"threads": [4, 0]}),
+            "spec.axes.threads[1]: Input should be greater than or equal to 1",
+            "spec.axes.threads.1: 0 is less than the minimum of 1",
+        ),
+        (
+            sweep(axes={"backend": ["gcs", "s3"]}),
+            "spec.axes.backend[1]: Input should be 'file', 'gcs' or 'gcsfs'",
+            "spec.axes.backend.1: 's3' is not one of",
+        ),
+        (
+            sweep(axes={"colour": ["red"]}),
+            "spec.axes.colour: Extra inputs are not permitted",
+            "spec.axes: Additional properties are not allowed ('colour' was unexpected)",
+        ),
+        (
+            sweep(axes={"threads": THREADS_9, "partSizeBytes": PARTS_8}),
+            "spec.axes: threads 9 x partSizeBytes 8 = 72 cells; the cross product must be at "
+            "most 64",
+            f"spec.axes: axes: the cross product of the axes must be at most {MAX_CELLS} cells",
+        ),
+        (
+            sweep(axes={"threads": [4]}, cells=[{"threads": 8}]),
+            "spec.axes or cells: give exactly one of them",
+            "spec: axes or cells: give exactly one of them",
+        ),
+        (
+            sweep(),
+            "spec.axes or cells: give exactly one of them",
+            "spec: axes or cells: give exactly one of them",
+        ),
+        (
+            sweep(cells=[{"threads": 4}] * 65),
+            "spec.cells: List should have at most 64 items",
+            "spec.cells: [{'threads': 4},",
+        ),
+        (
+            sweep(axes={"threads": [4]}, parallelism=17),
+            "spec.parallelism: Input should be less than or equal to 16",
+            "spec.parallelism: 17 is greater than the maximum of 16",
+        ),
+        (
+            sweep("x" * (sc.MAX_SWEEP_NAME_LENGTH + 1), axes={"threads": [4]}),
+            f"metadata.name: {sc.MAX_SWEEP_NAME_LENGTH + 1} characters is too long",
+            f"metadata.name must be at most {sc.MAX_SWEEP_NAME_LENGTH} characters",
+        ),
+        (
+            sweep(axes={"threads": [4]}, template={**TEMPLATE, "threads": 0}),
+            "spec.template.threads: Input should be greater than or equal to 1",
+            "spec.template.threads: 0 is less than the minimum of 1",
+        ),
+    ],
+)
+def test_bad_sweeps_are_refused_by_field(
+    obj: dict[str, Any], model_says: str, server_says: str
+) -> None:
+    model, server = refusals(obj)
+    assert model_says in model
+    assert any(server_says in s for s in server), server
+
+
+def test_a_cell_that_makes_an_invalid_benchmark_is_refused_naming_the_cell() -> None:
+    # paddingSize 4 cannot feed 8 ranks: only the model sees each cell's whole spec.
+    obj = sweep(axes={"worldSize": [2, 8]})
+    model, _ = refusals(obj)
+    assert "axes (cell 2: worldSize=8): makes an invalid benchmark" in model
+    assert "paddingSize must be at least worldSize" in model
+
+
+def test_duplicate_axis_values_are_refused() -> None:
+    model, _ = refusals(sweep(axes={"threads": [4, 4]}))
+    assert "spec.axes.threads: a value is listed twice" in model
+    # The API server refuses them too: the lists are sets.
+    axes = SWEEP_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["axes"]
+    assert all(p["x-kubernetes-list-type"] == "set" for p in axes["properties"].values())
+
+
+# ---------------------------------------------------------------------------------------------
+# Cells and children
+
+
+def test_cells_are_the_cross_product_and_children_are_valid_benchmarks() -> None:
+    cells = sc.expand(parse_sweep(GRID["spec"]))
+    assert [c.values for c in cells] == [
+        {"backend": "gcs", "threads": 4},
+        {"backend": "gcs", "threads": 16},
+        {"backend": "gcsfs", "threads": 4},
+        {"backend": "gcsfs", "threads": 16},
+    ]
+    assert cells[1].label == "backend=gcs threads=16"
+    for cell in cells:
+        child = sc.render_child("grid", "default", "uid-1", cell)
+        assert child["metadata"]["name"] == f"grid-c{cell.number}"
+        assert child["metadata"]["labels"] == {
+            sc.LABEL_SWEEP: "grid",
+            sc.LABEL_CELL: str(cell.number),
+        }
+        (owner,) = child["metadata"]["ownerReferences"]
+        assert owner["kind"] == "CheckpointBenchmarkSweep" and owner["uid"] == "uid-1"
+        assert owner["controller"] is True and owner["blockOwnerDeletion"] is True
+        # Valid against the CheckpointBenchmark CRD, schema and CEL alike.
+        assert schema_errors(child) == [] and cel_failures(child) == []
+        assert child["spec"]["backend"] == cell.values["backend"]
+        assert child["spec"]["threads"] == cell.values["threads"]
+        assert child["spec"]["layerSize"] == TEMPLATE["layerSize"]
+
+
+def test_longest_sweep_name_gives_valid_child_names() -> None:
+    from ckptbench.operator.spec.names import validate_name
+
+    name = "s" * sc.MAX_SWEEP_NAME_LENGTH
+    assert validate_name(sc.child_name(name, MAX_CELLS)) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Status
+
+
+def _cells() -> list[sc.Cell]:
+    return sc.expand(parse_sweep(GRID["spec"]))
+
+
+def _child(
+    phase: str, save_gibps: float | None = None, load_gibps: float | None = None
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if save_gibps is not None:
+        status["save"] = {
+            "meanSeconds": 1.0 / save_gibps,
+            "throughputBytesPerSecond": save_gibps * 1024**3,
+        }
+    if load_gibps is not None:
+        status["load"] = {
+            "meanSeconds": 1.0 / load_gibps,
+            "throughputBytesPerSecond": load_gibps * 1024**3,
+        }
+    return {"status": status}
+
+
+@pytest.mark.parametrize(
+    ("children", "parallelism", "stop", "expected"),
+    [
+        ({}, 1, False, [1]),
+        ({}, 2, False, [1, 2]),
+        ({1: _child("Running")}, 1, False, []),
+        ({1: _child("Succeeded")}, 1, False, [2]),
+        ({1: _child("Failed")}, 1, False, [2]),  # a failure does not stop the sweep...
+        ({1: _child("Failed")}, 1, True, []),  # ...unless asked
+        ({1: _child("Succeeded"), 2: _child("Running")}, 3, False, [3, 4]),
+        ({n: _child("Succeeded") for n in (1, 2, 3, 4)}, 1, False, []),
+    ],
+)
+def test_cells_to_start(
+    children: dict[int, Any], parallelism: int, stop: bool, expected: list[int]
+) -> None:
+    started = sst.cells_to_start(_cells(), children, parallelism, stop)
+    assert [c.number for c in started] == expected
+
+
+def test_status_tables_cells_names_the_best_and_counts_progress() -> None:
+    children = {
+        1: _child("Succeeded", 1.0, 3.0),
+        2: _child("Succeeded", 2.0, 1.0),
+        3: _child("Failed", 9.0, 9.0),  # failed cells are never best
+        4: _child("Running"),
+    }
+    status = sst.sweep_status("grid", _cells(), children, stop_on_failure=False)
+    assert status["phase"] == "Running"
+    assert status["progress"] == "3/4"
+    assert (status["cellsDone"], status["cellsSucceeded"], status["cellsFailed"]) == (3, 2, 1)
+    rows = status["cells"]
+    assert [r["phase"] for r in rows] == ["Succeeded", "Succeeded", "Failed", "Running"]
+    assert rows[1]["settings"] == {"backend": "gcs", "threads": 16}
+    assert rows[1]["saveGiBps"] == 2.0 and rows[1]["saveSeconds"] == 0.5
+    assert "saveGiBps" not in rows[3]
+    assert status["bestSave"]["cell"] == 2 and status["bestSave"]["name"] == "grid-c2"
+    assert status["bestLoad"]["cell"] == 1
+    assert status["bestSaveCell"] == "grid-c2 (backend=gcs threads=16)"
+
+
+@pytest.mark.parametrize(
+    ("phases", "stop", "phase"),
+    [
+        ({}, False, "Pending"),
+        ({1: "Running"}, False, "Running"),
+        ({1: "Succeeded", 2: "Succeeded", 3: "Succeeded", 4: "Succeeded"}, False, "Succeeded"),
+        ({1: "Succeeded", 2: "Failed", 3: "Succeeded", 4: "Succeeded"}, False, "Failed"),
+        ({1: "Failed"}, False, "Running"),  # going on after the failure
+        ({1: "Failed"}, True, "Failed"),  # stopped
+    ],
+)
+def test_sweep_phase(phases: dict[int, str], stop: bool, phase: str) -> None:
+    children = {n: _child(p) for n, p in phases.items()}
+    assert sst.sweep_status("grid", _cells(), children, stop)["phase"] == phase
+
+
+def test_status_stays_bounded() -> None:
+    obj = sweep(axes={"threads": list(range(1, 65))})
+    cells = sc.expand(parse_sweep(obj["spec"]))
+    children = {c.number: _child("Succeeded", 1.0, 1.0) for c in cells}
+    status = sst.sweep_status("grid", cells, children, False)
+    assert len(status["cells"]) == 64
+    assert len(yaml.safe_dump(status)) < 32 * 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# The generated CRD
+
+
+def test_committed_sweep_crd_is_generated_from_the_model() -> None:
+    for path in (ROOT / sweep_crd.CRD_FILE, ROOT / "charts/ckptbench" / sweep_crd.CRD_FILE):
+        assert yaml.safe_load(path.read_text()) == SWEEP_CRD, (
+            f"{path} is out of date; run `ckptbench crd --kind sweep > {sweep_crd.CRD_FILE}`"
+        )
+
+
+def test_sweep_crd_names_and_columns() -> None:
+    names = SWEEP_CRD["spec"]["names"]
+    assert names["shortNames"] == ["ckbs"] and names["categories"] == ["ckptbench"]
+    columns = {
+        c["name"]: c["jsonPath"]
+        for c in SWEEP_CRD["spec"]["versions"][0]["additionalPrinterColumns"]
+    }
+    assert columns["Progress"] == ".status.progress"
+    assert columns["Best Save"] == ".status.bestSaveCell"
+    assert columns["Best Load"] == ".status.bestLoadCell"
+
+
+EXAMPLES = sorted((ROOT / "examples" / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_sweeps_validate_by_model_and_crd(path: Path) -> None:
+    (obj,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    obj["metadata"].setdefault("namespace", "default")
+    assert refusals(obj) == ("", [])
+    assert len(sc.expand(parse_sweep(obj["spec"]))) >= 2
+
+
+def test_there_are_example_sweeps() -> None:
+    assert EXAMPLES
