@@ -148,7 +148,10 @@ def test_duplicate_axis_values_are_refused() -> None:
     axes = SWEEP_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
         "properties"
     ]["axes"]
-    assert all(p["x-kubernetes-list-type"] == "set" for p in axes["properties"].values())
+    kinds = {name: p["x-kubernetes-list-type"] for name, p in axes["properties"].items()}
+    # Objects (a model preset with its overrides) cannot form a set: the twin alone refuses those.
+    assert kinds.pop("model") == "atomic"
+    assert set(kinds.values()) == {"set"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,3 +318,44 @@ def test_example_sweeps_validate_by_model_and_crd(path: Path) -> None:
 
 def test_there_are_example_sweeps() -> None:
     assert EXAMPLES
+
+
+def test_model_and_procedure_are_axes_too() -> None:
+    template = {"worldSize": 2, "checkpointPath": "gs://bucket/sweep"}
+    obj = sweep(
+        template=template,
+        axes={
+            "model": [{"preset": "llama3-debug"}, {"preset": "llama3-8b", "layers": 1}],
+            "procedure": ["ckptbench", "reference"],
+        },
+    )
+    assert refusals(obj) == ("", [])
+    cells = sc.expand(parse_sweep(obj["spec"]))
+    assert [c.label for c in cells] == [
+        "model={preset=llama3-debug} procedure=ckptbench",
+        "model={preset=llama3-debug} procedure=reference",
+        "model={preset=llama3-8b,layers=1} procedure=ckptbench",
+        "model={preset=llama3-8b,layers=1} procedure=reference",
+    ]
+    child = sc.render_child("grid", "default", "uid-1", cells[2])
+    assert child["spec"]["model"] == {"preset": "llama3-8b", "layers": 1}
+    assert child["spec"]["procedure"] == "ckptbench"
+    assert "layerSize" not in child["spec"]  # a default would clash with the model
+    assert schema_errors(child) == [] and cel_failures(child) == []
+
+
+@pytest.mark.parametrize(
+    ("axes", "says"),
+    [
+        ({"procedure": ["fastest"]}, "spec.axes.procedure[0]: Input should be 'ckptbench'"),
+        ({"model": [{"preset": "gpt-2"}]}, "spec.axes.model[0].preset: Input should be"),
+        (
+            {"model": [{"preset": "llama3-debug"}, {"preset": "llama3-debug"}]},
+            "spec.axes.model: a value is listed twice",
+        ),
+    ],
+)
+def test_bad_model_or_procedure_values_are_refused(axes: dict[str, Any], says: str) -> None:
+    template = {"worldSize": 2, "checkpointPath": "gs://bucket/sweep"}
+    model, _ = refusals(sweep(template=template, axes=axes))
+    assert says in model

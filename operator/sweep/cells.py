@@ -40,16 +40,14 @@ class Cell:
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}={_text(v)}" for k, v in value.items()) + "}"
     return str(value)
-
-
-def _json(value: Any) -> Any:
-    return getattr(value, "value", value)
 
 
 def expand(spec: CheckpointBenchmarkSweepSpec) -> list[Cell]:
     """The cells in order (the last axis varies fastest). Raises CellError naming the bad cell."""
-    from ckptbench.operator.sweep.model import CellError, axis_fields, child_spec
+    from ckptbench.operator.sweep.model import CellError, axis_fields, child_spec, manifest_value
 
     combos: list[dict[str, Any]] = []
     if spec.axes is not None:
@@ -63,7 +61,7 @@ def expand(spec: CheckpointBenchmarkSweepSpec) -> list[Cell]:
     cells = []
     where = "axes" if spec.axes is not None else "cells"
     for number, values in enumerate(combos, start=1):
-        shown = {to_camel(k): _json(v) for k, v in values.items()}
+        shown = {to_camel(k): manifest_value(v) for k, v in values.items()}
         try:
             child = child_spec(spec.template, values)
         except CellError as exc:
@@ -100,5 +98,6 @@ def render_child(sweep: str, namespace: str, uid: str, cell: Cell) -> dict[str, 
             "labels": {LABEL_SWEEP: sweep, LABEL_CELL: str(cell.number)},
             "ownerReferences": [sweep_owner_reference(sweep, uid)],
         },
-        "spec": cell.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+        # What the template and the cell set; the API server fills in the defaults.
+        "spec": cell.spec.model_dump(mode="json", by_alias=True, exclude_unset=True),
     }

@@ -50,7 +50,8 @@ MAX_PARALLELISM = 16
 
 
 def _scalar(annotation: Any) -> Any | None:
-    """The annotation without ``| None`` when it is a scalar a CRD list can hold as a set."""
+    """The annotation without ``| None`` when a list can hold it: a scalar, or an object such as
+    ``model`` (a preset with its overrides); None for anything else (lists, maps)."""
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if args and isinstance(annotation, types.UnionType | type(typing.Optional[int])):  # noqa: UP045
         if len(args) != 1:
@@ -59,9 +60,14 @@ def _scalar(annotation: Any) -> Any | None:
     if typing.get_origin(annotation) is typing.Literal:
         return annotation
     scalars = bool | int | float | str | enum.Enum
-    if isinstance(annotation, type) and issubclass(annotation, scalars):
+    if isinstance(annotation, type) and issubclass(annotation, scalars | BaseModel):
         return annotation
     return None
+
+
+def _is_object(field: str) -> bool:
+    item = _scalar(CheckpointBenchmarkSpec.model_fields[field].annotation)
+    return isinstance(item, type) and issubclass(item, BaseModel)
 
 
 def axis_fields() -> list[str]:
@@ -103,7 +109,8 @@ def _build_axes() -> type[BaseModel]:
                 strict=False if f == "backend" else None,
                 description=f"Values of template.{to_camel(f)}, one cell each (crossed with "
                 "the other axes); no value twice.",
-                json_schema_extra={"x-kubernetes-list-type": "set"},
+                # Objects cannot form a set in a CRD; their duplicates are the twin's to refuse.
+                json_schema_extra={"x-kubernetes-list-type": "atomic" if _is_object(f) else "set"},
             ),
         )
         for f in fields
@@ -221,8 +228,9 @@ def child_spec(
     template: CheckpointBenchmarkSpec, values: dict[str, Any]
 ) -> CheckpointBenchmarkSpec:
     """The template with ``values`` (snake_case field -> value) set, validated as a whole."""
-    raw = template.model_dump(mode="json", by_alias=True, exclude_none=True)
-    raw.update({to_camel(k): _json(v) for k, v in values.items()})
+    # Only what the template sets: a default (layerSize) must not clash with a cell's (model).
+    raw = template.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    raw.update({to_camel(k): manifest_value(v) for k, v in values.items()})
     try:
         return CheckpointBenchmarkSpec.model_validate(raw)
     except ValidationError as exc:
@@ -235,5 +243,8 @@ def child_spec(
         raise CellError(problems) from None
 
 
-def _json(value: Any) -> Any:
-    return getattr(value, "value", value)  # an enum member as the manifest holds it
+def manifest_value(value: Any) -> Any:
+    """A value as the manifest holds it: an enum member's value, an object's fields."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return getattr(value, "value", value)
