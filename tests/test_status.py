@@ -442,3 +442,12 @@ def test_a_foreign_jobset_is_reported_not_adopted() -> None:
         why,
     )
     assert "jobSetName" not in status
+
+
+def test_the_slowest_rank_is_the_one_with_the_most_io_not_the_longest_collective() -> None:
+    from ckptbench.operator.status.aggregate import slowest_rank
+
+    # Barrier to barrier rank 0 saw longer collectives; rank 1 did more I/O of its own.
+    fast = RankResult(rank=0, save=OpTiming.of([3.0, 3.0], [0.5, 0.5]))
+    slow = RankResult(rank=1, save=OpTiming.of([2.9, 2.9], [2.5, 2.5]))
+    assert slowest_rank([fast, slow]) == 1
