@@ -5,8 +5,9 @@
    barrier-to-barrier seconds are the same on both ranks; each rank's own I/O, timed inside the
    storage layer, must not be: on tmpfs, where a rank's writes cost only its own CPU and memory
    bandwidth, the heavier rank's I/O must be clearly the larger (target: rank 0 / rank 1 >= 1.5).
-   On a shared disk the save I/O converges (one rank's fsync commits the journal with the other
-   rank's data): printed beside it, not judged.
+   On the disk, printed beside it and not judged, the ranks share one device: one rank's fsync
+   may also flush the other's data (ext4 commits one journal), which can bring their save I/O
+   close together in one run and not in the next.
 2. ``file`` backend against raw I/O of the same bytes, cold: one rank; ``ckptbench run`` (its
    loads evict the files from the page cache first, ``cache: dropped``) interleaved with a raw
    sequential write + fsync and a raw read after evicting the file, into fresh memory as DCP
@@ -68,8 +69,7 @@ def bench_uneven(
     root: Path, shm: Path | None, layer_size: int, samples: int
 ) -> list[tuple[str, float, float]]:
     """On tmpfs (judged: each rank's writes cost its own CPU and memory bandwidth) and on the
-    disk beside it (a shared device: one rank's fsync commits the journal with the other's data,
-    so their save I/O converges; that is the disk's behaviour, not the timing's)."""
+    disk beside it (a shared device, where one rank's fsync may flush the other's data too)."""
     out: list[tuple[str, float, float]] = []
     places = [("tmpfs", shm), ("disk", root)] if shm is not None else [("disk", root)]
     for where, base in places:

@@ -451,3 +451,12 @@ def test_the_slowest_rank_is_the_one_with_the_most_io_not_the_longest_collective
     fast = RankResult(rank=0, save=OpTiming.of([3.0, 3.0], [0.5, 0.5]))
     slow = RankResult(rank=1, save=OpTiming.of([2.9, 2.9], [2.5, 2.5]))
     assert slowest_rank([fast, slow]) == 1
+
+
+def test_status_carries_each_ranks_io_seconds_and_the_procedure() -> None:
+    status = st.compute_status(spec(), jobset(), ALL_DONE, None, NOW)
+    assert status["procedure"] == "ckptbench"
+    save = status["save"]
+    assert len(save["rankIoSeconds"]) == 4
+    assert save["slowestRankSeconds"] == max(save["rankIoSeconds"])
+    assert {"planningSeconds", "collectiveOverheadSeconds"} <= set(save)

@@ -110,6 +110,12 @@ def compute_status(
         status["slowestRank"] = slowest
     if summary.verified is not None:
         status["verified"] = summary.verified
+    if summary.ranks_reported:
+        status["procedure"] = summary.procedure.value
+        if summary.cache is not None:
+            status["cache"] = summary.cache.value
+    if summary.mlperf:
+        status["mlperf"] = summary.mlperf  # a fixed set of MLPerf Storage's names
     status.update(bounded_lists(summary, reports))
     start = previous.get("startTime") or reports.started
     if start:
