@@ -8,7 +8,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -33,8 +33,14 @@ class Operator:
     """`ckptbench operator` in a subprocess, pointed at the emulator through a kubeconfig."""
 
     def __init__(
-        self, kubeconfig: Path, log: Path, namespace: str = "default", image: str = ""
+        self,
+        kubeconfig: Path,
+        log: Path,
+        namespace: str = "default",
+        image: str = "",
+        extra_args: Sequence[str] = (),
     ) -> None:
+        self.extra_args = list(extra_args)
         self.kubeconfig = kubeconfig
         self.log = log
         self.namespace = namespace
@@ -48,6 +54,7 @@ class Operator:
         args = [sys.executable, "-m", "ckptbench.cli", "operator", "--namespace", self.namespace]
         args += ["--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)]
         args += ["--default-image", self.image]
+        args += self.extra_args
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
         wait_for("the operator's /healthz", self._healthy)

@@ -360,6 +360,37 @@ def test_service_monitor_scrapes_the_metrics_service(render: Any) -> None:
     )
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    # The benchmark's namespace label survives the Prometheus Operator's relabelling.
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
+
+
+def test_service_monitor_takes_relabelings(helm: str, tmp_path: Path) -> None:
+    drop: dict[str, Any] = {
+        "action": "drop",
+        "sourceLabels": ["__name__"],
+        "regex": "ckptbench_operator_reconcile_duration_seconds.*",
+    }
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "serviceMonitor": {
+                    "enabled": True,
+                    "relabelings": [{"targetLabel": "team", "replacement": "storage"}],
+                    "metricRelabelings": [drop],
+                }
+            }
+        )
+    )
+    result = run_helm(helm, *template_args([]), "-f", str(values))
+    assert result.returncode == 0, result.stderr
+    (monitor,) = [
+        d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "ServiceMonitor"
+    ]
+    validate(monitor)
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["relabelings"] == [{"targetLabel": "team", "replacement": "storage"}]
+    assert endpoint["metricRelabelings"] == [drop]
 
 
 def test_kueue_queues_cover_the_watched_namespaces(render: Any) -> None:

@@ -165,7 +165,7 @@ def test_status_is_free_form_and_printer_columns_read_the_status_fields() -> Non
         "Backend": ".spec.backend",
         "Model": ".spec.model.preset",
         "Load Throughput": ".status.load.throughput",
-        "Reason": ".status.failureReason",
+        "Reason": ".status.reason",
     }
 
 

@@ -178,3 +178,11 @@ def test_serve_exposes_the_dedicated_registry() -> None:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def test_reconcile_counters_start_at_zero_for_every_handler() -> None:
+    # A dashboard panel on errors shows 0, not "No data", until the first error.
+    text = generate_latest(metrics.REGISTRY).decode()
+    for handler in metrics.HANDLERS:
+        assert f'ckptbench_operator_reconcile_errors_total{{handler="{handler}"}}' in text
+        assert f'ckptbench_operator_reconciles_total{{handler="{handler}"}}' in text

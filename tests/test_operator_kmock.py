@@ -4,6 +4,7 @@ metrics out; failures, invalid specs, spec edits, restarts and deletion."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +29,9 @@ IMAGE = "registry.example/ckptbench-workload:test"
 LAYER, PADDING, WORLD = 10, 8, 4
 
 
+RESYNC_SECONDS = 2
+
+
 @pytest.fixture(scope="module")
 def emulator() -> Iterator[EmulatorThread]:
     with running_emulator() as emu:
@@ -45,7 +49,10 @@ def operator(
 ) -> Iterator[Operator]:
     tmp = tmp_path_factory.mktemp("operator")
     op = Operator(
-        write_kubeconfig(tmp / "kubeconfig", emulator.url), tmp / "operator.log", NS, IMAGE
+        write_kubeconfig(tmp / "kubeconfig", emulator.url),
+        tmp / "operator.log",
+        NS,
+        IMAGE,
     )
     op.start()
     try:
@@ -291,3 +298,94 @@ def test_a_completed_jobset_with_missing_results_is_failed_not_succeeded(
     )
     complete = next(c for c in status["conditions"] if c["type"] == "Complete")
     assert complete["status"] == "False"
+
+
+def test_resync_repairs_a_status_after_a_dropped_event(
+    client: Client, emulator: EmulatorThread, tmp_path: Path
+) -> None:
+    # An operator of its own, resyncing often, on a namespace of its own.
+    ns = "resync"
+    resyncing = Operator(
+        write_kubeconfig(tmp_path / "kubeconfig", emulator.url),
+        tmp_path / "operator.log",
+        ns,
+        IMAGE,
+        extra_args=["--resync-seconds", str(RESYNC_SECONDS)],
+    )
+    resyncing.start()
+    try:
+        body = benchmark("stale")
+        body["metadata"]["namespace"] = ns
+
+        def status() -> dict[str, Any]:
+            found: dict[str, Any] = (client.get(CKB, spec_names.PLURAL, ns, "stale") or {}).get(
+                "status"
+            ) or {}
+            return found
+
+        client.create(CKB, spec_names.PLURAL, body)
+        wait_for("status with its JobSet", lambda: status().get("jobSetName"))
+        # A status edit triggers no handler: like a dropped event, only the resync notices it.
+        client.patch(CKB, spec_names.PLURAL, ns, "stale", {"status": {"phase": "Succeeded"}})
+        assert status()["phase"] == "Succeeded"
+        wait_for(
+            "the resync to repair it",
+            lambda: status().get("phase") == "Pending",
+            deadline=RESYNC_SECONDS * 10,
+        )
+        assert status()["reason"] == "PodsPending"
+        assert 'ckptbench_operator_reconciles_total{handler="resync"}' in resyncing.metrics()
+    finally:
+        resyncing.stop()
+
+
+def events_of(client: Client, name: str) -> list[dict[str, Any]]:
+    return [e for e in client.list("v1", "events", NS) if e["involvedObject"].get("name") == name]
+
+
+def test_events_say_created_admitted_started_and_how_it_ended(
+    client: Client, operator: Operator
+) -> None:
+    client.create(CKB, spec_names.PLURAL, benchmark("told"))
+    wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "told"))
+    running = rank_pod("told", 0, "Running", None, 0)
+    running["status"] = {"phase": "Running"}
+    client.create("v1", "pods", running)
+    wait_for("status Running", phase_is(client, "told", "Running"))
+    message = RankResult(rank=0, error="verification failed").to_termination_message()
+    client.patch("v1", "pods", NS, running["metadata"]["name"], {"status": {"phase": "Failed"}})
+    client.delete("v1", "pods", NS, running["metadata"]["name"])
+    client.create("v1", "pods", rank_pod("told", 0, "Failed", message, 1))
+    wait_for("status Failed", phase_is(client, "told", "Failed"))
+
+    def reasons() -> list[str] | None:
+        found = [e["reason"] for e in events_of(client, "told")]
+        return found if len(found) >= 4 else None
+
+    assert wait_for("four events", reasons) == [
+        "JobSetCreated",
+        "Admitted",
+        "Started",
+        "VerificationFailed",
+    ]
+    events = events_of(client, "told")
+    assert [e["type"] for e in events] == ["Normal", "Normal", "Normal", "Warning"]
+    uid = client.get(CKB, spec_names.PLURAL, NS, "told")["metadata"]["uid"]
+    assert all(e["involvedObject"]["uid"] == uid for e in events)
+    assert all(e["source"]["component"] == "ckptbench-operator" for e in events)
+
+
+def test_watches_select_the_operators_objects_server_side(
+    emulator: EmulatorThread, operator: Operator
+) -> None:
+    assert emulator.emulator is not None
+    watches = [
+        r
+        for r in list(emulator.emulator._requests)
+        if r.resource is not None
+        and r.resource.plural in ("pods", "jobsets")
+        and r.params.get("watch") == "true"
+    ]
+    assert {r.resource.plural for r in watches if r.resource is not None} == {"pods", "jobsets"}
+    selector = "app.kubernetes.io/managed-by=ckptbench-operator,ckptbench.dev/benchmark"
+    assert all(r.params.get("labelSelector") == selector for r in watches)

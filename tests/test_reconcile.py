@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -11,7 +12,11 @@ from kubernetes.client.exceptions import ApiException
 
 from ckptbench.operator.render.jobset import RenderDefaults, render_jobset
 from ckptbench.operator.runtime import kube
-from ckptbench.operator.runtime.reconcile import RENDERED_SPEC_ANNOTATION, reconcile_once
+from ckptbench.operator.runtime.reconcile import (
+    RENDERED_SPEC_ANNOTATION,
+    Reconciler,
+    reconcile_once,
+)
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -35,6 +40,7 @@ class FakeApi:
         self.create_conflicts = create_conflicts
         self.calls: list[str] = []
         self.status: dict[str, Any] = {}
+        self.events: list[tuple[str, str, str]] = []
 
     def get_benchmark(self, namespace: str, name: str) -> dict[str, Any] | None:
         meta = {"name": name, "namespace": namespace, "uid": UID, "generation": 1}
@@ -58,6 +64,14 @@ class FakeApi:
 
     def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         self.status = {k: v for k, v in {**self.status, **patch}.items() if v is not None}
+
+    def list_benchmarks(self, namespace: str | None) -> list[tuple[str, str]]:
+        return [(NS, NAME)]
+
+    def post_event(
+        self, benchmark: Mapping[str, Any], type_: str, reason: str, message: str, now: str
+    ) -> None:
+        self.events.append((type_, reason, message))
 
 
 def test_a_conflict_on_creation_reads_the_existing_jobset() -> None:
@@ -107,3 +121,43 @@ def test_kube_treats_409_on_jobset_creation_as_already_done() -> None:
     api._custom = StubCustomObjects(500)  # type: ignore[assignment]
     with pytest.raises(ApiException):
         api.create_jobset(NS, owned_jobset())
+
+
+class BrokenPods(FakeApi):
+    def list_pods(self, namespace: str, benchmark: str) -> list[dict[str, Any]]:
+        raise RuntimeError("the API server said 500")
+
+
+async def test_a_failed_reconcile_is_counted_and_surfaced_as_a_condition() -> None:
+    api = BrokenPods(owned_jobset())
+    reconciler = Reconciler(api=api, defaults=DEFAULTS, clock=lambda: NOW)
+    with pytest.raises(RuntimeError):
+        await reconciler.reconcile(NS, NAME, "resync")
+    error = next(c for c in api.status["conditions"] if c["type"] == "ReconcileError")
+    assert (error["status"], error["reason"]) == ("True", "ReconcileFailed")
+    assert "RuntimeError: the API server said 500" in error["message"]
+    # The next reconcile that succeeds says so.
+    healed = FakeApi(owned_jobset())
+    healed.status = api.status
+    await Reconciler(api=healed, defaults=DEFAULTS, clock=lambda: NOW).reconcile(NS, NAME, "pod")
+    error = next(c for c in healed.status["conditions"] if c["type"] == "ReconcileError")
+    assert (error["status"], error["reason"]) == ("False", "Reconciled")
+
+
+async def test_resync_reconciles_every_listed_benchmark() -> None:
+    api = FakeApi(owned_jobset())
+    reconciler = Reconciler(
+        api=api, defaults=DEFAULTS, clock=lambda: NOW, debounce_seconds=0, namespaces=(NS,)
+    )
+    await reconciler.resync_once()
+    await asyncio.gather(*reconciler._tasks)
+    assert api.status["phase"] == "Pending"
+    assert "list_pods" in api.calls
+
+
+def test_events_follow_the_status_once_per_change() -> None:
+    api = FakeApi(None)
+    reconcile_once(api, DEFAULTS, NS, NAME, NOW)
+    assert [reason for _, reason, _ in api.events] == ["JobSetCreated", "Admitted"]
+    reconcile_once(api, DEFAULTS, NS, NAME, NOW)
+    assert len(api.events) == 2  # nothing new, nothing said

@@ -3,6 +3,10 @@
 - a CheckpointBenchmark created, resumed (operator restart) or its spec edited: reconcile now;
   kopf retries a reconcile that raised, with backoff;
 - a JobSet or pod carrying the benchmark label changes: reconcile its benchmark soon (coalesced);
+- every ``--resync-seconds``, every benchmark listed anew is reconciled again
+  (:meth:`Reconciler.resync_forever`, started here), so a missed or failed event leaves a status
+  stale for one interval at most. A re-list rather than a kopf timer: timers need a finalizer on
+  every benchmark, and deletion needs none otherwise;
 - a benchmark deleted: its metric series go. Owner references let the garbage collector delete
   the JobSet and pods, so no finalizer holds the deletion up.
 
@@ -29,6 +33,9 @@ _WATCHED_LABELS: dict[str, Any] = {
     LABEL_MANAGED_BY: MANAGED_BY,
 }
 _JOBSET_GROUP, _JOBSET_VERSION = JOBSET_API_VERSION.split("/")
+# Server-side label selector of the JobSet and pod watches (main puts it in kopf's settings):
+# only our objects stream to the operator. The handlers' labels= filters check it again.
+WATCH_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_BENCHMARK}"
 
 
 def _namespace(namespace: str | None) -> str:
@@ -42,6 +49,11 @@ def _reconciler(memo: Any) -> Reconciler:
     if not isinstance(reconciler, Reconciler):
         raise kopf.PermanentError("the operator was started without a reconciler in its memo")
     return reconciler
+
+
+@kopf.on.startup()
+async def start_resync(memo: Any, **_: Any) -> None:
+    _reconciler(memo).start_resync()
 
 
 @kopf.on.cleanup()

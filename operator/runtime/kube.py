@@ -7,9 +7,10 @@ model objects on every reconcile. The calls block; the handlers run them in a th
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import kubernetes
 from kubernetes.client.exceptions import ApiException
@@ -26,6 +27,7 @@ from ckptbench.operator.sweep.cells import LABEL_SWEEP
 
 JOBSET_GROUP, JOBSET_VERSION = JOBSET_API_VERSION.split("/")
 JOBSET_PLURAL = "jobsets"
+EVENT_SOURCE = "ckptbench-operator"
 
 
 def load_config() -> kubernetes.client.ApiClient:
@@ -53,6 +55,23 @@ class Kube:
                 names.GROUP, names.VERSION, namespace, names.PLURAL, name, _preload_content=False
             )
         )
+
+    def list_benchmarks(self, namespace: str | None) -> list[tuple[str, str]]:
+        """(namespace, name) of every benchmark in ``namespace`` (None: every namespace)."""
+        if namespace is None:
+            response = self._custom.list_cluster_custom_object(
+                names.GROUP, names.VERSION, names.PLURAL, _preload_content=False
+            )
+        else:
+            response = self._custom.list_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, names.PLURAL, _preload_content=False
+            )
+        found = []
+        for item in _json(response).get("items") or []:
+            meta = item.get("metadata") or {}
+            if meta.get("namespace") and meta.get("name"):
+                found.append((str(meta["namespace"]), str(meta["name"])))
+        return found
 
     def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         return _or_none(
@@ -168,6 +187,38 @@ class Kube:
             {"status": dict(patch)},
             _preload_content=False,
         )
+
+    def post_event(
+        self, benchmark: Mapping[str, Any], type_: str, reason: str, message: str, now: str
+    ) -> None:
+        """A core/v1 Event about the benchmark, as `kubectl describe ckb` lists them."""
+        meta = benchmark.get("metadata") or {}
+        namespace = str(meta.get("namespace", ""))
+        identity = f"{meta.get('uid')}/{reason}/{now}/{message}"
+        suffix = hashlib.sha256(identity.encode()).hexdigest()[:16]
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            # Named as kubectl's events are (<object>.<unique suffix>), fixed by what it reports.
+            "metadata": {"name": f"{meta.get('name')}.{suffix}", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": names.API_VERSION,
+                "kind": names.KIND,
+                "name": meta.get("name"),
+                "namespace": namespace,
+                "uid": meta.get("uid"),
+            },
+            "type": type_,
+            "reason": reason,
+            # The API server refuses messages over 1 KiB.
+            "message": message[:1024],
+            "source": {"component": EVENT_SOURCE},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        # The client sends a plain dict as it is, like the custom-object calls here.
+        self._core.create_namespaced_event(namespace, cast(Any, body), _preload_content=False)
 
     def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """A JSON merge patch of the status subresource (None values remove keys)."""

@@ -17,6 +17,8 @@ ENV_METRICS_PORT = "CKPTBENCH_OPERATOR_METRICS_PORT"
 ENV_HEALTH_PORT = "CKPTBENCH_OPERATOR_HEALTH_PORT"
 ENV_DEFAULT_IMAGE = "CKPTBENCH_DEFAULT_IMAGE"
 ENV_DEFAULT_PULL_POLICY = "CKPTBENCH_DEFAULT_IMAGE_PULL_POLICY"
+ENV_RESYNC_SECONDS = "CKPTBENCH_OPERATOR_RESYNC_SECONDS"
+DEFAULT_RESYNC_SECONDS = 60.0
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -29,6 +31,7 @@ class Options:
     default_image: str | None
     default_image_pull_policy: str
     log_level: str
+    resync_seconds: float = DEFAULT_RESYNC_SECONDS
     allowed_toleration_keys: frozenset[str] = frozenset()
     allowed_priority_classes: frozenset[str] = frozenset()
 
@@ -45,6 +48,16 @@ def _port(value: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port out of range 0..65535: {port}")
     return port
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not 1 <= seconds <= 86_400:
+        raise argparse.ArgumentTypeError(f"out of range 1..86400 seconds: {seconds:g}")
+    return seconds
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Options:
@@ -90,6 +103,13 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="INFO", type=str.upper)
     parser.add_argument(
+        "--resync-seconds",
+        type=_seconds,
+        default=None,
+        help=f"reconcile every benchmark this often, whatever events arrive (env "
+        f"{ENV_RESYNC_SECONDS}, default {DEFAULT_RESYNC_SECONDS:g})",
+    )
+    parser.add_argument(
         "--allow-toleration-key",
         action="append",
         default=[],
@@ -114,6 +134,15 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         except argparse.ArgumentTypeError as exc:
             parser.error(f"{name} (for {option}): {exc}")
 
+    def resync_from_env() -> float:
+        text = env.get(ENV_RESYNC_SECONDS, "").strip()
+        if not text:
+            return DEFAULT_RESYNC_SECONDS
+        try:
+            return _seconds(text)
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"{ENV_RESYNC_SECONDS} (for --resync-seconds): {exc}")
+
     if args.all_namespaces:
         namespaces: tuple[str, ...] = ()
     elif args.namespace:
@@ -136,6 +165,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         default_image=args.default_image,
         default_image_pull_policy=policy,
         log_level=args.log_level,
+        resync_seconds=args.resync_seconds
+        if args.resync_seconds is not None
+        else resync_from_env(),
         allowed_toleration_keys=frozenset(args.allow_toleration_key),
         allowed_priority_classes=frozenset(args.allow_priority_class),
     )
@@ -162,11 +194,15 @@ def main(argv: Sequence[str]) -> int:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="ckptbench.dev", key="last-handled-configuration"
     )
-    settings.posting.level = logging.INFO
     # Watching named namespaces needs no cluster-wide discovery of namespaces and CRDs (nor the
     # RBAC for it); the resources are known in advance.
     settings.scanning.disabled = not options.clusterwide
     settings.peering.standalone = True
+    # Only our JobSets and pods stream to the operator, not every pod of the watched namespaces.
+    for group, plural in (("jobset.x-k8s.io", "jobsets"), ("", "pods")):
+        settings.watching.label_selectors[group, plural] = handlers.WATCH_SELECTOR
+    # Our own Events (reconcile.transitions) say what happened; kopf's would add one per handler.
+    settings.posting.enabled = False
 
     defaults = RenderDefaults(
         image=options.default_image,
@@ -177,7 +213,12 @@ def main(argv: Sequence[str]) -> int:
         ),
     )
     api = kube.Kube(kube.load_config())
-    reconciler = Reconciler(api=api, defaults=defaults)
+    reconciler = Reconciler(
+        api=api,
+        defaults=defaults,
+        namespaces=options.namespaces,
+        resync_seconds=options.resync_seconds,
+    )
     sweeps = SweepReconciler(api=api)
     server, thread = metrics.serve(options.metrics_port)
     log.info(

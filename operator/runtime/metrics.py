@@ -101,6 +101,16 @@ RECONCILE_DURATION = Histogram(
     registry=REGISTRY,
 )
 
+# The handlers that count reconciles: each counter starts at 0, so a dashboard shows "0 errors"
+# rather than "No data" until the first one.
+HANDLERS = (
+    *("create", "resume", "update", "jobset", "pod", "resync"),
+    *("sweep-create", "sweep-resume", "sweep-update", "sweep-child"),
+)
+for _handler in HANDLERS:
+    RECONCILES.labels(_handler)
+    RECONCILE_ERRORS.labels(_handler)
+
 _BENCHMARK_GAUGES: tuple[Gauge, ...] = (
     CHECKPOINT_BYTES,
     RANKS,

@@ -25,8 +25,13 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_jso
 from ckptbench.operator.spec.names import validate_name
 from ckptbench.operator.spec.parse import SpecError, parse_spec
 from ckptbench.operator.status import compute as st
+from ckptbench.operator.status.conditions import timestamp
+from ckptbench.operator.status.events import Event, transitions
+from ckptbench.operator.status.phases import with_reconcile_error
+from ckptbench.operator.status.pods import excerpt
 
 RENDERED_SPEC_ANNOTATION = "ckptbench.dev/rendered-spec"
+HANDLER_RESYNC = "resync"
 Key = tuple[str, str]
 
 log = logging.getLogger(__name__)
@@ -40,6 +45,10 @@ class Api(Protocol):
     def create_jobset(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any] | None: ...
     def list_pods(self, namespace: str, benchmark: str) -> list[dict[str, Any]]: ...
     def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None: ...
+    def post_event(
+        self, benchmark: Mapping[str, Any], type_: str, reason: str, message: str, now: str
+    ) -> None: ...
+    def list_benchmarks(self, namespace: str | None) -> list[Key]: ...
 
 
 @dataclass(frozen=True)
@@ -47,6 +56,7 @@ class Outcome:
     status: dict[str, Any]
     patched: bool
     created_jobset: bool
+    events: tuple[Event, ...] = ()
 
 
 def reconcile_once(
@@ -119,7 +129,32 @@ def reconcile_once(
         api.patch_status(namespace, name, {**status, **removed})
         patched = True
     metrics.update_benchmark(namespace, name, backend, status)
-    return Outcome(status, patched, created)
+    events = tuple(transitions(previous, status, created_jobset=created))
+    for event in events:
+        try:
+            api.post_event(bench, event.type, event.reason, event.message, timestamp(now))
+        except Exception:
+            # An event is a courtesy: the status, already patched, holds the same facts.
+            log.warning("could not post event %s for %s/%s", event.reason, namespace, name)
+    return Outcome(status, patched, created, events)
+
+
+def report_error(api: Api, namespace: str, name: str, error: Exception, now: datetime) -> None:
+    """Surface a failed reconcile as the benchmark's ReconcileError condition, if the API lets us:
+    the status it could not recompute may be stale, and the condition says why."""
+    try:
+        bench = api.get_benchmark(namespace, name)
+        if bench is None:
+            return
+        meta = bench.get("metadata") or {}
+        generation = meta.get("generation") if isinstance(meta.get("generation"), int) else None
+        previous = (bench.get("status") or {}).get("conditions")
+        message = excerpt(f"{type(error).__name__}: {error}".replace("\n", " "))
+        conditions = with_reconcile_error(previous, message, now, generation)
+        if conditions != previous:
+            api.patch_status(namespace, name, {"conditions": conditions})
+    except Exception:
+        log.warning("could not report the failed reconcile of %s/%s", namespace, name)
 
 
 def _foreign(jobset: Mapping[str, Any] | None, name: str, uid: str) -> str | None:
@@ -189,6 +224,8 @@ class Reconciler:
     api: Api
     defaults: RenderDefaults
     debounce_seconds: float = 0.25
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    resync_seconds: float = 60.0
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     _locks: dict[Key, asyncio.Lock] = field(default_factory=dict, init=False)
     _pending: set[Key] = field(default_factory=set, init=False)
@@ -199,9 +236,15 @@ class Reconciler:
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             with metrics.observe_reconcile(handler):
-                return await asyncio.to_thread(
-                    reconcile_once, self.api, self.defaults, namespace, name, self.clock()
-                )
+                try:
+                    return await asyncio.to_thread(
+                        reconcile_once, self.api, self.defaults, namespace, name, self.clock()
+                    )
+                except Exception as exc:
+                    await asyncio.to_thread(
+                        report_error, self.api, namespace, name, exc, self.clock()
+                    )
+                    raise
 
     def request(self, namespace: str, name: str, handler: str) -> None:
         """Ask for a reconcile soon; requests arriving before it starts are merged into it."""
@@ -213,13 +256,36 @@ class Reconciler:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def start_resync(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.resync_forever())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def resync_forever(self) -> None:
+        """Every ``resync_seconds``, list the benchmarks anew and reconcile each: a dropped watch
+        event or a failed reconcile leaves a status stale for one interval at most."""
+        while True:
+            await asyncio.sleep(self.resync_seconds)
+            await self.resync_once()
+
+    async def resync_once(self) -> None:
+        for namespace in self.namespaces or (None,):
+            try:
+                keys = await asyncio.to_thread(self.api.list_benchmarks, namespace)
+            except Exception:
+                log.exception("resync: could not list benchmarks in %s", namespace or "all")
+                continue
+            for key in keys:
+                self.request(*key, HANDLER_RESYNC)
+
     async def _later(self, key: Key, handler: str) -> None:
         await asyncio.sleep(self.debounce_seconds)
         self._pending.discard(key)
         try:
             await self.reconcile(*key, handler)
         except Exception:
-            # Counted in the error metric; the periodic resync tries again.
+            # Counted in the error metric and set as the ReconcileError condition; the periodic
+            # resync (resync_forever) tries again.
             log.exception("reconcile of %s/%s after a %s event failed", *key, handler)
 
     async def forget(self, namespace: str, name: str) -> None:

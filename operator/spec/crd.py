@@ -79,7 +79,14 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.load.throughput",
         "priority": 1,
     },
-    {"name": "Reason", "type": "string", "jsonPath": ".status.failureReason", "priority": 1},
+    {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": ".status.reason",
+        "priority": 1,
+        "description": "Why the benchmark is in its phase, in one word (RendezvousTimeout, ...); "
+        ".status.message says more",
+    },
 ]
 
 # Rules on the whole object: the only place CEL can see metadata.name.

@@ -24,6 +24,9 @@ COMPLETE = "Complete"
 FAILED_CONDITION = "Failed"
 SPEC_CHANGE_REJECTED = "SpecChangeRejected"
 
+# True while the operator's last reconcile of the benchmark failed (the API refused a call, ...).
+RECONCILE_ERROR = "ReconcileError"
+
 # Reason of a benchmark whose name is taken by a JobSet it does not own.
 FOREIGN_JOBSET = "ForeignJobSet"
 
@@ -92,4 +95,21 @@ def benchmark_conditions(
                 SPEC_CHANGE_REJECTED, "False", "SpecMatches", "the spec matches the running JobSet"
             )
         )
+    if cond.find_condition(previous.get("conditions") or (), RECONCILE_ERROR) is not None:
+        desired.append(make(RECONCILE_ERROR, "False", "Reconciled", "the last reconcile succeeded"))
     return cond.merge_conditions(previous.get("conditions"), desired)
+
+
+def with_reconcile_error(
+    conditions: list[cond.Condition] | None,
+    message: str,
+    now: datetime,
+    generation: int | None,
+) -> list[cond.Condition]:
+    """``conditions`` with ReconcileError set True: the status the failed reconcile could not
+    compute stays as it was, and says why it may be stale."""
+    error = cond.make_condition(
+        RECONCILE_ERROR, "True", "ReconcileFailed", message, now, generation
+    )
+    kept = [c for c in conditions or [] if c.get("type") != RECONCILE_ERROR]
+    return cond.merge_conditions(conditions, [*kept, error])
