@@ -212,12 +212,12 @@ def bench_gcs(root: Path, layer_size: int, tensors: int, samples: int, rounds: i
             ("gcsfs fair", "gcsfs", "false"),
             ("gcsfs handicapped", "gcsfs", "true"),
         ):
-            env = dict(os.environ)
-            if sync is not None:
-                env["CKPTBENCH_" + field.upper()] = sync
+            extra = ["--sync-files"] if sync == "true" else []
             doc = ckptbench_run(
-                [*common, "--backend", backend], root / f"g-{i}-{backend}.json", env=env
+                [*common, "--backend", backend, *extra], root / f"g-{i}-{label}.json"
             )
+            if backend == "gcsfs":
+                assert run_setting(doc, field) == (sync == "true"), doc["runs"][0]["extra"]
             [run] = doc["runs"]
             got = figures.setdefault(label, {"save": [], "load": []})
             for op in ("save", "load"):
@@ -229,6 +229,11 @@ def bench_gcs(root: Path, layer_size: int, tensors: int, samples: int, rounds: i
         for label in ("gcsfs fair", "gcsfs handicapped"):
             ratios = [a / b for a, b in zip(gcs, figures[label][op], strict=True)]
             print(f"   {op} gcs / {label}: {spread(ratios)}", flush=True)
+
+
+def run_setting(doc: Any, field: str) -> Any:
+    settings = doc["runs"][0]["extra"]["settings"]
+    return settings.get(field)
 
 
 def _sync_files_field() -> str | None:

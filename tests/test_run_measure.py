@@ -126,3 +126,10 @@ def test_procedures_run_and_are_recorded(tmp_path: Path, procedure: str, samples
     else:
         assert run["mlperf"] is None
         assert "load rank-0 mean (s)" in proc.stdout
+
+
+def test_the_handicapped_gcsfs_baseline_is_an_option_and_recorded() -> None:
+    fair, old = (_plan("--backend", "gcsfs", *extra).configs[0] for extra in ([], ["--sync-files"]))
+    assert (fair.sync_files, old.sync_files) == (False, True)
+    assert run_cli.settings(old, None)["sync_files"] is True
+    assert run_cli.settings(fair, None)["sync_files"] is False

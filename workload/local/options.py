@@ -239,6 +239,12 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SIZE",
     ),
     Option("--async-save", "save with dcp.async_save", "async_save"),
+    Option(
+        "--sync-files",
+        "gcsfs: let DCP os.sync() the node after each file, as before ckptbench ran gcsfs the "
+        "way the reference does (a handicapped baseline, for comparison)",
+        "sync_files",
+    ),
     Option("--no-verify", "skip verifying loaded tensors", "verify", const=False),
     Option("--keep", "keep the checkpoint objects", "keep_checkpoints"),
     Option("--seed", "seed of the synthetic tensor content (default 0)", "seed", parse_int, 0),
