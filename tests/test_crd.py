@@ -169,6 +169,16 @@ def test_status_is_free_form_and_printer_columns_read_the_status_fields() -> Non
     }
 
 
+def test_status_is_typed_for_kubectl_explain() -> None:
+    status = openapi_schema()["properties"]["status"]
+    save = status["properties"]["save"]
+    assert save["type"] == "object"
+    assert "barrier to barrier" in save["properties"]["meanSeconds"]["description"]
+    assert status["properties"]["reason"]["type"] == "string"
+    condition = status["properties"]["conditions"]["items"]
+    assert set(condition["required"]) >= {"type", "status", "reason", "lastTransitionTime"}
+
+
 def test_cel_rules_are_the_models_rules() -> None:
     rules = openapi_schema()["properties"]["spec"]["x-kubernetes-validations"]
     assert [(r["rule"], r["message"]) for r in rules] == [(r.cel, r.message) for r in RULES]

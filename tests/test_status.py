@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.operator.spec.status_schema import BenchmarkStatus
 from ckptbench.operator.status import compute as st
 from ckptbench.operator.status.aggregate import LISTED, MISSING_LISTED
+from ckptbench.operator.status.phases import with_reconcile_error
 from ckptbench.operator.status.pods import COMPLETION_INDEX, RESTART_ATTEMPT
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpTiming, RankResult
@@ -460,3 +462,31 @@ def test_status_carries_each_ranks_io_seconds_and_the_procedure() -> None:
     assert len(save["rankIoSeconds"]) == 4
     assert save["slowestRankSeconds"] == max(save["rankIoSeconds"])
     assert {"planningSeconds", "collectiveOverheadSeconds"} <= set(save)
+
+
+def _statuses() -> dict[str, dict[str, Any]]:
+    """A status of every shape the operator writes."""
+    failed = [pod(r, "Failed", "not json", exit_code=1) for r in range(2)]
+    errors = [done(r, error="disk full") for r in range(4)]
+    completed = jobset(conditions=[{"type": "Completed", "status": "True"}])
+    out = {
+        "succeeded": st.compute_status(spec(), jobset(), ALL_DONE, None, NOW, generation=2),
+        "failed-pods": st.compute_status(spec(), jobset(), failed, None, NOW),
+        "rank-errors": st.compute_status(spec(), jobset(), errors, None, NOW),
+        "missing": st.compute_status(spec(), completed, ALL_DONE[:2], None, NOW),
+        "queued": st.compute_status(spec(queue_name="q"), jobset(suspend=True), [], None, NOW),
+        "foreign": st.compute_status(spec(), None, [], None, NOW, foreign_jobset="taken"),
+        "invalid": st.invalid_spec_status("spec.worldSize: bad", None, NOW, generation=1),
+        "spec-change": st.compute_status(spec(), jobset(), [], None, NOW, spec_change="edited"),
+    }
+    broken = with_reconcile_error(out["succeeded"]["conditions"], "RuntimeError: x", NOW, 2)
+    out["reconcile-error"] = {**out["succeeded"], "conditions": broken}
+    return out
+
+
+@pytest.mark.parametrize("shape", sorted(_statuses()))
+def test_every_status_field_is_declared_in_the_typed_schema(shape: str) -> None:
+    # BenchmarkStatus forbids undeclared fields: a field the operator writes but the CRD's typed
+    # schema (kubectl explain) does not describe fails here.
+    status = _statuses()[shape]
+    assert BenchmarkStatus.model_validate(status).model_dump(by_alias=True, exclude_none=True)

@@ -25,6 +25,7 @@ from ckptbench.operator.spec.names import (
     SINGULAR,
     VERSION,
 )
+from ckptbench.operator.spec.status_schema import BenchmarkStatus
 
 CRD_FILE = f"crds/{CRD_NAME}.yaml"
 HEADER = (
@@ -150,6 +151,11 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def status_schema() -> dict[str, Any]:
+    raw = BenchmarkStatus.model_json_schema(by_alias=True, mode="validation")
+    return structural(raw, raw.get("$defs", {}))
+
+
 def spec_schema() -> dict[str, Any]:
     raw = CheckpointBenchmarkSpec.model_json_schema(by_alias=True, mode="validation")
     return structural(raw, raw.get("$defs", {}))
@@ -166,12 +172,9 @@ def build_crd() -> dict[str, Any]:
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
             "spec": spec_schema(),
-            "status": {
-                "type": "object",
-                "description": "Observed state, written by the operator: phase, conditions, "
-                "ranks reported, save and load summaries.",
-                "x-kubernetes-preserve-unknown-fields": True,
-            },
+            # Typed, so `kubectl explain ckb.status.save` works; unknown fields are kept, so an
+            # operator newer than its CRD loses nothing it reports.
+            "status": {**status_schema(), "x-kubernetes-preserve-unknown-fields": True},
         },
         "x-kubernetes-validations": ROOT_RULES,
     }
