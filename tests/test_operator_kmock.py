@@ -3,6 +3,7 @@ metrics out; failures, invalid specs, spec edits, restarts and deletion."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -325,6 +326,10 @@ def test_resync_repairs_a_status_after_a_dropped_event(
 
         client.create(CKB, spec_names.PLURAL, body)
         wait_for("status with its JobSet", lambda: status().get("jobSetName"))
+        # Let the reconcile the JobSet's own event asks for pass first: it would repair too.
+        jobset_reconciled = 'ckptbench_operator_reconciles_total{handler="jobset"} 1.0'
+        wait_for("the JobSet event's reconcile", lambda: jobset_reconciled in resyncing.metrics())
+        time.sleep(1)
         # A status edit triggers no handler: like a dropped event, only the resync notices it.
         client.patch(CKB, spec_names.PLURAL, ns, "stale", {"status": {"phase": "Succeeded"}})
         assert status()["phase"] == "Succeeded"
