@@ -237,10 +237,7 @@ def run_setting(doc: Any, field: str) -> Any:
 
 
 def _sync_files_field() -> str | None:
-    for name in WorkloadConfig.model_fields:
-        if "sync" in name:
-            return name
-    return None
+    return "sync_files" if "sync_files" in WorkloadConfig.model_fields else None
 
 
 def main() -> int:
