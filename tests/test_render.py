@@ -448,3 +448,92 @@ def test_render_cli_takes_the_admins_policy(
     assert "spec.tolerations[0].key" in capsys.readouterr().err
     allow = ["--allow-toleration-key", "dedicated", "--allow-priority-class", "batch-high"]
     assert render_cli.main([*args, *allow]) == 0
+
+
+# ---- files, directories, globs and what else a manifest may hold -----------------------------
+
+
+def _bench(name: str) -> dict[str, Any]:
+    return _manifest(name, CASES["ws1-gcs"])
+
+
+def test_cli_takes_several_files_directories_and_globs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    (folder / "a.yaml").write_text(yaml.safe_dump(_bench("a")))
+    (folder / "notes.txt").write_text("not a manifest")
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(_bench("b")))
+    (tmp_path / "c.yml").write_text(yaml.safe_dump(_bench("c")))
+    args = ["-f", str(folder), str(tmp_path / "b.yaml"), "-f", str(tmp_path / "*.yml")]
+    assert render_cli.main([*args, "--default-image", "i"]) == 0
+    out = capsys.readouterr().out
+    names = [d["metadata"]["name"] for d in yaml.safe_load_all(out) if d]
+    assert names == ["a", "b", "c"]
+
+
+def test_cli_skips_other_kinds_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "ckpt-rwx"},
+        "spec": {"accessModes": ["ReadWriteMany"]},
+    }
+    path = _write(tmp_path, claim, _bench("beside-its-claim"))
+    assert render_cli.main(["-f", path, "--default-image", "i"]) == 0
+    captured = capsys.readouterr()
+    assert "note:" in captured.err and "skipped PersistentVolumeClaim ckpt-rwx" in captured.err
+    (jobset,) = [d for d in yaml.safe_load_all(captured.out) if d]
+    assert jobset["metadata"]["name"] == "beside-its-claim"
+
+
+def test_cli_renders_every_example(capsys: pytest.CaptureFixture[str]) -> None:
+    examples = str(Path(__file__).resolve().parent.parent / "examples" / "*.yaml")
+    assert render_cli.main(["-f", examples, "--default-image", "i"]) == 0
+    assert [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [
+        (
+            # The shape of an alias bomb (more levels grow past gigabytes), refused unbuilt.
+            "apiVersion: ckptbench.dev/v1alpha1\nkind: CheckpointBenchmark\nmetadata: {name: b}\n"
+            "spec:\n  checkpointPath: gs://bucket/x\n  affinity:\n"
+            "    a: &a [x, x, x, x, x, x, x, x, x]\n    b: &b [*a, *a, *a, *a, *a, *a, *a, *a]\n"
+            "    c: [*b, *b, *b, *b, *b, *b, *b, *b]\n",
+            "line 7: YAML anchor 'a'",
+        ),
+        ("spec: &s {a: 1}\nother: *s\n", "anchors and aliases are not accepted"),
+    ],
+    ids=["alias-bomb", "plain-alias"],
+)
+def test_cli_refuses_anchors_and_aliases(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, named: str
+) -> None:
+    path = tmp_path / "bench.yaml"
+    path.write_text(content)
+    assert render_cli.main(["-f", str(path), "--default-image", "i"]) == render_cli.EXIT_INVALID
+    assert named in capsys.readouterr().err
+
+
+def test_cli_refuses_a_file_that_is_not_utf8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("metadata: {name: caf\u00e9}\n".encode("latin-1"))
+    assert render_cli.main(["-f", str(path), "--default-image", "i"]) == render_cli.EXIT_INVALID
+    assert "latin1.yaml: not UTF-8 text (byte 0xe9 at offset 20)" in capsys.readouterr().err
+
+
+def test_cli_names_a_pattern_or_directory_that_matches_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pattern = str(tmp_path / "*.yaml")
+    assert render_cli.main(["-f", pattern, "-f", str(tmp_path)]) == render_cli.EXIT_INVALID
+    err = capsys.readouterr().err
+    assert f"{pattern}: no file matches" in err
+    assert "a directory without *.yaml" in err

@@ -1,7 +1,10 @@
 """``ckptbench render``: the JobSet the operator would create, for dry runs and GitOps.
 
-Input: one or more CheckpointBenchmark YAML documents (files, or ``-`` for standard input).
-Output: the JobSets as a multi-document YAML stream. Nothing is printed unless every document
+Input: CheckpointBenchmark YAML documents from files, directories (their *.yaml, *.yml and
+*.json), glob patterns, or ``-`` for standard input; ``-f`` takes several and repeats. Documents
+of other kinds (the PersistentVolumeClaim beside a benchmark, a sweep) are skipped with a note on
+standard error. Files must be UTF-8 and free of YAML anchors and aliases.
+Output: the JobSets as a multi-document YAML stream. Nothing is printed unless every benchmark
 is valid; each problem names its file, document and field, and the exit status is 2.
 
 An owner reference needs the benchmark's uid, which only the API server assigns. Unless the
@@ -14,6 +17,7 @@ a JobSet applied on its own. The uid is also part of the run's folder under chec
 from __future__ import annotations
 
 import argparse
+import glob
 import os
 import sys
 from dataclasses import dataclass
@@ -41,9 +45,11 @@ class Options:
 
 
 def render_documents(
-    documents: list[Any], source: str, options: Options
+    documents: list[Any], source: str, options: Options, notes: list[str] | None = None
 ) -> tuple[list[dict[str, Any]], list[str], bool]:
-    """JobSets for ``documents``, the problems found, and whether the placeholder uid was used."""
+    """JobSets for ``documents``, the problems found, and whether the placeholder uid was used.
+    Documents of other kinds are skipped, each with a line in ``notes``."""
+    notes = [] if notes is None else notes
     jobsets: list[dict[str, Any]] = []
     problems: list[str] = []
     placeholder = False
@@ -51,6 +57,10 @@ def render_documents(
         where = f"{source} (document {number})"
         if not isinstance(document, dict):
             problems.append(f"{where}: not a mapping but {type(document).__name__}")
+            continue
+        if not _ours(document):
+            other = (document.get("metadata") or {}).get("name", "?")
+            notes.append(f"{where}: skipped {document.get('kind')} {other}: not a {KIND}")
             continue
         found = _check_document(document)
         try:
@@ -98,10 +108,49 @@ def _check_document(document: dict[str, Any]) -> list[str]:
     return problems
 
 
+# Kinds of our group that are not benchmarks: skipped like any other kind.
+OTHER_KINDS = frozenset({"CheckpointBenchmarkSweep"})
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def expand(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """The files ``-f`` names: directories give their manifests, patterns their matches (each
+    sorted); and the problems (a pattern or directory that names nothing)."""
+    paths: list[str] = []
+    problems: list[str] = []
+    for argument in arguments:
+        if argument == "-":
+            paths.append(argument)
+        elif Path(argument).is_dir():
+            found = sorted(
+                str(p) for p in Path(argument).iterdir() if p.suffix in MANIFEST_SUFFIXES
+            )
+            paths += found
+            if not found:
+                problems.append(f"{argument}: a directory without *.yaml, *.yml or *.json files")
+        elif glob.has_magic(argument):
+            found = sorted(glob.glob(argument))
+            paths += found
+            if not found:
+                problems.append(f"{argument}: no file matches")
+        else:
+            paths.append(argument)
+    return paths, problems
+
+
 def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    return Path(path).read_text()
+    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    return data.decode("utf-8")
+
+
+def _ours(document: dict[str, Any]) -> bool:
+    """Whether the document is meant as a CheckpointBenchmark (so its problems are errors)."""
+    api_version = document.get("apiVersion")
+    group = api_version.split("/")[0] if isinstance(api_version, str) else None
+    kind = document.get("kind")
+    if kind == KIND:
+        return True
+    return group == API_VERSION.split("/")[0] and kind not in OTHER_KINDS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -114,11 +163,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-f",
         "--filename",
-        action="append",
+        action="extend",
+        nargs="+",
         required=True,
         metavar="FILE",
-        help="CheckpointBenchmark YAML (one or more documents); '-' reads standard input. "
-        "Repeatable.",
+        help="CheckpointBenchmark YAML (one or more documents): files, directories, glob "
+        "patterns; '-' reads standard input. Takes several, and repeats.",
     )
     parser.add_argument(
         "--default-image",
@@ -172,14 +222,24 @@ def main(argv: list[str]) -> int:
         owner=not args.no_owner_reference,
     )
     jobsets: list[dict[str, Any]] = []
-    problems: list[str] = []
+    paths, problems = expand(args.filename)
+    notes: list[str] = []
     placeholder = False
-    for path in args.filename:
+    for path in paths:
         source = "<stdin>" if path == "-" else path
         try:
-            documents = manifests.load_all(_read(path))
+            documents = manifests.load_plain(_read(path))
         except OSError as exc:
             problems.append(f"{source}: cannot read: {exc.strerror or exc}")
+            continue
+        except UnicodeDecodeError as exc:
+            problems.append(
+                f"{source}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                f"{exc.start})"
+            )
+            continue
+        except manifests.AliasError as exc:
+            problems.append(f"{source}: {exc}")
             continue
         except yaml.YAMLError as exc:
             problems.append(f"{source}: not valid YAML: {exc}")
@@ -187,10 +247,12 @@ def main(argv: list[str]) -> int:
         if not documents:
             problems.append(f"{source}: no documents")
             continue
-        rendered, found, used = render_documents(documents, source, options)
+        rendered, found, used = render_documents(documents, source, options, notes)
         jobsets += rendered
         problems += found
         placeholder = placeholder or used
+    for note in notes:
+        print(f"ckptbench render: note: {note}", file=sys.stderr)
     if problems:
         for problem in problems:
             print(f"ckptbench render: {problem}", file=sys.stderr)
