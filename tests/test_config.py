@@ -179,6 +179,14 @@ def test_model_settings_round_trip_through_the_environment() -> None:
         ({"CKPTBENCH_LAYERS": "2"}, "CKPTBENCH_LAYERS (layers): overrides need a model preset"),
         ({"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_DTYPE": "fp8"}, "CKPTBENCH_DTYPE (dtype)"),
         ({"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYERS": "0"}, "CKPTBENCH_LAYERS (layers)"),
+        (
+            {"CKPTBENCH_LOAD_WORLD_SIZE": "1"},
+            "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): resharding needs a model preset",
+        ),
+        (
+            {"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LOAD_WORLD_SIZE": "2"},
+            "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): 2 must be at most world_size 1",
+        ),
     ],
 )
 def test_bad_model_settings_name_their_variable(env: dict[str, str], message: str) -> None:

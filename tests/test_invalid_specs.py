@@ -97,6 +97,13 @@ CASES = [
         "model",
         "cel",
     ),
+    Case("load-world-size-without-model", _with(loadWorldSize=2), "loadWorldSize", "cel"),
+    Case(
+        "load-world-size-above-world-size",
+        _with(model={"preset": "llama3-debug"}, loadWorldSize=5),
+        "loadWorldSize",
+        "cel",
+    ),
     Case("model-unknown-preset", _with(model={"preset": "gpt2"}), "model", "schema"),
     Case("model-without-preset", _with(model={"layers": 2}), "model", "schema"),
     Case("model-zero-layers", _with(model={"preset": "llama3-8b", "layers": 0}), "model", "schema"),

@@ -131,3 +131,32 @@ def test_a_run_that_cannot_fit_is_refused_before_anything_is_allocated(tmp_path:
     assert "fewer layers (CKPTBENCH_LAYERS), more ranks" in w.stderr
     assert "CKPTBENCH_MEMORY_CHECK=false" in w.stderr
     assert "rendezvous" not in w.stderr.lower()
+
+
+def test_a_load_on_fewer_ranks_reshards_and_verifies(tmp_path: Path) -> None:
+    # Saved by 4 ranks, loaded by the first 2: each reads the two saved chunks that cover its new
+    # rows and narrows them; ranks 2 and 3 take part with nothing to read.
+    config = _model_config(
+        str(tmp_path / "ckpt"), layers=1, load_world_size=2, sample_count=2, keep_checkpoints=True
+    )
+    ranks = workers.run(config, tmp_path, timeout=240)
+    assert [w.proc.returncode for w in ranks] == [0] * 4, workers.logs(ranks)
+    for w in ranks:
+        assert w.result.error is None and w.result.verified is True, workers.logs(ranks)
+        assert w.result.load is not None and len(w.result.load.seconds or []) == 2
+    # The second sample saved the full 4-rank state again: 4 chunks of every sharded tensor.
+    metadata = FileSystemReader(config.checkpoint_id(1)).read_metadata()
+    wq = metadata.state_dict_metadata["layers.0.attention.wq.weight"]
+    assert isinstance(wq, TensorStorageMetadata) and len(wq.chunks) == 4
+
+
+def test_a_resharded_load_that_reads_the_wrong_rows_fails(tmp_path: Path) -> None:
+    # Verification checks the load world's rows: checking the save world's would pass nothing.
+    config = _model_config(str(tmp_path / "ckpt"), world_size=2, layers=1, optimizer="none",
+                           load_world_size=1)  # fmt: skip
+    fqn = "layers.0.feed_forward.w1.weight"
+    command = [*workers.WORKER[:1], "-m", "tests.workers", "corrupt", "1", fqn]
+    ranks = workers.run(config, tmp_path, command=command, timeout=180)
+    bad = ranks[0].result  # rank 0 alone loads both halves, rank 1's corrupted one among them
+    assert bad.verified is False and bad.error is not None, workers.logs(ranks)
+    assert bad.error.startswith(f"VerificationError: {fqn} on rank 0: {fqn}: "), bad.error

@@ -96,3 +96,11 @@ def test_async_save_doubles_the_shard_in_the_estimate() -> None:
     with pytest.raises(SpecError, match=r"async staging copy 11\.22 GiB"):
         parse_spec(_limit("16Gi", **fields))
     parse_spec(_limit("24Gi", **fields))
+
+
+def test_a_resharding_load_is_rendered_and_counted_in_the_estimate() -> None:
+    env = _env(_spec(model={"preset": "llama3-debug"}, loadWorldSize=2))
+    assert env["CKPTBENCH_LOAD_WORLD_SIZE"] == "2"
+    # llama3-8b loaded by 2 of 8 ranks: a loading rank holds a quarter, 22.4 GiB, not 11.2.
+    with pytest.raises(SpecError, match=r"shard or load template 44\.8"):
+        parse_spec(_limit("40Gi", model={"preset": "llama3-8b"}, loadWorldSize=2))

@@ -121,6 +121,14 @@ class CheckpointBenchmarkSpec(BaseModel):
         "Shard(0) rows of every parameter (and AdamW state) as a DTensor, as FSDP2 does. "
         "Exclusive with layerSize and paddingSize.",
     )
+    load_world_size: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_WORLD_SIZE,
+        description="With model: load on the first loadWorldSize ranks only, resharding the "
+        "worldSize-rank checkpoint into that many pieces and verifying them (a restart on fewer "
+        "nodes, or an inference fleet); at most worldSize. Default: every rank loads.",
+    )
     memory_check: bool = Field(
         True,
         description="Refuse a spec whose resources.limits.memory is below a rank's estimated peak "
@@ -421,6 +429,7 @@ class CheckpointBenchmarkSpec(BaseModel):
         else:
             m = self.model
             layout = {"model": m.preset, "layers": m.layers, "vocab": m.vocab}
+            layout["load_world_size"] = self.load_world_size
             layout |= {"optimizer": m.optimizer, "dtype": m.dtype}
         return WorkloadConfig(
             world_size=self.world_size,

@@ -112,6 +112,15 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "loadWorldSize",
+        "!has(self.loadWorldSize) || (has(self.model) && self.loadWorldSize <= self.worldSize)",
+        "loadWorldSize needs model and must be at most worldSize: the first loadWorldSize ranks "
+        "reshard the checkpoint the others saved with them",
+        lambda s: (
+            s.load_world_size is None or (s.model is not None and s.load_world_size <= s.world_size)
+        ),
+    ),
+    Rule(
         "paddingSize",
         f"has(self.model) || {_PADDING} >= self.worldSize",
         "paddingSize must be at least worldSize: every rank owns at least one tensor",

@@ -81,6 +81,13 @@ class WorkloadConfig(BaseModel):
         description="Model: dtype profile (fp32: 12 B/param with AdamW, torchtitan's; "
         "mlperf: 14 B/param, MLPerf Storage's; bf16).",
     )
+    load_world_size: int | None = Field(
+        None,
+        ge=1,
+        le=100_000,
+        description="Model: load on the first M ranks only, resharding the world_size-rank "
+        "checkpoint into M pieces (a restart on fewer nodes); empty: every rank.",
+    )
     memory_check: bool = Field(
         True, description="Refuse at start a run whose estimated peak exceeds the memory limit."
     )
@@ -151,6 +158,8 @@ class WorkloadConfig(BaseModel):
             self._check_model()
         elif self.layers is not None or self.vocab is not None:
             raise ValueError("layers: overrides need a model preset (set model)")
+        elif self.load_world_size is not None:
+            raise ValueError("load_world_size: resharding needs a model preset (set model)")
         elif self.padding_size < self.world_size:
             raise ValueError(
                 f"padding_size: {self.padding_size} must be at least world_size {self.world_size}: "
@@ -184,6 +193,11 @@ class WorkloadConfig(BaseModel):
         if self.model not in models.PRESETS:
             raise ValueError(
                 f"model: unknown preset {self.model!r}; known: {', '.join(models.PRESETS)}"
+            )
+        if self.load_world_size is not None and self.load_world_size > self.world_size:
+            raise ValueError(
+                f"load_world_size: {self.load_world_size} must be at most world_size "
+                f"{self.world_size}"
             )
         both = {"layer_size", "padding_size"} & self.model_fields_set
         if both:
@@ -239,12 +253,13 @@ class WorkloadConfig(BaseModel):
         """Rank 0's peak (the largest rank under either layout's dealing)."""
         sized = self.model_sizes()
         if sized is not None:
-            return memory_plan.estimate(
-                sized.largest_rank_bytes,
-                sized.largest_item_bytes,
-                self.async_save,
-                sized.metadata_bytes,
-            )
+            largest, item = sized.largest_rank_bytes, sized.largest_item_bytes
+            if self.load_world_size is not None and self.model_spec is not None:
+                # A resharding load gives each of fewer ranks more rows.
+                loaded = models.model_sizes(self.model_spec, self.load_world_size)
+                largest = max(largest, loaded.largest_rank_bytes)
+                item = max(item, loaded.largest_item_bytes)
+            return memory_plan.estimate(largest, item, self.async_save, sized.metadata_bytes)
         largest = sizes.shard_bytes(0, self.world_size, self.layer_size, self.padding_size)
         item = sizes.tensor_bytes(self.layer_size)
         return memory_plan.estimate(largest, item, self.async_save)
@@ -328,7 +343,15 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
-_OPTIONAL_STRINGS = ("project", "termination_log", "model", "layers", "vocab", "memory_limit_bytes")
+_OPTIONAL_STRINGS = (
+    "project",
+    "termination_log",
+    "model",
+    "layers",
+    "vocab",
+    "memory_limit_bytes",
+    "load_world_size",
+)
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:

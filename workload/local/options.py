@@ -196,6 +196,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="PROFILE",
     ),
     Option(
+        "--load-world-size",
+        "model: load on the first M ranks only, resharding the checkpoint (M <= --world-size)",
+        "load_world_size",
+        parse_int,
+        metavar="M",
+    ),
+    Option(
         "--force",
         "run even when the memory estimate exceeds the memory available to the ranks",
         "memory_check",

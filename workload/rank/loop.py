@@ -199,6 +199,13 @@ class _Loop:
         self._check(template)
         if not config.keep_checkpoints:
             self._cleanup(checkpoint_id)
+        if config.load_world_size not in (None, config.world_size):
+            # A resharded load holds the load world's pieces; the next save is the full world's.
+            del template
+            rebuilt: dict[str, torch.Tensor] = self._step(
+                "build state", lambda: state.build_state(config)
+            )
+            return rebuilt
         return template
 
     def _saves_then_loads(self, holder: list[dict[str, torch.Tensor]]) -> None:

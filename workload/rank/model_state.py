@@ -91,8 +91,30 @@ def fill_slice(out: torch.Tensor, seed: int, key: str, start: int) -> torch.Tens
     return out
 
 
-def _mesh(world_size: int) -> DeviceMesh:
-    return init_device_mesh("cpu", (world_size,))
+@functools.lru_cache(maxsize=4)
+def _mesh(size: int, world_size: int) -> DeviceMesh:
+    """A 1-D CPU mesh over the first ``size`` ranks, made once (each one creates gloo groups).
+
+    Every rank must make it, members or not: creating its groups is collective.
+    """
+    if size == world_size:
+        return init_device_mesh("cpu", (size,))
+    return DeviceMesh("cpu", list(range(size)))
+
+
+def _load_view(config: WorkloadConfig) -> WorkloadConfig | None:
+    """The config this rank loads and verifies as: the load world's, or None when it sits out.
+
+    With ``load_world_size`` M < N, the first M ranks reshard the N-rank checkpoint into M pieces
+    (DCP reads each saved chunk overlapping a rank's new rows and narrows it); the others take
+    part in the load's collectives with nothing to read.
+    """
+    m = config.load_world_size
+    if m is None or m == config.world_size:
+        return config
+    if config.rank >= m:
+        return None
+    return config.model_copy(update={"world_size": m})
 
 
 def _local(t: models.StateTensor, config: WorkloadConfig) -> tuple[torch.Tensor, int]:
@@ -122,17 +144,20 @@ def _step_value(config: WorkloadConfig, key: str) -> torch.Tensor:
 
 def build_state(config: WorkloadConfig) -> dict[str, Any]:
     """This rank's state: its rows of every sharded tensor, every replicated item."""
-    return _state(config, fill=True)
+    return _state(config, _mesh(config.world_size, config.world_size), fill=True)
 
 
 def empty_template(config: WorkloadConfig) -> dict[str, Any]:
-    """The same keys and local shapes, uninitialised, for DCP to load into in place."""
-    return _state(config, fill=False)
+    """The keys and local shapes this rank loads (in the load world), uninitialised."""
+    view = _load_view(config)
+    mesh = _mesh(config.load_world_size or config.world_size, config.world_size)
+    if view is None:
+        return {}
+    return _state(view, mesh, fill=False)
 
 
-def _state(config: WorkloadConfig, *, fill: bool) -> dict[str, Any]:
+def _state(config: WorkloadConfig, mesh: DeviceMesh, *, fill: bool) -> dict[str, Any]:
     spec = _spec(config)
-    mesh = _mesh(config.world_size)
     out: dict[str, Any] = {}
     for t in models.state_tensors(spec):
         if t.sharded:
@@ -158,7 +183,17 @@ def mark_unwritten(template: Mapping[str, Any]) -> None:
 
 
 def verify(state: Mapping[str, Any], config: WorkloadConfig) -> None:
-    """Check every key of this rank bit for bit; raise :class:`VerificationError` naming them."""
+    """Check every key of this rank bit for bit; raise :class:`VerificationError` naming them.
+
+    After a resharding load, what this rank holds in the load world is checked.
+    """
+    view = _load_view(config)
+    if view is None:
+        if state:
+            keys = sorted(state)
+            raise VerificationError(config.rank, keys, ["a rank outside the load world loaded"])
+        return
+    config = view
     spec = _spec(config)
     bad: list[str] = []
     details: list[str] = []
