@@ -63,6 +63,13 @@ def test_llama3_debug_with_adamw_on_four_ranks_saves_loads_and_verifies(
     )
     assert summary.verified is True
     assert summary.total_bytes == 12 * 6_163_712 + 4 * 57
+    # What storage holds beside the payload: every rank's data, the .metadata, per-item overhead.
+    stored = summary.extra["checkpoint"]
+    assert stored["payload_bytes"] == summary.total_bytes
+    assert stored["objects"] >= 5 and stored["metadata_bytes"] > 100_000
+    # 684 pickled scalars and 57 steps are stored once, each a torch.save blob of over 1 KiB.
+    assert stored["stored_bytes"] > stored["payload_bytes"] + stored["metadata_bytes"] + 684_000
+    assert stored["stored_items"] == 3 * 57 * 4 + 57 + 684
 
     if backend == "file":
         _check_metadata(config, spec)
@@ -94,6 +101,10 @@ def _check_metadata(config: WorkloadConfig, spec: models.ModelSpec) -> None:
     assert isinstance(step, TensorStorageMetadata) and len(step.chunks) == 1
     real = (checkpoint / ".metadata").stat().st_size
     assert abs(sizes.metadata_bytes - real) <= 0.2 * real, (sizes.metadata_bytes, real)
+    summary = RunSummary.model_validate_json(
+        objectio.read_text(f"{config.results_path}/summary.json")
+    )
+    assert summary.extra["checkpoint"]["metadata_bytes"] == real
 
 
 def test_a_corrupted_dtensor_shard_is_named_by_fqn_and_rank(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from ckptbench.workload.contract import config as config_module
 from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
+from ckptbench.workload.contract.config import ConfigError, Procedure, WorkloadConfig
 from ckptbench.workload.contract.results import RankResult, RunSummary, summarize
 from ckptbench.workload.storage import objects as objectio
 
@@ -94,10 +94,11 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
             + f", {config.sample_count} sample(s) after {config.warmup_samples} warm-up(s)"
         )
     grouped = False
+    stored: dict[str, int] = {}  # the first timed checkpoint's objects and bytes, on rank 0
     try:
         rendezvous.init_process_group(config, log=say)
         grouped = True
-        result = loop.run(config, after_save=after_save, log=say)
+        result = loop.run(config, after_save=_measure_stored(config, stored, after_save), log=say)
     except Exception as exc:
         say(f"error: {RankResult.error_text(exc)}")
         result = RankResult(
@@ -115,7 +116,8 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     _write_rank_result(config, result, env, say, attempts)
     results = _gather(result, config, say) if grouped else [result]
     if config.rank == 0:
-        _write_summary(config, results, env, say, attempts)
+        _write_summary(config, results, {**env, "checkpoint": checkpoint_facts(config, stored)},
+                       say, attempts)  # fmt: skip
     rendezvous.destroy()
 
     code = EXIT_OK if result.error is None and result.verified is not False else EXIT_FAILED
@@ -144,6 +146,35 @@ def _memory_refusal(config: WorkloadConfig) -> str | None:
         way_out = "use a smaller layer_size or padding_size, more ranks, or a bigger memory limit"
     force = "CKPTBENCH_MEMORY_CHECK=false"
     return memory_plan.refusal(config.memory_estimate(), budget, source, way_out, force)
+
+
+def _measure_stored(
+    config: WorkloadConfig, out: dict[str, int], inner: AfterSave | None
+) -> AfterSave:
+    """An after-save hook that lists the first timed checkpoint's objects on rank 0 (untimed)."""
+    first = config.warmup_samples if config.procedure is Procedure.CKPTBENCH else 0
+
+    def hook(index: int, checkpoint_id: str) -> None:
+        if config.rank == 0 and index == first and not out:
+            out.update(objectio.list_sizes(checkpoint_id, project=config.project))
+        if inner is not None:
+            inner(index, checkpoint_id)
+
+    return hook
+
+
+def checkpoint_facts(config: WorkloadConfig, stored: dict[str, int]) -> dict[str, int]:
+    """Payload beside what storage holds: .metadata and per-item overhead (torch.save blobs)."""
+    facts = {"payload_bytes": config.total_bytes}
+    if stored:
+        facts["stored_bytes"] = sum(stored.values())
+        facts["objects"] = len(stored)
+        facts["metadata_bytes"] = stored.get(".metadata", 0)
+    sized = config.model_sizes()
+    if sized is not None:
+        facts["stored_items"] = sized.stored_items
+        facts["metadata_bytes_estimate"] = sized.metadata_bytes
+    return facts
 
 
 def _logger(rank: int) -> Callable[[str], None]:

@@ -69,6 +69,22 @@ def list_names(url: str, *, project: str | None = None) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
 
 
+def list_sizes(url: str, *, project: str | None = None) -> dict[str, int]:
+    """Bytes of every object or file under the folder ``url``, by name relative to it."""
+    if is_gs(url):
+        bucket, prefix = _split(url)
+        prefix = prefix + "/" if prefix else ""
+        client = _client(project)
+        blobs = call_with_retry(
+            lambda: list(client.list_blobs(bucket, prefix=prefix, retry=None)), f"listing {url}"
+        )
+        return {b.name[len(prefix) :]: int(b.size or 0) for b in blobs}
+    root = local_path(url)
+    if not root.is_dir():
+        return {}
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+
+
 def delete_prefix(
     url: str, *, name_prefix: str = "", project: str | None = None, client: Any = None
 ) -> int:
