@@ -1,0 +1,81 @@
+"""A model preset's rank state in one process (a gloo group of one): content, dtypes, checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.local.emulator import free_port
+from ckptbench.workload.rank import model_state, state
+from ckptbench.workload.rank.state import BLOCK, VerificationError
+
+
+@pytest.fixture
+def group() -> Iterator[None]:
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
+    try:
+        yield
+    finally:
+        model_state._mesh.cache_clear()
+        dist.destroy_process_group()
+
+
+def _config(**fields: object) -> WorkloadConfig:
+    values: dict[str, object] = {"checkpoint_path": "/tmp/x", "backend": "file"}
+    values.update(model="llama3-debug", layers=1, **fields)
+    return WorkloadConfig.model_validate(values)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_any_slice_equals_the_same_rows_of_the_whole(dtype: torch.dtype) -> None:
+    # What makes a resharded load checkable: content depends on the global index only.
+    whole = model_state.fill_slice(torch.empty(3 * BLOCK + 77, dtype=dtype), 5, "k", 0)
+    for start, stop in [(0, 10), (BLOCK - 3, BLOCK + 5), (2 * BLOCK + 1, 3 * BLOCK + 77)]:
+        part = model_state.fill_slice(torch.empty(stop - start, dtype=dtype), 5, "k", start)
+        assert torch.equal(part.view(torch.uint8), whole[start:stop].view(torch.uint8))
+    assert torch.isfinite(whole.float()).all()
+    other = model_state.fill_slice(torch.empty(3 * BLOCK + 77, dtype=dtype), 5, "k2", 0)
+    assert not torch.equal(other.view(torch.uint8), whole.view(torch.uint8))
+
+
+def test_state_keys_dtypes_and_dtensors(group: None) -> None:
+    built = state.build_state(_config(dtype="mlperf"))
+    wq = built["layers.0.attention.wq.weight"]
+    assert isinstance(wq, DTensor) and wq.dtype == torch.float16 and wq.shape == (256, 256)
+    assert built["optimizer.state.layers.0.attention.wq.weight.master"].dtype == torch.float32
+    assert not any(k.startswith("optimizer.param_groups") for k in built)
+    fp32 = state.build_state(_config())
+    assert fp32["optimizer.param_groups.norm.weight.betas"] == (0.9, 0.95)
+    assert fp32["optimizer.state.norm.weight.step"].shape == ()
+    state.verify(fp32, _config())
+
+
+def test_a_flipped_bit_an_unread_chunk_and_a_missing_scalar_are_named(group: None) -> None:
+    config = _config(dtype="bf16")
+    built = state.build_state(config)
+    local = built["layers.0.feed_forward.w2.weight"].to_local()
+    local.view(-1).view(torch.int16)[1234] ^= 1
+    template = state.empty_template(config)
+    state.mark_unwritten(template)
+    built["optimizer.state.output.weight.exp_avg"] = template[
+        "optimizer.state.output.weight.exp_avg"
+    ]
+    del built["optimizer.param_groups.output.weight.lr"]
+    with pytest.raises(VerificationError) as info:
+        state.verify(built, config)
+    err = info.value
+    assert err.rank == 0
+    assert err.tensors == [
+        "layers.0.feed_forward.w2.weight",
+        "optimizer.state.output.weight.exp_avg",
+        "optimizer.param_groups.output.weight.lr",
+    ]
+    assert "1 of 196608 local elements differ, first at global element 1234" in err.details[0]
+    assert "expected 0.0008, got '<not loaded>'" in err.details[2]
