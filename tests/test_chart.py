@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -132,8 +133,14 @@ def render(helm: str) -> Iterator[Any]:
     yield _render
 
 
+def aggregated(obj: dict[str, Any]) -> bool:
+    """A ClusterRole for people (aggregated to edit/view), not one the operator runs with."""
+    labels = obj["metadata"].get("labels") or {}
+    return any(k.startswith("rbac.authorization.k8s.io/aggregate-to-") for k in labels)
+
+
 def of_kind(objects: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
-    return [o for o in objects if o["kind"] == kind]
+    return [o for o in objects if o["kind"] == kind and not aggregated(o)]
 
 
 def operator_container(objects: tuple[dict[str, Any], ...]) -> dict[str, Any]:
@@ -182,10 +189,11 @@ def test_each_optional_part_renders_its_objects(render: Any, name: str) -> None:
 
 
 def test_optional_parts_are_off_by_default(render: Any) -> None:
-    kinds = {o["kind"] for o in render("default")}
+    objects = tuple(o for o in render("default") if not aggregated(o))
+    kinds = {o["kind"] for o in objects}
     optional = {"ServiceMonitor", "ConfigMap", "ResourceFlavor", "ClusterQueue", "LocalQueue"}
     assert not kinds & optional
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding", "NetworkPolicy"}
 
 
 # ---- values.schema.json refuses bad values --------------------------------------------------
@@ -576,3 +584,40 @@ def render_default(helm: str) -> tuple[dict[str, Any], ...]:
     result = run_helm(helm, *template_args([]))
     assert result.returncode == 0, result.stderr
     return tuple(d for d in yaml.safe_load_all(result.stdout) if d)
+
+
+# ---- people's roles, the packaged chart's notes and readme ------------------------------------
+
+
+def test_editor_and_viewer_roles_aggregate_to_edit_and_view(render: Any) -> None:
+    roles = {
+        o["metadata"]["name"]: o
+        for o in render("default")
+        if o["kind"] == "ClusterRole" and aggregated(o)
+    }
+    editor, viewer = roles[f"{RELEASE}-ckptbench-editor"], roles[f"{RELEASE}-ckptbench-viewer"]
+    assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    granted = rule_triples(editor["rules"])
+    assert ("ckptbench.dev", "checkpointbenchmarks", "create") in granted
+    assert ("ckptbench.dev", "checkpointbenchmarks/status", "patch") not in granted
+    assert {verb for _, _, verb in rule_triples(viewer["rules"])} == {"get", "list", "watch"}
+
+
+def test_packaged_chart_carries_what_its_notes_and_readme_need(helm: str, tmp_path: Path) -> None:
+    result = run_helm(helm, "package", str(CHART), "--destination", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (package,) = tmp_path.glob("ckptbench-*.tgz")
+    with tarfile.open(package) as tar:
+        packaged = {m.name: m for m in tar.getmembers()}
+        notes = tar.extractfile("ckptbench/templates/NOTES.txt").read().decode()  # type: ignore[union-attr]
+        for name in re.findall(r'\.Files\.Get "([^"]+)"', notes):
+            assert f"ckptbench/{name}" in packaged, name
+            data = tar.extractfile(f"ckptbench/{name}").read()  # type: ignore[union-attr]
+            assert data == (ROOT / name).read_bytes(), f"{name} differs from the project's"
+    assert "-f examples/" not in notes  # no path the package lacks
+    readme = run_helm(helm, "show", "readme", str(package))
+    assert readme.returncode == 0, readme.stderr
+    for part in ("## Install", "## Values", "## Upgrade", "kubectl apply --server-side -f"):
+        assert part in readme.stdout
+    assert "PodDisruptionBudget" in readme.stdout
