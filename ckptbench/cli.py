@@ -25,6 +25,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ckptbench.workload.rank.worker",
         "run one rank (the entry point of a benchmark pod)",
     ),
+    "clean": (
+        "ckptbench.workload.storage.clean",
+        "remove what dead runs left under gs://bucket/prefix or file:///path",
+    ),
     "operator": ("ckptbench.operator.runtime.main", "run the Kubernetes operator"),
     "crd": (
         "ckptbench.operator.crd_cli",

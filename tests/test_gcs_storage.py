@@ -325,7 +325,16 @@ def test_plain_tensors_take_the_fast_path_and_no_deprecation_warning_is_shown(
     paths = reader.gcs.read_paths
     # The eight plain tensors over 1 MiB go straight into their destination; the two small
     # ones are copied out of a coalesced read; only the transposed view needs torch.load.
-    assert paths.as_dict() == {"direct": 8, "copied": 2, "generic": 1, "bytes": 2}
+    # And the one data object, read whole, was checked against its stored crc32c.
+    assert paths.as_dict() == {
+        "direct": 8,
+        "copied": 2,
+        "generic": 1,
+        "bytes": 2,
+        "checked": 1,
+        "unchecked": 0,
+        "mismatched": 0,
+    }
 
 
 def test_a_corrupted_blob_names_the_object_and_never_suggests_weights_only_false(

@@ -53,7 +53,15 @@ def test_gcs_session_makes_one_client_and_counts_read_paths(
         out = {k: torch.empty_like(v) for k, v in sd.items()}
         dcp_load(out, storage_reader=reader)
         assert all(torch.equal(out[k], sd[k]) for k in sd)
-    assert session.read_paths == {"direct": 2, "copied": 2, "generic": 0, "bytes": 0}
+    assert session.read_paths == {
+        "direct": 2,
+        "copied": 2,
+        "generic": 0,
+        "bytes": 0,
+        "checked": 2,
+        "unchecked": 0,
+        "mismatched": 0,
+    }
     session.close()
 
 
@@ -138,10 +146,35 @@ def test_the_loop_makes_one_client_for_every_sample_and_reports_it(
     assert result.error is None and result.verified is True
     assert len(made) == 1
     assert result.setup_seconds is not None and result.setup_seconds > 0
-    # Four 1.2 MB tensors in each of three samples, each read straight into its tensor.
-    assert result.read_paths == {"direct": 4 * 3}
+    # Four 1.2 MB tensors in each of three samples, each read straight into its tensor, and
+    # each sample's one data object checked whole against its crc32c.
+    assert result.read_paths == {"direct": 4 * 3, "checked": 3}
 
 
 def test_installed_versions_are_the_ones_the_seams_were_written_for() -> None:
     assert torch_seam.check_version() is None
     assert google_seam.check_version() is None
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.0], ids=["half", "empty"])
+def test_gcsfs_names_a_truncated_shard_instead_of_a_bare_eof(
+    keep: float, gcs_emulator: GcsEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.cloud import storage as gcs
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from ckptbench.workload.storage.gcs.client import make_client
+
+    monkeypatch.setenv(EMULATOR_ENV, gcs_emulator.url)
+    session = factory.open_session(config(f"gs://{gcs_bucket}/g", backend="gcsfs"))
+    cid = f"gs://{gcs_bucket}/g/ckpt_0"
+    sd = {"t": torch.rand(100, 100)}
+    dcp_save(sd, storage_writer=session.writer(cid))
+    blob: gcs.Blob = make_client().bucket(gcs_bucket).blob("g/ckpt_0/__0_0.distcp")
+    data = blob.download_as_bytes()
+    blob.upload_from_string(data[: int(len(data) * keep)])
+    with pytest.raises(CheckpointException) as info:
+        dcp_load({"t": torch.empty(100, 100)}, storage_reader=session.reader(cid))
+    text = str(info.value)
+    assert f"{cid}: a data file is truncated or corrupted" in text, text
+    assert "weights_only" not in text

@@ -119,6 +119,24 @@ class WorkloadConfig(BaseModel):
     part_size_bytes: int = Field(
         32 * MIB, ge=1 * MIB, le=5 * 1024 * MIB, description="Upload/download part size (gcs)."
     )
+    stall_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Storage requests: a transfer that moves no byte for this long is abandoned and "
+            "retried (gcs)."
+        ),
+    )
+    request_deadline_seconds: float = Field(
+        900.0,
+        gt=0,
+        le=86_400,
+        description="Storage requests: the most one request may take, retries included (gcs).",
+    )
+    checksums: bool = Field(
+        True, description="crc32c on every uploaded part and every read, checked (gcs)."
+    )
     sync_files: bool = Field(
         False,
         description=(

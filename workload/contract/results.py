@@ -145,6 +145,13 @@ class RankResult(BaseModel):
             "(payload copied from a coalesced read), generic (torch.load), bytes (non-tensors)."
         ),
     )
+    left_behind: str | None = Field(
+        None,
+        description=(
+            "After a failure: what this rank could not delete of the failed sample's "
+            "checkpoint (a count, the first names and the first error)."
+        ),
+    )
     error: str | None = None
     procedure: Procedure = Field(Procedure.CKPTBENCH, description="The procedure that ran.")
     cache: CacheMode | None = Field(

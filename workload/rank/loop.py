@@ -42,6 +42,9 @@ from ckptbench.workload.rank import state
 from ckptbench.workload.storage import cache, timing
 from ckptbench.workload.storage import factory as backends
 
+# How long a failed sample's cleanup may take on one rank before the failure is reported.
+DISCARD_SECONDS = 60.0
+
 AfterSave = Callable[[int, str], None]
 """A hook run on every rank after a sample's save, before its load: ``(sample, checkpoint id)``."""
 
@@ -139,6 +142,9 @@ class _Loop:
         self.verified: bool | None = None
         self.save_group: Any = None
         self.session: backends.StorageSession | None = None
+        # Checkpoints saved (or being saved) and not yet cleaned up: what a failure leaves.
+        self.pending: list[str] = []
+        self.left_behind: str | None = None
 
     # -- the procedures ----------------------------------------------------------------------------
 
@@ -168,6 +174,7 @@ class _Loop:
             error = exc
             if not isinstance(exc, PeerFailure):
                 self.say(f"[rank {config.rank}] error: {RankResult.error_text(exc)}")
+            self._discard_failed_samples()
         result = self._result(error)
         if self.session is not None:
             self.session.close()
@@ -257,6 +264,8 @@ class _Loop:
 
     def _save(self, checkpoint_id: str, shard: dict[str, torch.Tensor]) -> _Op:
         session = self._session()
+        if checkpoint_id not in self.pending:
+            self.pending.append(checkpoint_id)
         writer: timing.TimedWriter = self._step(
             "prepare save", lambda: timing.timed_writer(session.writer(checkpoint_id))
         )
@@ -363,6 +372,31 @@ class _Loop:
             self._step("cleanup", lambda: session.delete_prefix(checkpoint_id))
         else:
             self._agree(None, "cleanup")
+        if checkpoint_id in self.pending:
+            self.pending.remove(checkpoint_id)
+
+    def _discard_failed_samples(self) -> None:
+        """Best effort and bounded in time, with no collective (a peer may be gone): each rank
+        deletes its own objects and parts of every checkpoint not yet cleaned up, rank 0
+        everything under them. What could not be removed goes into the result."""
+        if not self.pending or self.session is None or self.config.keep_checkpoints:
+            return
+        prefix = "" if self.config.rank == 0 else f"__{self.config.rank}_"
+        left: list[str] = []
+        first: str | None = None
+        for checkpoint_id in self.pending:
+            try:
+                outcome = self.session.discard(checkpoint_id, prefix, DISCARD_SECONDS)
+            except Exception as exc:  # discard never raises by design; this guards the report
+                left.append(f"{checkpoint_id}/*")
+                first = first or RankResult.error_text(exc)
+                continue
+            left += [f"{checkpoint_id}/{name}" for name in outcome.failed]
+            first = first or outcome.first_error
+        if left:
+            shown = ", ".join(left[:3]) + (" ..." if len(left) > 3 else "")
+            self.left_behind = f"{len(left)} object(s): {shown} ({first})"
+            self.say(f"[rank {self.config.rank}] could not remove {self.left_behind}")
 
     # -- coordination ------------------------------------------------------------------------------
 
@@ -420,6 +454,7 @@ class _Loop:
             load=self.loads.timing(),
             verified=verified if self.config.verify else None,
             setup_seconds=round(session.setup_seconds, 6) if session else None,
+            left_behind=self.left_behind,
             read_paths={k: v for k, v in paths.items() if v} if paths else None,
             error=RankResult.error_text(error) if error is not None else None,
             procedure=self.config.procedure,

@@ -20,7 +20,9 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from ckptbench.workload.contract.config import Backend, WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
+from ckptbench.workload.storage.objects import DeleteOutcome
 from ckptbench.workload.storage.paths import local_path
+from ckptbench.workload.storage.retry import RetryPolicy, call_with_retry
 
 
 class StorageSession:
@@ -64,9 +66,9 @@ class StorageSession:
         if config.backend is Backend.FILE:
             return FileSystemReader(str(local_path(checkpoint_id)))
         if config.backend is Backend.GCSFS:
-            from ckptbench.workload.storage.torch_seam import FsspecReader
+            from ckptbench.workload.storage.gcsfs_backend import NamingFsspecReader
 
-            fsspec_reader: StorageReader = FsspecReader(checkpoint_id, **self._gcsfs_options)
+            fsspec_reader: StorageReader = NamingFsspecReader(checkpoint_id, **self._gcsfs_options)
             return fsspec_reader
         from ckptbench.workload.storage.gcs.backend import GcsStorageReader
 
@@ -84,6 +86,27 @@ class StorageSession:
         """The gcs file system or the gcsfs instance every writer and reader shares (None for
         ``file``)."""
         return self._gcs if self._gcs is not None else self._gcsfs
+
+    def discard(self, url: str, name_prefix: str, seconds: float) -> DeleteOutcome:
+        """Best-effort deletion after a failure, each request bounded so the whole stays near
+        ``seconds``: what could not be removed is named in the outcome, never raised."""
+        from ckptbench.workload.storage import objects
+
+        client = self._gcs.client if self._gcs is not None else None
+        quick = RetryPolicy(
+            attempts=3,
+            max_delay=1.0,
+            stall_seconds=min(self.config.stall_seconds, seconds / 4),
+            deadline_seconds=seconds / 2,
+        )
+        return objects.delete_all(
+            url,
+            name_prefix=name_prefix,
+            project=self.config.project,
+            client=client,
+            policy=quick,
+            seconds=seconds,
+        )
 
     def delete_prefix(self, url: str, name_prefix: str = "") -> int:
         """Delete a checkpoint's objects (or files) under ``url`` starting with ``name_prefix``,
@@ -114,9 +137,28 @@ def _gcs_filesystem(config: WorkloadConfig) -> Any:
     bucket, prefix = split_gs_url(config.checkpoint_path)
     # Authenticates (fetches a token) and opens a connection; a missing bucket fails here,
     # before any timing. Listing needs only the object permissions the benchmark needs anyway.
-    list(client.list_blobs(bucket, prefix=prefix, max_results=1, timeout=60))
+    policy = policy_for(config)
+    call_with_retry(
+        lambda: list(
+            client.list_blobs(
+                bucket, prefix=prefix, max_results=1, retry=None, timeout=policy.stall_seconds
+            )
+        ),
+        f"listing gs://{bucket}/{prefix}",
+        policy,
+    )
     return GcsFileSystem(
-        client=client, threads=config.threads, part_size_bytes=config.part_size_bytes
+        client=client,
+        threads=config.threads,
+        part_size_bytes=config.part_size_bytes,
+        policy=policy_for(config),
+        checksums=config.checksums,
+    )
+
+
+def policy_for(config: WorkloadConfig) -> RetryPolicy:
+    return RetryPolicy(
+        stall_seconds=config.stall_seconds, deadline_seconds=config.request_deadline_seconds
     )
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import shutil
+import time
 from typing import Any
 
 from ckptbench.workload.storage.paths import local_path
-from ckptbench.workload.storage.retry import DEFAULT_POLICY, call_with_retry
+from ckptbench.workload.storage.retry import DEFAULT_POLICY, RetryPolicy, call_with_retry
 
 ATTEMPTS = DEFAULT_POLICY.attempts
 
@@ -53,14 +54,22 @@ def read_text(url: str, *, project: str | None = None) -> str:
     return local_path(url).read_text()
 
 
-def list_names(url: str, *, project: str | None = None) -> list[str]:
+def list_names(
+    url: str,
+    *,
+    project: str | None = None,
+    client: Any = None,
+    policy: RetryPolicy = DEFAULT_POLICY,
+) -> list[str]:
     """Names (relative to ``url``) of every object or file under the folder ``url``."""
     if is_gs(url):
         bucket, prefix = _split(url)
         prefix = prefix + "/" if prefix else ""
-        client = _client(project)
+        gcs = client or _client(project)
         blobs = call_with_retry(
-            lambda: list(client.list_blobs(bucket, prefix=prefix, retry=None)), f"listing {url}"
+            lambda: list(gcs.list_blobs(bucket, prefix=prefix, retry=None)),
+            f"listing {url}",
+            policy,
         )
         return sorted(b.name[len(prefix) :] for b in blobs)
     root = local_path(url)
@@ -114,6 +123,75 @@ def delete_prefix(
                 path.unlink()
                 count += 1
     return count
+
+
+@dataclasses.dataclass
+class DeleteOutcome:
+    """What a best-effort deletion removed, and what it could not (names relative to the URL)."""
+
+    deleted: int = 0
+    failed: list[str] = dataclasses.field(default_factory=list)
+    first_error: str | None = None
+
+    def note(self, name: str, exc: BaseException) -> None:
+        self.failed.append(name)
+        if self.first_error is None:
+            self.first_error = f"{type(exc).__name__}: {exc}"
+
+
+def delete_all(
+    url: str,
+    *,
+    name_prefix: str = "",
+    project: str | None = None,
+    client: Any = None,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    seconds: float | None = None,
+) -> DeleteOutcome:
+    """Like :func:`delete_prefix`, but best effort: every object is tried under ``policy``, and
+    the ones that could not be deleted are named in the outcome instead of raising. With
+    ``seconds``, objects not reached in that time are named too, untried."""
+    outcome = DeleteOutcome()
+    until = None if seconds is None else time.monotonic() + seconds
+    try:
+        names = [
+            n
+            for n in list_names(url, project=project, client=client, policy=policy)
+            if n.startswith(name_prefix)
+        ]
+    except Exception as exc:
+        outcome.note(f"{name_prefix}*", exc)
+        return outcome
+    if not is_gs(url):
+        for name in names:
+            try:
+                (local_path(url) / name).unlink(missing_ok=True)
+                outcome.deleted += 1
+            except OSError as exc:
+                outcome.note(name, exc)
+        if not name_prefix and not outcome.failed:
+            shutil.rmtree(local_path(url), ignore_errors=True)
+        return outcome
+    from google.api_core import exceptions
+
+    bucket_name, prefix = _split(url)
+    folder = prefix + "/" if prefix else ""
+    bucket = (client or _client(project)).bucket(bucket_name)
+    for name in names:
+        if until is not None and time.monotonic() > until:
+            outcome.note(name, TimeoutError(f"not reached within {seconds:.0f} s"))
+            continue
+
+        def delete(name: str = name) -> None:
+            with contextlib.suppress(exceptions.NotFound):
+                bucket.delete_blob(folder + name, retry=None, timeout=policy.stall_seconds)
+
+        try:
+            call_with_retry(delete, f"deleting gs://{bucket_name}/{folder}{name}", policy)
+            outcome.deleted += 1
+        except Exception as exc:
+            outcome.note(name, exc)
+    return outcome
 
 
 def glob_escape(text: str) -> str:

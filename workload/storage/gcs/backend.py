@@ -89,6 +89,7 @@ class GcsFileSystem(FileSystemBase):
         threads: int,
         part_size_bytes: int,
         policy: RetryPolicy = DEFAULT_POLICY,
+        checksums: bool = True,
     ) -> None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
@@ -98,6 +99,7 @@ class GcsFileSystem(FileSystemBase):
         self.threads = threads
         self.part_size = part_size_bytes
         self.policy = policy
+        self.checksums = checksums
         # Set by the writer before the data stream opens: the bytes the stream will carry.
         self.expected_bytes = 0
         self.pins: PinnedTensors | None = None
@@ -107,7 +109,9 @@ class GcsFileSystem(FileSystemBase):
 
     def objects(self, bucket: str) -> GcsObjects:
         if bucket not in self._buckets:
-            self._buckets[bucket] = GcsObjects(self.client, bucket, self.policy)
+            self._buckets[bucket] = GcsObjects(
+                self.client, bucket, self.policy, checksums=self.checksums
+            )
         return self._buckets[bucket]
 
     def locate(self, path: str | os.PathLike[str]) -> tuple[GcsObjects, str]:

@@ -13,6 +13,7 @@ import base64
 import ctypes
 import glob
 import os
+import threading
 from collections.abc import Callable, Iterable
 
 import google_crc32c
@@ -132,3 +133,40 @@ def combine_all(pieces: Iterable[tuple[int, int]]) -> int:
     for crc, length in pieces:
         total = combine(total, crc, length)
     return total
+
+
+class Coverage:
+    """The crc32cs of the byte ranges read from objects, to check each object whose ranges
+    cover it whole. Thread-safe: transfer threads record as they finish."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ranges: dict[str, list[tuple[int, int, int]]] = {}
+
+    def add(self, name: str, offset: int, data: bytes | bytearray | memoryview) -> None:
+        length = memoryview(data).nbytes
+        if length == 0:
+            return
+        c = value(data)
+        with self._lock:
+            self._ranges.setdefault(name, []).append((offset, length, c))
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._ranges)
+
+    def combined(self, name: str, size: int) -> int | None:
+        """The crc of the object's bytes as read, or None when the ranges read do not cover
+        ``[0, size)`` exactly once (overlapping reads are deduplicated when identical)."""
+        with self._lock:
+            ranges = sorted(set(self._ranges.get(name, [])))
+        pos = 0
+        pieces = []
+        for offset, length, c in ranges:
+            if offset != pos:
+                return None
+            pieces.append((c, length))
+            pos += length
+        if pos != size:
+            return None
+        return combine_all(pieces)

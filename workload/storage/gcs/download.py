@@ -23,6 +23,7 @@ from typing import IO, Any, cast
 import torch
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, ReadItem
 
+from ckptbench.workload.storage.gcs import crc
 from ckptbench.workload.storage.gcs.objects import GcsObjects
 from ckptbench.workload.storage.retry import IntegrityError
 from ckptbench.workload.storage.torch_seam import (
@@ -52,6 +53,9 @@ class ReadPaths:
     copied: int = 0
     generic: int = 0
     bytes: int = 0
+    checked: int = 0
+    unchecked: int = 0
+    mismatched: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def count(self, path: str) -> None:
@@ -60,7 +64,8 @@ class ReadPaths:
 
     def as_dict(self) -> dict[str, int]:
         return {"direct": self.direct, "copied": self.copied, "generic": self.generic,
-                "bytes": self.bytes}  # fmt: skip
+                "bytes": self.bytes, "checked": self.checked, "unchecked": self.unchecked,
+                "mismatched": self.mismatched}  # fmt: skip
 
 
 def tensor_memory(t: torch.Tensor) -> memoryview:
@@ -114,6 +119,7 @@ class ParallelReader:
         self._part_size = part_size
         self._transforms = transforms
         self.paths = paths if paths is not None else ReadPaths()
+        self._coverage = crc.Coverage() if objects.checksums else None
 
     def read(
         self,
@@ -153,6 +159,7 @@ class ParallelReader:
                     record = parse_tensor_blob(head, tail, item.info.length)
                     if record is not None and _fits_directly(item, record):
                         self.paths.count("direct")
+                        self._record_ends(item, record, head, tail)
                         futures.extend(self._submit_direct(pool, item, record))
                     else:
                         futures.append(pool.submit(self._read_group, [item]))
@@ -167,6 +174,7 @@ class ParallelReader:
                 for fut in futures:
                     fut.cancel()
                 raise
+        self._check_coverage()
 
         # The planner is not documented as thread-safe: talk to it from this thread only.
         for req, data in loaded_bytes:
@@ -174,6 +182,28 @@ class ParallelReader:
         for item in items:
             if item.target is not None:
                 planner.commit_tensor(item.req, item.target)
+
+    def _check_coverage(self) -> None:
+        """Every object this load read whole is checked against its stored crc32c: a byte
+        damaged at rest or in flight fails the load, naming the object."""
+        if self._coverage is None:
+            return
+        for relative in self._coverage.names():
+            name = self._object_name(relative)
+            size, stored = self._objects.stat(name)
+            got = self._coverage.combined(relative, size)
+            if got is not None and got != stored:
+                self.paths.count("mismatched")
+                raise IntegrityError(
+                    f"{self._objects.url(name)}: crc32c of the {size} bytes read "
+                    f"({crc.to_gcs(got)}) differs from the object's ({crc.to_gcs(stored)}): "
+                    "the object is corrupted"
+                )
+            self.paths.count("checked" if got is not None else "unchecked")
+
+    def _record(self, relative: str, offset: int, data: bytes | bytearray | memoryview) -> None:
+        if self._coverage is not None:
+            self._coverage.add(relative, offset, data)
 
     def _coalesce(self, items: list[_Item]) -> list[list[_Item]]:
         """Group items of one object that lie back to back into reads of ~part_size."""
@@ -204,6 +234,7 @@ class ParallelReader:
         buf = self._objects.read_range(
             self._object_name(group[0].info.relative_path), start, end - start
         )
+        self._record(group[0].info.relative_path, start, buf)
         view = memoryview(buf)
         out: list[tuple[ReadItem, bytes]] = []
         for item in group:
@@ -269,6 +300,23 @@ class ParallelReader:
         tail = self._objects.read_range(name, off + length - tail_len, tail_len)
         return head, tail
 
+    def _record_ends(
+        self, item: _Item, record: TensorRecord, head: bytearray, tail: bytearray
+    ) -> None:
+        """The blob's bytes before and after the payload, from its fetched ends."""
+        off, length = item.info.offset, item.info.length
+        after = length - record.data_offset - record.data_length
+        if record.data_offset <= len(head) and 0 <= after <= len(tail):
+            self._record(item.info.relative_path, off, memoryview(head)[: record.data_offset])
+            if after:
+                self._record(
+                    item.info.relative_path, off + length - after, memoryview(tail)[-after:]
+                )
+
+    def _read_into(self, relative: str, name: str, start: int, dest: memoryview) -> None:
+        self._objects.read_range_into(name, start, dest)
+        self._record(relative, start, dest)
+
     def _submit_direct(
         self, pool: ThreadPoolExecutor, item: _Item, record: TensorRecord
     ) -> list[Future[None]]:
@@ -279,7 +327,8 @@ class ParallelReader:
         step = self._part_size
         return [
             pool.submit(
-                self._objects.read_range_into,
+                self._read_into,
+                item.info.relative_path,
                 name,
                 base + lo,
                 dest[lo : min(lo + step, dest.nbytes)],

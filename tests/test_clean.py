@@ -1,0 +1,87 @@
+"""``ckptbench clean``: what dead runs left is removed, and what is not is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.cloud import storage
+
+from ckptbench.cli import COMMANDS
+from ckptbench.cli import main as ckptbench
+from ckptbench.workload.local.emulator import GcsEmulator
+from ckptbench.workload.storage.gcs.client import make_client
+from tests.fault_proxy import FaultProxy, Rule
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def client(gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> storage.Client:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.url)
+    return make_client()
+
+
+def test_clean_removes_a_dead_runs_objects_and_parts_under_the_prefix_only(
+    client: storage.Client, gcs_bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bucket = client.bucket(gcs_bucket)
+    dead = [
+        "runs/dead/checkpoints/ckpt_0.ckpt/__0_0.distcp.parts/abc-00000",
+        "runs/dead/checkpoints/ckpt_0.ckpt/__0_0.distcp.parts/abc-00001",
+        "runs/dead/checkpoints/ckpt_0.ckpt/.metadata",
+    ]
+    for name in [*dead, "runs/alive/results/summary.json", "runs/deadline/x"]:
+        bucket.blob(name).upload_from_string(b"x")
+    assert "clean" in COMMANDS
+    assert ckptbench(["clean", "--dry-run", f"gs://{gcs_bucket}/runs/dead"]) == 0
+    assert "3 object(s)" in capsys.readouterr().out
+    assert len(list(client.list_blobs(gcs_bucket))) == 5
+    assert ckptbench(["clean", f"gs://{gcs_bucket}/runs/dead/"]) == 0
+    assert "deleted 3 object(s)" in capsys.readouterr().out
+    assert sorted(b.name for b in client.list_blobs(gcs_bucket)) == [
+        "runs/alive/results/summary.json",
+        "runs/deadline/x",
+    ]
+
+
+def test_clean_refuses_a_whole_bucket_and_other_schemes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert ckptbench(["clean", "gs://some-bucket"]) == 2
+    assert "whole bucket" in capsys.readouterr().err
+    assert ckptbench(["clean", "gs://some-bucket/"]) == 2
+    assert ckptbench(["clean", "s3://b/x"]) == 2
+
+
+def test_clean_removes_a_local_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "ckpts"
+    (root / "ckpt_0.ckpt").mkdir(parents=True)
+    (root / "ckpt_0.ckpt" / "__0_0.distcp").write_bytes(b"x")
+    (root / "ckpt_0.ckpt" / ".metadata").write_bytes(b"x")
+    assert ckptbench(["clean", f"file://{root}"]) == 0
+    assert "deleted 2 object(s)" in capsys.readouterr().out
+    assert not root.exists()
+
+
+def test_clean_names_what_it_could_not_delete(
+    client: storage.Client,
+    gcs_emulator: GcsEmulator,
+    gcs_bucket: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bucket = client.bucket(gcs_bucket)
+    for name in ("dead/a", "dead/b"):
+        bucket.blob(name).upload_from_string(b"x")
+    # Deleting "dead/b" is forbidden, every time.
+    rule = Rule("status", method="DELETE", url_contains="dead%2Fb", times=None, statuses=(403,))
+    proxy = FaultProxy(gcs_emulator.url, [rule])
+    with proxy.running():
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        assert ckptbench(["clean", f"gs://{gcs_bucket}/dead"]) == 1
+    captured = capsys.readouterr()
+    assert "deleted 1 object(s)" in captured.out
+    assert "could not delete 1 object(s): b (first error: GcsError" in captured.err
+    assert "403" in captured.err
+    assert [b.name for b in client.list_blobs(gcs_bucket)] == ["dead/b"]
