@@ -42,9 +42,6 @@ from ckptbench.workload.rank import state
 from ckptbench.workload.storage import cache, timing
 from ckptbench.workload.storage import factory as backends
 
-# How long a failed sample's cleanup may take on one rank before the failure is reported.
-DISCARD_SECONDS = 60.0
-
 AfterSave = Callable[[int, str], None]
 """A hook run on every rank after a sample's save, before its load: ``(sample, checkpoint id)``."""
 
@@ -376,27 +373,11 @@ class _Loop:
             self.pending.remove(checkpoint_id)
 
     def _discard_failed_samples(self) -> None:
-        """Best effort and bounded in time, with no collective (a peer may be gone): each rank
-        deletes its own objects and parts of every checkpoint not yet cleaned up, rank 0
-        everything under them. What could not be removed goes into the result."""
-        if not self.pending or self.session is None or self.config.keep_checkpoints:
-            return
-        prefix = "" if self.config.rank == 0 else f"__{self.config.rank}_"
-        left: list[str] = []
-        first: str | None = None
-        for checkpoint_id in self.pending:
-            try:
-                outcome = self.session.discard(checkpoint_id, prefix, DISCARD_SECONDS)
-            except Exception as exc:  # discard never raises by design; this guards the report
-                left.append(f"{checkpoint_id}/*")
-                first = first or RankResult.error_text(exc)
-                continue
-            left += [f"{checkpoint_id}/{name}" for name in outcome.failed]
-            first = first or outcome.first_error
-        if left:
-            shown = ", ".join(left[:3]) + (" ..." if len(left) > 3 else "")
-            self.left_behind = f"{len(left)} object(s): {shown} ({first})"
-            self.say(f"[rank {self.config.rank}] could not remove {self.left_behind}")
+        # Bounded in time and with no collective (a peer may be gone); never raises.
+        if self.pending and self.session is not None and not self.config.keep_checkpoints:
+            self.left_behind = self.session.discard_failed(self.pending, self.config.rank)
+            if self.left_behind:
+                self.say(f"[rank {self.config.rank}] could not remove {self.left_behind}")
 
     # -- coordination ------------------------------------------------------------------------------
 

@@ -24,6 +24,9 @@ from ckptbench.workload.storage.objects import DeleteOutcome
 from ckptbench.workload.storage.paths import local_path
 from ckptbench.workload.storage.retry import RetryPolicy, call_with_retry
 
+# How long a failed sample's cleanup may take on one rank before the failure is reported.
+DISCARD_SECONDS = 60.0
+
 
 class StorageSession:
     """One rank's storage: a client made once, and the writers and readers built on it.
@@ -107,6 +110,27 @@ class StorageSession:
             policy=quick,
             seconds=seconds,
         )
+
+    def discard_failed(self, checkpoint_ids: list[str], rank: int) -> str | None:
+        """After a failure: delete what this rank left of ``checkpoint_ids`` (its own
+        ``__{rank}_*`` objects and parts; rank 0 everything under them), best effort, within about
+        :data:`DISCARD_SECONDS` each. Returns what could not be removed, or None."""
+        prefix = "" if rank == 0 else f"__{rank}_"
+        left: list[str] = []
+        first: str | None = None
+        for checkpoint_id in checkpoint_ids:
+            try:
+                outcome = self.discard(checkpoint_id, prefix, DISCARD_SECONDS)
+            except Exception as exc:  # discard never raises by design; this guards the report
+                left.append(f"{checkpoint_id}/*")
+                first = first or f"{type(exc).__name__}: {exc}"
+                continue
+            left += [f"{checkpoint_id}/{name}" for name in outcome.failed]
+            first = first or outcome.first_error
+        if not left:
+            return None
+        shown = ", ".join(left[:3]) + (" ..." if len(left) > 3 else "")
+        return f"{len(left)} object(s): {shown} ({first})"[:1000]
 
     def delete_prefix(self, url: str, name_prefix: str = "") -> int:
         """Delete a checkpoint's objects (or files) under ``url`` starting with ``name_prefix``,
