@@ -57,7 +57,12 @@ class Operator:
         args += self.extra_args
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
-        wait_for("the operator's /healthz", self._healthy)
+        try:
+            wait_for("the operator's /healthz", self._healthy)
+        except BaseException:
+            # The caller's fixture never gets to stop an operator that did not come up.
+            self.stop()
+            raise
 
     def _healthy(self) -> bool:
         if self.proc is not None and self.proc.poll() is not None:
