@@ -135,8 +135,13 @@ def stop(workers: list[Worker]) -> None:
         w.proc.wait()
 
 
+# A hang guard, not a speed target: 4 ranks each importing torch on a busy 2-core machine
+# have taken over a minute to finish a run that takes 10 s on a quiet one.
+HANG_GUARD_SECONDS = 150.0
+
+
 def run(
-    config: WorkloadConfig, tmp_path: Path, *, timeout: float = 60, **kwargs: object
+    config: WorkloadConfig, tmp_path: Path, *, timeout: float = HANG_GUARD_SECONDS, **kwargs: object
 ) -> list[Worker]:
     workers = spawn(config, tmp_path, **kwargs)  # type: ignore[arg-type]
     return wait(workers, timeout)
