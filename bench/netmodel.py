@@ -14,6 +14,7 @@ each answer whole before sending it back at the capped rate.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import threading
 import time
@@ -86,6 +87,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         """Quiet."""
+
+    def handle(self) -> None:
+        # A client that closes a pooled connection mid-answer is not the model's concern.
+        with contextlib.suppress(OSError):
+            super().handle()
 
     def setup(self) -> None:
         super().setup()
