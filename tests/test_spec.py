@@ -89,6 +89,10 @@ def _at_bound(alias: str, value: int) -> dict[str, Any]:
         fields["worldSize"] = 1
     if alias == "paddingSize" and value < 4:
         fields["worldSize"] = value
+    if alias == "loadWorldSize":
+        # Resharding needs a model, and loads on at most every rank.
+        fields = {k: v for k, v in fields.items() if k not in ("layerSize", "paddingSize")}
+        fields |= {"model": {"preset": "llama3-debug"}, "worldSize": value}
     return fields
 
 
