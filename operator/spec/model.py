@@ -20,7 +20,7 @@ from typing import Any, Self, cast
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from ckptbench.operator.spec.model_preset import ModelSettings
+from ckptbench.operator.spec.model_preset import ModelSettings, workload_layout
 from ckptbench.operator.spec.names import (
     CHECKPOINT_PATH_PATTERN,
     DNS_SUBDOMAIN,
@@ -125,16 +125,13 @@ class CheckpointBenchmarkSpec(BaseModel):
         None,
         ge=1,
         le=MAX_WORLD_SIZE,
-        description="With model: load on the first loadWorldSize ranks only, resharding the "
-        "worldSize-rank checkpoint into that many pieces and verifying them (a restart on fewer "
-        "nodes, or an inference fleet); at most worldSize. Default: every rank loads.",
+        description="With model: load on the first loadWorldSize ranks only (at most worldSize), "
+        "resharding the checkpoint into that many pieces and verifying them. Default: every rank.",
     )
     memory_check: bool = Field(
         True,
-        description="Refuse a spec whose resources.limits.memory is below a rank's estimated peak "
-        "(its shard, an async save's staging copy, one item buffer and ~350 MiB for the "
-        "interpreter), and have each rank check its container's limit before it starts. false: "
-        "run anyway.",
+        description="Refuse a spec whose resources.limits.memory is below a rank's estimated "
+        "peak (docs/models.md), and have each rank check its container's limit; false: run anyway.",
     )
     sample_count: int | None = Field(
         None,
@@ -423,14 +420,9 @@ class CheckpointBenchmarkSpec(BaseModel):
 
     def to_workload_config(self, run_id: str, master_addr: str) -> WorkloadConfig:
         """The configuration every rank of this benchmark runs with (rank 0; pods set their own)."""
-        layout: dict[str, Any]
-        if self.model is None:
-            layout = {"layer_size": self.layer_size, "padding_size": self.padding_size}
-        else:
-            m = self.model
-            layout = {"model": m.preset, "layers": m.layers, "vocab": m.vocab}
+        layout = workload_layout(self.model, self.layer_size, self.padding_size)
+        if self.model is not None:
             layout["load_world_size"] = self.load_world_size
-            layout |= {"optimizer": m.optimizer, "dtype": m.dtype}
         return WorkloadConfig(
             world_size=self.world_size,
             **layout,

@@ -6,6 +6,8 @@ use, so the operator can judge a spec's memory before any pod exists.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
@@ -48,3 +50,18 @@ class ModelSettings(BaseModel):
 
     def to_contract(self) -> models.ModelSpec:
         return models.ModelSpec(self.preset, self.layers, self.vocab, self.optimizer, self.dtype)
+
+
+def workload_layout(
+    model: ModelSettings | None, layer_size: int, padding_size: int
+) -> dict[str, Any]:
+    """The workload config's layout fields: a model's, or the reference layout's sizes."""
+    if model is None:
+        return {"layer_size": layer_size, "padding_size": padding_size}
+    return {
+        "model": model.preset,
+        "layers": model.layers,
+        "vocab": model.vocab,
+        "optimizer": model.optimizer,
+        "dtype": model.dtype,
+    }
