@@ -19,7 +19,7 @@ import inspect
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import (
@@ -31,6 +31,8 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
+
+S = TypeVar("S", StorageWriter, StorageReader)
 
 
 @dataclass
@@ -66,11 +68,11 @@ class _Clock:
         self.phases.io = time.perf_counter() - started
 
 
-class TimedWriter(StorageWriter):
-    """A StorageWriter that times the calls DCP makes on ``inner`` and forwards them unchanged."""
+class _Timed(Generic[S]):
+    """What the timed writer and reader share: the wrapped backend, the clock, and forwarding."""
 
-    def __init__(self, inner: StorageWriter) -> None:
-        self.inner = inner
+    def __init__(self, inner: S) -> None:
+        self.inner: S = inner
         self._clock = _Clock()
 
     @property
@@ -87,16 +89,29 @@ class TimedWriter(StorageWriter):
         self._clock.touch()
         self.inner.reset(checkpoint_id)
 
+    def _set_up(self, method: Any, *fixed: Any, **kwargs: Any) -> None:
+        # Backends written before DCP passed extra arguments take only the fixed ones.
+        self._clock.touch()
+        if "kwargs" in inspect.signature(method).parameters:
+            method(*fixed, **kwargs)
+        else:
+            method(*fixed)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        # DCP asks this only when it must pick a backend itself; ours is always given.
+        return False
+
+
+class TimedWriter(_Timed[StorageWriter], StorageWriter):
+    """A StorageWriter that times the calls DCP makes on ``inner`` and forwards them unchanged."""
+
     def storage_meta(self) -> StorageMeta | None:
         self._clock.touch()
         return self.inner.storage_meta()
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
-        self._clock.touch()
-        if "kwargs" in inspect.signature(self.inner.set_up_storage_writer).parameters:
-            self.inner.set_up_storage_writer(is_coordinator, *args, **kwargs)
-        else:
-            self.inner.set_up_storage_writer(is_coordinator)
+        self._set_up(self.inner.set_up_storage_writer, is_coordinator, *args, **kwargs)
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         self._clock.touch()
@@ -117,11 +132,6 @@ class TimedWriter(StorageWriter):
             self.inner.finish(metadata, results)
         finally:
             self.phases.finish = time.perf_counter() - started
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
-        # DCP asks this only when it must pick a writer itself; ours is always given.
-        return False
 
 
 class _TimedStagingWriter(TimedWriter, AsyncStager):
@@ -147,25 +157,8 @@ class _TimedStagingWriter(TimedWriter, AsyncStager):
         self.inner.close()
 
 
-class TimedReader(StorageReader):
+class TimedReader(_Timed[StorageReader], StorageReader):
     """A StorageReader that times the calls DCP makes on ``inner`` and forwards them unchanged."""
-
-    def __init__(self, inner: StorageReader) -> None:
-        self.inner = inner
-        self._clock = _Clock()
-
-    @property
-    def phases(self) -> Phases:
-        return self._clock.phases
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
-        self._clock.touch()
-        self.inner.reset(checkpoint_id)
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         self._clock.touch()
@@ -174,11 +167,7 @@ class TimedReader(StorageReader):
     def set_up_storage_reader(
         self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any
     ) -> None:
-        self._clock.touch()
-        if "kwargs" in inspect.signature(self.inner.set_up_storage_reader).parameters:
-            self.inner.set_up_storage_reader(metadata, is_coordinator, *args, **kwargs)
-        else:
-            self.inner.set_up_storage_reader(metadata, is_coordinator)
+        self._set_up(self.inner.set_up_storage_reader, metadata, is_coordinator, *args, **kwargs)
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         self._clock.touch()
@@ -192,10 +181,6 @@ class TimedReader(StorageReader):
         future = self.inner.read_data(plan, planner)
         future.add_done_callback(lambda _: self._clock.io_done(started))
         return future
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
-        return False
 
 
 def timed_writer(inner: StorageWriter) -> TimedWriter:
