@@ -12,6 +12,8 @@ import argparse
 import sys
 from typing import Any
 
+from pydantic import BaseModel
+
 from ckptbench.operator import manifests
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.names import (
@@ -151,48 +153,54 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def status_schema() -> dict[str, Any]:
-    raw = BenchmarkStatus.model_json_schema(by_alias=True, mode="validation")
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The structural schema of a pydantic model, as the API server reads it."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
     return structural(raw, raw.get("$defs", {}))
 
 
-def spec_schema() -> dict[str, Any]:
-    raw = CheckpointBenchmarkSpec.model_json_schema(by_alias=True, mode="validation")
-    return structural(raw, raw.get("$defs", {}))
+def crd_envelope(
+    names: dict[str, str],
+    description: str,
+    spec: dict[str, Any],
+    status: dict[str, Any],
+    root_rules: list[dict[str, str]],
+    printer_columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The CustomResourceDefinition around one kind's schemas: both of ckptbench's kinds are
+    namespaced, served at one version with a status subresource, and in the ckptbench category.
 
-
-def build_crd() -> dict[str, Any]:
+    ``names`` holds ``kind``, ``plural``, ``singular`` and ``shortName``.
+    """
+    kind = names["kind"]
     openapi: dict[str, Any] = {
         "type": "object",
-        "description": f"{KIND}: a distributed PyTorch checkpoint save/load benchmark run as a "
-        "JobSet; results in .status and in the operator's Prometheus metrics.",
+        "description": description,
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
             "metadata": {"type": "object"},
-            "spec": spec_schema(),
-            # Typed, so `kubectl explain ckb.status.save` works; unknown fields are kept, so an
-            # operator newer than its CRD loses nothing it reports.
-            "status": {**status_schema(), "x-kubernetes-preserve-unknown-fields": True},
+            "spec": spec,
+            "status": status,
         },
-        "x-kubernetes-validations": ROOT_RULES,
+        "x-kubernetes-validations": root_rules,
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": CRD_NAME,
+            "name": f"{names['plural']}.{GROUP}",
             "labels": {"app.kubernetes.io/name": "ckptbench"},
         },
         "spec": {
             "group": GROUP,
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": [SHORT_NAME],
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": names["plural"],
+                "singular": names["singular"],
+                "shortNames": [names["shortName"]],
                 "categories": ["ckptbench"],
             },
             "scope": "Namespaced",
@@ -203,11 +211,25 @@ def build_crd() -> dict[str, Any]:
                     "storage": True,
                     "schema": {"openAPIV3Schema": openapi},
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "additionalPrinterColumns": printer_columns,
                 }
             ],
         },
     }
+
+
+def build_crd() -> dict[str, Any]:
+    return crd_envelope(
+        names={"kind": KIND, "plural": PLURAL, "singular": SINGULAR, "shortName": SHORT_NAME},
+        description=f"{KIND}: a distributed PyTorch checkpoint save/load benchmark run as a "
+        "JobSet; results in .status and in the operator's Prometheus metrics.",
+        spec=model_schema(CheckpointBenchmarkSpec),
+        # Typed, so `kubectl explain ckb.status.save` works; unknown fields are kept, so an
+        # operator newer than its CRD loses nothing it reports.
+        status={**model_schema(BenchmarkStatus), "x-kubernetes-preserve-unknown-fields": True},
+        root_rules=ROOT_RULES,
+        printer_columns=PRINTER_COLUMNS,
+    )
 
 
 def crd_yaml() -> str:

@@ -11,8 +11,8 @@ import re
 from typing import Any
 
 from ckptbench.operator import manifests
-from ckptbench.operator.spec.crd import structural
-from ckptbench.operator.spec.names import GROUP, NAME_PATTERN, VERSION
+from ckptbench.operator.spec.crd import crd_envelope, model_schema
+from ckptbench.operator.spec.names import GROUP, NAME_PATTERN
 from ckptbench.operator.sweep.cells import MAX_SWEEP_NAME_LENGTH, SWEEP_KIND
 from ckptbench.operator.sweep.model import CheckpointBenchmarkSweepSpec
 
@@ -76,58 +76,21 @@ def validate_sweep_name(name: str) -> str | None:
     return None
 
 
-def spec_schema() -> dict[str, Any]:
-    raw = CheckpointBenchmarkSweepSpec.model_json_schema(by_alias=True, mode="validation")
-    return structural(raw, raw.get("$defs", {}))
-
-
 def build_crd() -> dict[str, Any]:
-    openapi: dict[str, Any] = {
-        "type": "object",
-        "description": f"{SWEEP_KIND}: a grid of CheckpointBenchmarks (one per cell) compared in "
+    return crd_envelope(
+        names={"kind": SWEEP_KIND, "plural": PLURAL, "singular": SINGULAR, "shortName": SHORT_NAME},
+        description=f"{SWEEP_KIND}: a grid of CheckpointBenchmarks (one per cell) compared in "
         ".status.",
-        "required": ["spec"],
-        "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
-            "spec": spec_schema(),
-            "status": {
-                "type": "object",
-                "description": "Observed state, written by the operator: phase, progress, a row "
-                "per cell, the best cell for save and for load.",
-                "x-kubernetes-preserve-unknown-fields": True,
-            },
+        spec=model_schema(CheckpointBenchmarkSweepSpec),
+        status={
+            "type": "object",
+            "description": "Observed state, written by the operator: phase, progress, a row "
+            "per cell, the best cell for save and for load.",
+            "x-kubernetes-preserve-unknown-fields": True,
         },
-        "x-kubernetes-validations": ROOT_RULES,
-    }
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": CRD_NAME, "labels": {"app.kubernetes.io/name": "ckptbench"}},
-        "spec": {
-            "group": GROUP,
-            "names": {
-                "kind": SWEEP_KIND,
-                "listKind": f"{SWEEP_KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": [SHORT_NAME],
-                "categories": ["ckptbench"],
-            },
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "schema": {"openAPIV3Schema": openapi},
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                }
-            ],
-        },
-    }
+        root_rules=ROOT_RULES,
+        printer_columns=PRINTER_COLUMNS,
+    )
 
 
 def crd_yaml() -> str:
