@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import shutil
 import statistics
@@ -36,8 +35,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import rawio
+
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.storage.cache import evict_file
 
 GIB = 1024**3
 MIB = 1024**2
@@ -109,39 +111,15 @@ def bench_uneven(
 # -- 2. file vs raw, cold ------------------------------------------------------------------------
 
 
-def _evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def raw_round(folder: Path, tensor_bytes: int, tensors: int) -> tuple[float, float]:
     """(write+fsync seconds, cold read seconds) of ``tensors`` buffers to and from one file."""
-    pattern = memoryview(bytes(range(256)) * (tensor_bytes // 256) + bytes(tensor_bytes % 256))
     path = folder / "raw.bin"
     t0 = time.perf_counter()
-    with path.open("wb", buffering=0) as f:
-        for _ in range(tensors):
-            f.write(pattern)
-        os.fsync(f.fileno())
+    rawio.write(path, rawio.pattern(tensor_bytes), tensors)
     write = time.perf_counter() - t0
-    _evict(path)
+    evict_file(path)
     t0 = time.perf_counter()
-    with path.open("rb", buffering=0) as f:
-        for _ in range(tensors):
-            # Fresh, untouched memory per tensor, as DCP loads into a fresh template.
-            with mmap.mmap(-1, tensor_bytes) as dest:
-                view = memoryview(dest)
-                n = 0
-                while n < tensor_bytes:
-                    got = f.readinto(view[n:])
-                    if not got:
-                        raise EOFError(f"{path}: short read")
-                    n += got
-                view.release()
+    rawio.read(path, tensor_bytes, tensors)
     read = time.perf_counter() - t0
     path.unlink()
     return write, read

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import shutil
 import subprocess
@@ -34,7 +33,9 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import rawio
 
 from ckptbench.workload.contract import sizes
 
@@ -47,6 +48,14 @@ TARGET_MEMORY_RATIO = 1.5
 
 def verdict(ok: bool) -> str:
     return "meets target" if ok else "MISSES target"
+
+
+def judged(
+    name: str, value: float, bound: Literal[">=", "<="], target: float
+) -> tuple[str, str, str, bool]:
+    """A result row: ``value`` (two decimals) against ``target``, as a floor or a ceiling."""
+    ok = value >= target if bound == ">=" else value <= target
+    return name, f"{value:.2f}", f"{bound} {target}", ok
 
 
 def line(name: str, value: str, target: str, ok: bool | None) -> None:
@@ -95,36 +104,12 @@ def bench_build(world_size: int, layer_size: int, padding_size: int, repeats: in
 # -- 2. raw sequential I/O of the same bytes --------------------------------------------------
 
 
-def _raw_write(path: Path, chunk: memoryview, chunks: int) -> None:
-    with path.open("wb", buffering=0) as f:
-        for _ in range(chunks):
-            f.write(chunk)
-        os.fsync(f.fileno())
-
-
-def _raw_read(path: Path, tensor_bytes: int, chunks: int) -> None:
-    # Fresh anonymous memory per tensor, untouched until read into, as DCP loads into a template
-    # of torch.empty tensors: both sides pay the same page faults.
-    with path.open("rb", buffering=0) as f:
-        for _ in range(chunks):
-            with mmap.mmap(-1, tensor_bytes) as dest:
-                view = memoryview(dest)
-                n = 0
-                while n < tensor_bytes:
-                    got = f.readinto(view[n:])
-                    if not got:
-                        raise EOFError(f"{path}: short read")
-                    n += got
-                view.release()
-
-
 def bench_raw(
     root: Path, world_size: int, layer_size: int, padding_size: int, samples: int
 ) -> tuple[float, float]:
     """Mean write and read throughput (bytes/s) of world_size threads, each writing its shard."""
     tensor = sizes.tensor_bytes(layer_size)
-    pattern = bytes(range(256)) * (tensor // 256) + bytes(tensor % 256)
-    chunk = memoryview(pattern)
+    chunk = rawio.pattern(tensor)
     per_rank = [sizes.tensors_on_rank(r, world_size, padding_size) for r in range(world_size)]
     total = sizes.total_bytes(layer_size, padding_size)
     write_s: list[float] = []
@@ -133,8 +118,8 @@ def bench_raw(
         folder = root / f"raw-{sample}"
         folder.mkdir(parents=True)
         paths = [folder / f"rank-{r}.bin" for r in range(world_size)]
-        writes = [partial(_raw_write, paths[r], chunk, per_rank[r]) for r in range(world_size)]
-        reads = [partial(_raw_read, paths[r], tensor, per_rank[r]) for r in range(world_size)]
+        writes = [partial(rawio.write, paths[r], chunk, per_rank[r]) for r in range(world_size)]
+        reads = [partial(rawio.read, paths[r], tensor, per_rank[r]) for r in range(world_size)]
         write_s.append(_parallel(writes))
         read_s.append(_parallel(reads))
         shutil.rmtree(folder)
@@ -241,12 +226,7 @@ def main() -> int:
     base = baseline_rss()
     build = bench_build(a.world_size, a.layer_size, a.padding_size, repeats=3)
     results.append(
-        (
-            "state build per rank, fresh memory (GiB/s)",
-            f"{build:.2f}",
-            f">= {TARGET_BUILD_GIBPS}",
-            build >= TARGET_BUILD_GIBPS,
-        )
+        judged("state build per rank, fresh memory (GiB/s)", build, ">=", TARGET_BUILD_GIBPS)
     )
     peaks: list[tuple[str, float, int]] = []
 
@@ -272,13 +252,9 @@ def main() -> int:
             print(f"  file: save {save / GIB:.3f} GiB/s, load {load / GIB:.3f} GiB/s", flush=True)
             for op, ours, yardstick in (("save", save, raw_w), ("load", load, raw_r)):
                 ratio = ours / yardstick
+                raw_op = "write" if op == "save" else "read"
                 results.append(
-                    (
-                        f"file {op} / raw sequential {'write' if op == 'save' else 'read'}",
-                        f"{ratio:.2f}",
-                        f">= {TARGET_FILE_RATIO}",
-                        ratio >= TARGET_FILE_RATIO,
-                    )
+                    judged(f"file {op} / raw sequential {raw_op}", ratio, ">=", TARGET_FILE_RATIO)
                 )
             peaks.append(("file", *peak_ratio(run)))
         if not a.skip_gcs:
@@ -294,24 +270,13 @@ def main() -> int:
             for op, ours, theirs in (("save", gcs_save, fs_save), ("load", gcs_load, fs_load)):
                 ratio = ours / theirs
                 results.append(
-                    (
-                        f"gcs {op} / gcsfs {op} (emulator)",
-                        f"{ratio:.2f}",
-                        f">= {TARGET_GCS_RATIO}",
-                        ratio >= TARGET_GCS_RATIO,
-                    )
+                    judged(f"gcs {op} / gcsfs {op} (emulator)", ratio, ">=", TARGET_GCS_RATIO)
                 )
             peaks += [("gcs", *peak_ratio(by["gcs"])), ("gcsfs", *peak_ratio(by["gcsfs"]))]
 
     for backend, ratio, peak in peaks:
-        results.append(
-            (
-                f"peak RSS per rank / shard bytes ({backend})",
-                f"{ratio:.2f}",
-                f"<= {TARGET_MEMORY_RATIO}",
-                ratio <= TARGET_MEMORY_RATIO,
-            )
-        )
+        label = f"peak RSS per rank / shard bytes ({backend})"
+        results.append(judged(label, ratio, "<=", TARGET_MEMORY_RATIO))
         net = (peak - base) / shard
         print(
             f"  {backend}: peak RSS {sizes.format_bytes(peak)} of which "

@@ -1,0 +1,40 @@
+"""Raw sequential I/O of a checkpoint's bytes: the yardstick the ``file`` backend is judged by.
+
+Both bench scripts that compare the ``file`` backend with raw I/O write and read the same way, so
+that their yardsticks agree: one file written with unbuffered writes of one tensor's bytes and
+fsynced (DCP's FileSystemWriter syncs its files too), and read back into fresh anonymous memory
+per tensor, untouched until read into, as DCP loads into a template of ``torch.empty`` tensors:
+both sides pay the same page faults.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+
+def pattern(tensor_bytes: int) -> memoryview:
+    """One tensor's worth of bytes to write: not zeros, which a file system could elide."""
+    return memoryview(bytes(range(256)) * (tensor_bytes // 256) + bytes(tensor_bytes % 256))
+
+
+def write(path: Path, chunk: memoryview, chunks: int) -> None:
+    with path.open("wb", buffering=0) as f:
+        for _ in range(chunks):
+            f.write(chunk)
+        os.fsync(f.fileno())
+
+
+def read(path: Path, tensor_bytes: int, chunks: int) -> None:
+    with path.open("rb", buffering=0) as f:
+        for _ in range(chunks):
+            with mmap.mmap(-1, tensor_bytes) as dest:
+                view = memoryview(dest)
+                n = 0
+                while n < tensor_bytes:
+                    got = f.readinto(view[n:])
+                    if not got:
+                        raise EOFError(f"{path}: short read")
+                    n += got
+                view.release()
