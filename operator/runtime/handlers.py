@@ -26,6 +26,7 @@ from ckptbench.operator.render.labels import (
     MANAGED_BY,
 )
 from ckptbench.operator.runtime.reconcile import Reconciler
+from ckptbench.operator.runtime.registration import deleted, from_memo, namespaced, on_spec_change
 from ckptbench.operator.spec import names
 
 _WATCHED_LABELS: dict[str, Any] = {
@@ -39,16 +40,11 @@ WATCH_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_BENCHMARK}"
 
 
 def _namespace(namespace: str | None) -> str:
-    if not namespace:
-        raise kopf.PermanentError("CheckpointBenchmark and its pods are namespaced")
-    return namespace
+    return namespaced(namespace, "CheckpointBenchmark and its pods are namespaced")
 
 
 def _reconciler(memo: Any) -> Reconciler:
-    reconciler = memo.get("reconciler")
-    if not isinstance(reconciler, Reconciler):
-        raise kopf.PermanentError("the operator was started without a reconciler in its memo")
-    return reconciler
+    return from_memo(memo, "reconciler", Reconciler)
 
 
 @kopf.on.startup()
@@ -61,9 +57,7 @@ async def stop(memo: Any, **_: Any) -> None:
     await _reconciler(memo).close()
 
 
-@kopf.on.resume(names.GROUP, names.VERSION, names.PLURAL)
-@kopf.on.create(names.GROUP, names.VERSION, names.PLURAL)
-@kopf.on.update(names.GROUP, names.VERSION, names.PLURAL, field="spec")
+@on_spec_change(names.PLURAL)
 async def benchmark_changed(
     namespace: str | None, name: str, memo: Any, reason: str, **_: Any
 ) -> None:
@@ -74,7 +68,7 @@ async def benchmark_changed(
 async def benchmark_event(
     event: kopf.RawEvent, namespace: str | None, name: str, memo: Any, **_: Any
 ) -> None:
-    if event.get("type") == "DELETED":
+    if deleted(event) is not None:
         await _reconciler(memo).forget(_namespace(namespace), name)
 
 

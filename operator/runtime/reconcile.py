@@ -1,4 +1,4 @@
-"""One reconcile of a CheckpointBenchmark, and the scheduling that coalesces bursts of events.
+"""One reconcile of a CheckpointBenchmark, and the reconciler that runs it on events and resyncs.
 
 A reconcile reads the benchmark, makes sure its JobSet exists (creating it at most once: an
 existing one, 409 AlreadyExists, counts as done), reads the JobSet's pods, computes the status
@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset, spec_hash
 from ckptbench.operator.render.labels import SPEC_HASH_ANNOTATION
 from ckptbench.operator.runtime import metrics
+from ckptbench.operator.runtime.coalesce import Coalescing, Key
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
 from ckptbench.operator.spec.names import validate_name
 from ckptbench.operator.spec.parse import SpecError, parse_spec
@@ -32,7 +33,6 @@ from ckptbench.operator.status.pods import excerpt
 
 RENDERED_SPEC_ANNOTATION = "ckptbench.dev/rendered-spec"
 HANDLER_RESYNC = "resync"
-Key = tuple[str, str]
 
 log = logging.getLogger(__name__)
 
@@ -214,27 +214,19 @@ def _ran_spec(
 
 
 @dataclass
-class Reconciler:
-    """Runs reconciles one at a time per benchmark, and coalesces bursts of pod events into one.
-
-    A world of 1000 ranks produces thousands of pod events; each one asks for a reconcile, but a
-    request made while one is already waiting joins it, so a burst costs one list of the pods.
-    """
+class Reconciler(Coalescing):
+    """Runs reconciles one at a time per benchmark, and coalesces bursts of pod events into one
+    (:class:`~ckptbench.operator.runtime.coalesce.Coalescing`); lists the benchmarks anew every
+    ``resync_seconds``."""
 
     api: Api
     defaults: RenderDefaults
-    debounce_seconds: float = 0.25
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     resync_seconds: float = 60.0
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
-    _locks: dict[Key, asyncio.Lock] = field(default_factory=dict, init=False)
-    _pending: set[Key] = field(default_factory=set, init=False)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     async def reconcile(self, namespace: str, name: str, handler: str) -> Outcome | None:
-        key = (namespace, name)
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
+        async with self.lock((namespace, name)):
             with metrics.observe_reconcile(handler):
                 try:
                     return await asyncio.to_thread(
@@ -246,24 +238,13 @@ class Reconciler:
                     )
                     raise
 
-    def request(self, namespace: str, name: str, handler: str) -> None:
-        """Ask for a reconcile soon; requests arriving before it starts are merged into it."""
-        key = (namespace, name)
-        if key in self._pending:
-            return
-        self._pending.add(key)
-        task = asyncio.get_running_loop().create_task(self._later(key, handler))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def start_resync(self) -> None:
-        task = asyncio.get_running_loop().create_task(self.resync_forever())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.spawn(self.resync_forever())
 
     async def resync_forever(self) -> None:
         """Every ``resync_seconds``, list the benchmarks anew and reconcile each: a dropped watch
-        event or a failed reconcile leaves a status stale for one interval at most."""
+        event or a failed reconcile (counted in the error metric and set as the ReconcileError
+        condition) leaves a status stale for one interval at most."""
         while True:
             await asyncio.sleep(self.resync_seconds)
             await self.resync_once()
@@ -278,25 +259,10 @@ class Reconciler:
             for key in keys:
                 self.request(*key, HANDLER_RESYNC)
 
-    async def _later(self, key: Key, handler: str) -> None:
-        await asyncio.sleep(self.debounce_seconds)
-        self._pending.discard(key)
-        try:
-            await self.reconcile(*key, handler)
-        except Exception:
-            # Counted in the error metric and set as the ReconcileError condition; the periodic
-            # resync (resync_forever) tries again.
-            log.exception("reconcile of %s/%s after a %s event failed", *key, handler)
-
     async def forget(self, namespace: str, name: str) -> None:
         """The benchmark is gone: drop its series and bookkeeping. Under the benchmark's lock, so
         a reconcile already running when the deletion arrived cannot bring the series back."""
         key = (namespace, name)
-        async with self._locks.setdefault(key, asyncio.Lock()):
+        async with self.lock(key):
             metrics.remove_benchmark(namespace, name)
         self._locks.pop(key, None)
-
-    async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)

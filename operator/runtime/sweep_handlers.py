@@ -13,6 +13,7 @@ from typing import Any
 
 import kopf
 
+from ckptbench.operator.runtime.registration import deleted, from_memo, namespaced, on_spec_change
 from ckptbench.operator.runtime.sweeps import SweepReconciler
 from ckptbench.operator.spec import names
 from ckptbench.operator.sweep import crd as sweep_crd
@@ -20,16 +21,11 @@ from ckptbench.operator.sweep.cells import LABEL_SWEEP
 
 
 def _namespace(namespace: str | None) -> str:
-    if not namespace:
-        raise kopf.PermanentError("CheckpointBenchmarkSweep is namespaced")
-    return namespace
+    return namespaced(namespace, "CheckpointBenchmarkSweep is namespaced")
 
 
 def _sweeps(memo: Any) -> SweepReconciler:
-    sweeps = memo.get("sweeps")
-    if not isinstance(sweeps, SweepReconciler):
-        raise kopf.PermanentError("the operator was started without a sweep reconciler in its memo")
-    return sweeps
+    return from_memo(memo, "sweeps", SweepReconciler)
 
 
 @kopf.on.cleanup()
@@ -37,9 +33,7 @@ async def stop_sweeps(memo: Any, **_: Any) -> None:
     await _sweeps(memo).close()
 
 
-@kopf.on.resume(names.GROUP, names.VERSION, sweep_crd.PLURAL)
-@kopf.on.create(names.GROUP, names.VERSION, sweep_crd.PLURAL)
-@kopf.on.update(names.GROUP, names.VERSION, sweep_crd.PLURAL, field="spec")
+@on_spec_change(sweep_crd.PLURAL)
 async def sweep_changed(namespace: str | None, name: str, memo: Any, reason: str, **_: Any) -> None:
     await _sweeps(memo).reconcile(_namespace(namespace), name, str(reason))
 
@@ -48,8 +42,8 @@ async def sweep_changed(namespace: str | None, name: str, memo: Any, reason: str
 async def sweep_event(
     event: kopf.RawEvent, namespace: str | None, name: str, memo: Any, **_: Any
 ) -> None:
-    if event.get("type") == "DELETED":
-        uid = str(((event.get("object") or {}).get("metadata") or {}).get("uid", ""))
+    uid = deleted(event)
+    if uid is not None:
         await _sweeps(memo).deleted(_namespace(namespace), name, uid)
 
 

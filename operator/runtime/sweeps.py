@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from ckptbench.operator.runtime import metrics
+from ckptbench.operator.runtime.coalesce import Coalescing
 from ckptbench.operator.sweep import status as sst
 from ckptbench.operator.sweep.cells import LABEL_CELL, Cell, expand, render_child
 from ckptbench.operator.sweep.crd import validate_sweep_name
@@ -128,37 +129,17 @@ def delete_children(api: SweepApi, namespace: str, name: str, uid: str) -> list[
 
 
 @dataclass
-class SweepReconciler:
+class SweepReconciler(Coalescing):
     """Reconciles sweeps one at a time per sweep; a burst of child events costs one reconcile."""
 
+    LOG_KIND = "sweep "
+
     api: SweepApi
-    debounce_seconds: float = 0.25
-    _locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict, init=False)
-    _pending: set[tuple[str, str]] = field(default_factory=set, init=False)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
 
     async def reconcile(self, namespace: str, name: str, handler: str) -> SweepOutcome | None:
-        lock = self._locks.setdefault((namespace, name), asyncio.Lock())
-        async with lock:
+        async with self.lock((namespace, name)):
             with metrics.observe_reconcile(f"sweep-{handler}"):
                 return await asyncio.to_thread(reconcile_sweep_once, self.api, namespace, name)
-
-    def request(self, namespace: str, name: str, handler: str) -> None:
-        key = (namespace, name)
-        if key in self._pending:
-            return
-        self._pending.add(key)
-        task = asyncio.get_running_loop().create_task(self._later(key, handler))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _later(self, key: tuple[str, str], handler: str) -> None:
-        await asyncio.sleep(self.debounce_seconds)
-        self._pending.discard(key)
-        try:
-            await self.reconcile(*key, handler)
-        except Exception:
-            log.exception("reconcile of sweep %s/%s after a %s event failed", *key, handler)
 
     async def deleted(self, namespace: str, name: str, uid: str) -> None:
         metrics.remove_sweep(namespace, name)
@@ -166,8 +147,3 @@ class SweepReconciler:
         gone = await asyncio.to_thread(delete_children, self.api, namespace, name, uid)
         if gone:
             log.info("sweep %s/%s deleted: deleted its children %s", namespace, name, gone)
-
-    async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
