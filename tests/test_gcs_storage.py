@@ -277,7 +277,7 @@ def test_part_size_and_compose_grouping() -> None:
     merged = sum(sum(sizes[lo:hi]) for lo, hi in groups if hi - lo > 1)
     assert merged < 2 * 32 * MiB  # the cheap merges, not a copy of everything
     assert first_level_groups([MiB] * 32) is None
-    assert part_size_for(32 * MiB, 10 * MiB) == 32 * MiB
+    assert part_size_for(32 * MiB, 10 * 1024 * MiB, 8) == 32 * MiB
     # 18.25 GiB at 1 MiB parts would pass GCS's 1024-component limit: the part grows.
     grown = part_size_for(MiB, 19_600_000_000)
     assert grown > MiB and -(-19_600_000_000 // grown) <= 1024 - 2

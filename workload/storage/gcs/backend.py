@@ -62,14 +62,30 @@ def is_gs_url(checkpoint_id: str | os.PathLike[str]) -> bool:
     return True
 
 
-def part_size_for(requested: int, expected_bytes: int) -> int:
-    """The requested part size, raised if needed so that the full parts of ``expected_bytes``
-    stay within a composite object's component limit. Short parts (a tensor's tail, the zip
-    framing between tensors) are sent only while the budget allows and gathered otherwise, so
-    the number of tensors does not matter. Refused, with the numbers, when even the largest
-    part size allowed would not do."""
+# Parts are cut no smaller than this when a small shard is spread over the threads: below it the
+# per-request cost (a round trip, headers, a crc32c) starts to show.
+MIN_SPREAD_BYTES = 1024 * 1024
+# Parts per thread a shard is cut into when it is small: more than one, so that the threads which
+# finish first pick up another part instead of idling while the last parts trickle in.
+PARTS_PER_THREAD = 2
+
+
+def spread_size(requested: int, total_bytes: int, threads: int) -> int:
+    """The transfer unit for ``total_bytes`` moved by ``threads`` workers: ``requested`` at
+    most, smaller when that would leave threads idle (a 64 MB shard in 32 MiB parts keeps two
+    of eight threads busy), but not below :data:`MIN_SPREAD_BYTES` unless ``requested`` is."""
+    spread = -(-total_bytes // (threads * PARTS_PER_THREAD))
+    return min(requested, max(MIN_SPREAD_BYTES, spread))
+
+
+def part_size_for(requested: int, expected_bytes: int, threads: int = 1) -> int:
+    """The upload part size for a stream of ``expected_bytes``: :func:`spread_size`, raised if
+    needed so that the full parts stay within a composite object's component limit. Short
+    parts (a tensor's tail, the zip framing between tensors) are sent only while the budget
+    allows and gathered otherwise, so the number of tensors does not matter. Refused, with the
+    numbers, when even the largest part size allowed would not do."""
     room = MAX_COMPONENTS - RESERVED_COMPONENTS - 1
-    needed = max(requested, -(-expected_bytes // room))
+    needed = max(spread_size(requested, expected_bytes, threads), -(-expected_bytes // room))
     if needed > MAX_PART_BYTES:
         raise ValueError(
             f"{expected_bytes} bytes in one object need parts of {needed} bytes to stay within "
@@ -128,7 +144,7 @@ class GcsFileSystem(FileSystemBase):
         if mode == "rb":
             yield io.BytesIO(objects.read_all(name))
         elif mode == "wb":
-            part = part_size_for(self.part_size, self.expected_bytes)
+            part = part_size_for(self.part_size, self.expected_bytes, self.threads)
             stream = CompositeUploadStream(
                 objects,
                 name,
@@ -322,15 +338,18 @@ class GcsStorageReader(FileSystemReader):
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         objects, prefix = self.gcs.locate(self.path)
+        storage_data = torch_seam.reader_storage_data(self)
+        # Ranges sized from what this plan reads, so every thread has ranges to fetch.
+        total = sum(storage_data[req.storage_index].length for req in plan.items)
         reader = ParallelReader(
             objects,
             lambda relative: f"{prefix}/{relative}",
             threads=self.gcs.threads,
-            part_size=self.gcs.part_size,
+            part_size=spread_size(self.gcs.part_size, total, self.gcs.threads),
             transforms=torch_seam.reader_transforms(self),
             paths=self.gcs.read_paths,
         )
-        reader.read(plan.items, torch_seam.reader_storage_data(self), planner)
+        reader.read(plan.items, storage_data, planner)
         fut: Future[None] = Future()
         fut.set_result(None)
         return fut

@@ -143,10 +143,11 @@ class CompositeUploadStream(io.RawIOBase):
         if self._keepalive is not None and n >= min(size, ZERO_COPY_MIN_BYTES):
             owner = self._keepalive(mv)
         if self._fill:
-            if n >= size and self._may_add_short():
+            if (owner is not None or n >= size) and self._may_add_short():
                 # Send the buffered bytes as a short part rather than topping the buffer up
-                # from this write: then all of a tensor's payload but its tail goes out
-                # without a copy. Compose accepts parts of any size.
+                # from this write: then all of a tensor's payload goes out without a copy, and
+                # a tensor smaller than a part is not gathered with its neighbours into one
+                # part (which would leave threads idle). Compose accepts parts of any size.
                 self._submit_buffer()
             else:
                 # Out of short parts (or a small write): gather into the buffer.
