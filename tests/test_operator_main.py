@@ -45,6 +45,16 @@ DEFAULTS = Options((), 8080, 8081, None, "IfNotPresent", "INFO")
             Options((), 8080, 8081, "img:1", "Always", "INFO"),
         ),
         (
+            ["--resync-seconds", "5"],
+            {"CKPTBENCH_OPERATOR_RESYNC_SECONDS": "30"},
+            Options((), 8080, 8081, None, "IfNotPresent", "INFO", resync_seconds=5.0),
+        ),
+        (
+            [],
+            {"CKPTBENCH_OPERATOR_RESYNC_SECONDS": "30"},
+            Options((), 8080, 8081, None, "IfNotPresent", "INFO", resync_seconds=30.0),
+        ),
+        (
             ["--default-image", "img:2", "--log-level", "debug"],
             {"CKPTBENCH_DEFAULT_IMAGE": "img:1"},
             Options((), 8080, 8081, "img:2", "IfNotPresent", "DEBUG"),
@@ -68,6 +78,8 @@ def test_options(argv: list[str], env: dict[str, str], expected: Options) -> Non
             "CKPTBENCH_DEFAULT_IMAGE_PULL_POLICY",
         ),
         (["--namespace", "a", "--all-namespaces"], {}, "--all-namespaces"),
+        (["--resync-seconds", "0"], {}, "--resync-seconds"),
+        ([], {"CKPTBENCH_OPERATOR_RESYNC_SECONDS": "90000"}, "CKPTBENCH_OPERATOR_RESYNC_SECONDS"),
         (["--default-image-pull-policy", "Sometimes"], {}, "--default-image-pull-policy"),
     ],
 )

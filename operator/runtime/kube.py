@@ -44,17 +44,57 @@ def load_config() -> kubernetes.client.ApiClient:
     return kubernetes.client.ApiClient(configuration)
 
 
+# (group, version, plural) of each custom resource the operator reads or writes.
+Resource = tuple[str, str, str]
+BENCHMARKS: Resource = (names.GROUP, names.VERSION, names.PLURAL)
+SWEEPS: Resource = (names.GROUP, names.VERSION, sweep_crd.PLURAL)
+JOBSETS: Resource = (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)
+
+
 class Kube:
     def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
         self._custom = kubernetes.client.CustomObjectsApi(api_client)
         self._core = kubernetes.client.CoreV1Api(api_client)
 
-    def get_benchmark(self, namespace: str, name: str) -> dict[str, Any] | None:
+    # -- custom objects, whichever the resource ------------------------------------------------
+
+    def _get(self, resource: Resource, namespace: str, name: str) -> dict[str, Any] | None:
+        group, version, plural = resource
         return _or_none(
             lambda: self._custom.get_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, names.PLURAL, name, _preload_content=False
+                group, version, namespace, plural, name, _preload_content=False
             )
         )
+
+    def _create(
+        self, resource: Resource, namespace: str, body: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Create the object; None when it already exists (409 AlreadyExists: an earlier
+        reconcile or operator made it), which counts as success: the caller reads that one."""
+        group, version, plural = resource
+        try:
+            response = self._custom.create_namespaced_custom_object(
+                group, version, namespace, plural, dict(body), _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return None
+            raise
+        return _json(response)
+
+    def _patch_status(
+        self, resource: Resource, namespace: str, name: str, patch: Mapping[str, Any]
+    ) -> None:
+        """A JSON merge patch of the status subresource (None values remove keys)."""
+        group, version, plural = resource
+        self._custom.patch_namespaced_custom_object_status(
+            group, version, namespace, plural, name, {"status": dict(patch)}, _preload_content=False
+        )
+
+    # -- benchmarks ------------------------------------------------------------------------------
+
+    def get_benchmark(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get(BENCHMARKS, namespace, name)
 
     def list_benchmarks(self, namespace: str | None) -> list[tuple[str, str]]:
         """(namespace, name) of every benchmark in ``namespace`` (None: every namespace)."""
@@ -73,35 +113,14 @@ class Kube:
                 found.append((str(meta["namespace"]), str(meta["name"])))
         return found
 
+    def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self._patch_status(BENCHMARKS, namespace, name, patch)
+
     def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return _or_none(
-            lambda: self._custom.get_namespaced_custom_object(
-                JOBSET_GROUP,
-                JOBSET_VERSION,
-                namespace,
-                JOBSET_PLURAL,
-                jobset_name(name),
-                _preload_content=False,
-            )
-        )
+        return self._get(JOBSETS, namespace, jobset_name(name))
 
     def create_jobset(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Create the JobSet; None when it already exists (an earlier reconcile or operator made
-        it), which counts as success: the caller reads the existing one."""
-        try:
-            response = self._custom.create_namespaced_custom_object(
-                JOBSET_GROUP,
-                JOBSET_VERSION,
-                namespace,
-                JOBSET_PLURAL,
-                dict(body),
-                _preload_content=False,
-            )
-        except ApiException as exc:
-            if exc.status == 409:
-                return None
-            raise
-        return _json(response)
+        return self._create(JOBSETS, namespace, body)
 
     def list_pods(self, namespace: str, benchmark: str) -> list[dict[str, Any]]:
         """The benchmark's pods. The selector is applied again here: a server (or emulator) that
@@ -109,30 +128,12 @@ class Kube:
         response = self._core.list_namespaced_pod(
             namespace, label_selector=benchmark_selector(benchmark), _preload_content=False
         )
-        wanted = benchmark_labels(benchmark)
-        items = _json(response).get("items") or []
-        return [
-            pod
-            for pod in items
-            if all(
-                ((pod.get("metadata") or {}).get("labels") or {}).get(k) == v
-                for k, v in wanted.items()
-            )
-        ]
+        return _labelled(_json(response), benchmark_labels(benchmark))
 
     # -- sweeps ------------------------------------------------------------------------------------
 
     def get_sweep(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return _or_none(
-            lambda: self._custom.get_namespaced_custom_object(
-                names.GROUP,
-                names.VERSION,
-                namespace,
-                sweep_crd.PLURAL,
-                name,
-                _preload_content=False,
-            )
-        )
+        return self._get(SWEEPS, namespace, name)
 
     def list_sweep_children(self, namespace: str, sweep: str) -> list[dict[str, Any]]:
         """The benchmarks labelled with ``sweep``; the label is checked again here, as for pods."""
@@ -144,29 +145,11 @@ class Kube:
             label_selector=f"{LABEL_SWEEP}={sweep}",
             _preload_content=False,
         )
-        items = _json(response).get("items") or []
-        return [
-            b
-            for b in items
-            if ((b.get("metadata") or {}).get("labels") or {}).get(LABEL_SWEEP) == sweep
-        ]
+        return _labelled(_json(response), {LABEL_SWEEP: sweep})
 
     def create_benchmark(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
         """Create a sweep's child; None when it already exists (a reconcile before made it)."""
-        try:
-            response = self._custom.create_namespaced_custom_object(
-                names.GROUP,
-                names.VERSION,
-                namespace,
-                names.PLURAL,
-                dict(body),
-                _preload_content=False,
-            )
-        except ApiException as exc:
-            if exc.status == 409:
-                return None
-            raise
-        return _json(response)
+        return self._create(BENCHMARKS, namespace, body)
 
     def delete_benchmark(self, namespace: str, name: str) -> None:
         try:
@@ -178,15 +161,7 @@ class Kube:
                 raise
 
     def patch_sweep_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self._custom.patch_namespaced_custom_object_status(
-            names.GROUP,
-            names.VERSION,
-            namespace,
-            sweep_crd.PLURAL,
-            name,
-            {"status": dict(patch)},
-            _preload_content=False,
-        )
+        self._patch_status(SWEEPS, namespace, name, patch)
 
     def post_event(
         self, benchmark: Mapping[str, Any], type_: str, reason: str, message: str, now: str
@@ -220,24 +195,22 @@ class Kube:
         # The client sends a plain dict as it is, like the custom-object calls here.
         self._core.create_namespaced_event(namespace, cast(Any, body), _preload_content=False)
 
-    def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        """A JSON merge patch of the status subresource (None values remove keys)."""
-        self._custom.patch_namespaced_custom_object_status(
-            names.GROUP,
-            names.VERSION,
-            namespace,
-            names.PLURAL,
-            name,
-            {"status": dict(patch)},
-            _preload_content=False,
-        )
-
 
 def _json(response: Any) -> dict[str, Any]:
     data = json.loads(response.data)
     if not isinstance(data, dict):
         raise ValueError(f"expected a JSON object from the API server, got {type(data).__name__}")
     return data
+
+
+def _labelled(listing: Mapping[str, Any], wanted: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The items of a list response that carry every label of ``wanted``."""
+
+    def labels(item: Mapping[str, Any]) -> Mapping[str, Any]:
+        return dict((item.get("metadata") or {}).get("labels") or {})
+
+    items = listing.get("items") or []
+    return [item for item in items if all(labels(item).get(k) == v for k, v in wanted.items())]
 
 
 def _or_none(call: Any) -> dict[str, Any] | None:

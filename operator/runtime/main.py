@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 ENV_NAMESPACES = "CKPTBENCH_OPERATOR_NAMESPACES"
 ENV_METRICS_PORT = "CKPTBENCH_OPERATOR_METRICS_PORT"
@@ -21,6 +22,7 @@ ENV_RESYNC_SECONDS = "CKPTBENCH_OPERATOR_RESYNC_SECONDS"
 DEFAULT_RESYNC_SECONDS = 60.0
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+N = TypeVar("N", int, float)
 
 
 @dataclass(frozen=True)
@@ -40,24 +42,23 @@ class Options:
         return not self.namespaces
 
 
-def _port(value: str) -> int:
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"port out of range 0..65535: {port}")
-    return port
+def _bounded(convert: Callable[[str], N], what: str, low: int, high: int) -> Callable[[str], N]:
+    """An argparse type: a ``what`` read with ``convert``, from ``low`` to ``high``."""
+
+    def parse(text: str) -> N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {what}: {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} out of range {low}..{high}: {value:g}")
+        return value
+
+    return parse
 
 
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
-    if not 1 <= seconds <= 86_400:
-        raise argparse.ArgumentTypeError(f"out of range 1..86400 seconds: {seconds:g}")
-    return seconds
+_port = _bounded(int, "port number", 0, 65535)
+_seconds = _bounded(float, "number of seconds", 1, 86_400)
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Options:
@@ -125,23 +126,14 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     )
     args = parser.parse_args(list(argv))
 
-    def from_env(name: str, default: int, option: str) -> int:
+    def from_env(name: str, option: str, parse: Callable[[str], N], default: N) -> N:
         text = env.get(name, "").strip()
         if not text:
             return default
         try:
-            return _port(text)
+            return parse(text)
         except argparse.ArgumentTypeError as exc:
             parser.error(f"{name} (for {option}): {exc}")
-
-    def resync_from_env() -> float:
-        text = env.get(ENV_RESYNC_SECONDS, "").strip()
-        if not text:
-            return DEFAULT_RESYNC_SECONDS
-        try:
-            return _seconds(text)
-        except argparse.ArgumentTypeError as exc:
-            parser.error(f"{ENV_RESYNC_SECONDS} (for --resync-seconds): {exc}")
 
     if args.all_namespaces:
         namespaces: tuple[str, ...] = ()
@@ -158,16 +150,16 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         namespaces=namespaces,
         metrics_port=args.metrics_port
         if args.metrics_port is not None
-        else from_env(ENV_METRICS_PORT, 8080, "--metrics-port"),
+        else from_env(ENV_METRICS_PORT, "--metrics-port", _port, 8080),
         health_port=args.health_port
         if args.health_port is not None
-        else from_env(ENV_HEALTH_PORT, 8081, "--health-port"),
+        else from_env(ENV_HEALTH_PORT, "--health-port", _port, 8081),
         default_image=args.default_image,
         default_image_pull_policy=policy,
         log_level=args.log_level,
         resync_seconds=args.resync_seconds
         if args.resync_seconds is not None
-        else resync_from_env(),
+        else from_env(ENV_RESYNC_SECONDS, "--resync-seconds", _seconds, DEFAULT_RESYNC_SECONDS),
         allowed_toleration_keys=frozenset(args.allow_toleration_key),
         allowed_priority_classes=frozenset(args.allow_priority_class),
     )
