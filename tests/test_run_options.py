@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
+
 import pytest
 
-from ckptbench.workload.contract.config import Backend
+from ckptbench.workload.contract.config import Backend, Procedure
 from ckptbench.workload.local import options
 from ckptbench.workload.local.plan import MAX_CELLS, Plan, plan
 
@@ -83,3 +86,18 @@ def test_error_names_come_from_the_table() -> None:
     assert options.OPTION_OF["threads"] == "--threads"
     assert options.OPTION_OF["checkpoint_path"] == "--storage"
     assert options.OPTION_OF["collective_timeout_seconds"] == "--timeout"
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "member", "valid"),
+    [
+        (options.parse_backend, "GCSfs", Backend.GCSFS, "file, gcs, gcsfs"),
+        (options.parse_procedure, "MLPerf", Procedure.MLPERF, "ckptbench, reference, mlperf"),
+    ],
+)
+def test_named_values_are_read_in_any_case_and_a_bad_one_lists_the_valid(
+    parse: Callable[[str], object], text: str, member: object, valid: str
+) -> None:
+    assert parse(text) is member
+    with pytest.raises(argparse.ArgumentTypeError, match=f"{text}x.*choose from {valid}"):
+        parse(text + "x")

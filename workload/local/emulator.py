@@ -16,7 +16,6 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
 from ckptbench.workload.local import orphans
 
@@ -157,10 +156,5 @@ class GcsEmulator:
     def __enter__(self) -> GcsEmulator:
         return self.start() if not self.running else self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

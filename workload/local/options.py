@@ -11,10 +11,11 @@ options). Values are parsed in :mod:`plan`, not by argparse, so that a bad value
 from __future__ import annotations
 
 import argparse
+import enum
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -22,6 +23,8 @@ from ckptbench.workload.contract import models
 from ckptbench.workload.contract.config import Backend, Procedure, field_errors
 
 DEFAULT_TIMEOUT_SECONDS = 3600.0
+
+_E = TypeVar("_E", bound=enum.Enum)
 
 
 class UsageError(ValueError):
@@ -78,14 +81,25 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
-def parse_backend(text: str) -> Backend:
-    try:
-        return Backend(text.lower())
-    except ValueError:
-        valid = ", ".join(b.value for b in Backend)
-        raise argparse.ArgumentTypeError(
-            f"unknown backend {text!r} (choose from {valid})"
-        ) from None
+def _one_of(kind: type[_E], what: str) -> Callable[[str], _E]:
+    """A parser of a member of ``kind`` by its value, any case; a bad one names the valid ones."""
+
+    def parse(text: str) -> _E:
+        try:
+            return kind(text.lower())
+        except ValueError:
+            valid = ", ".join(str(member.value) for member in kind)
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {text!r} (choose from {valid})"
+            ) from None
+
+    return parse
+
+
+parse_backend = _one_of(Backend, "backend")
+parse_optimizer = _one_of(models.Optimizer, "optimizer")
+parse_dtype = _one_of(models.DtypeProfile, "dtype profile")
+parse_procedure = _one_of(Procedure, "procedure")
 
 
 def parse_model(text: str) -> str:
@@ -94,36 +108,6 @@ def parse_model(text: str) -> str:
             f"unknown preset {text!r} (choose from {', '.join(models.PRESETS)})"
         )
     return text
-
-
-def parse_optimizer(text: str) -> models.Optimizer:
-    try:
-        return models.Optimizer(text.lower())
-    except ValueError:
-        valid = ", ".join(o.value for o in models.Optimizer)
-        raise argparse.ArgumentTypeError(
-            f"unknown optimizer {text!r} (choose from {valid})"
-        ) from None
-
-
-def parse_dtype(text: str) -> models.DtypeProfile:
-    try:
-        return models.DtypeProfile(text.lower())
-    except ValueError:
-        valid = ", ".join(d.value for d in models.DtypeProfile)
-        raise argparse.ArgumentTypeError(
-            f"unknown dtype profile {text!r} (choose from {valid})"
-        ) from None
-
-
-def parse_procedure(text: str) -> Procedure:
-    try:
-        return Procedure(text.lower())
-    except ValueError:
-        valid = ", ".join(p.value for p in Procedure)
-        raise argparse.ArgumentTypeError(
-            f"unknown procedure {text!r} (choose from {valid})"
-        ) from None
 
 
 def parse_int(text: str) -> int:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract.config import Procedure
 from ckptbench.workload.contract.results import OpSummary, RunSummary
@@ -77,60 +77,51 @@ def _op(name: str, get: Callable[[OpSummary], float | int | None]) -> Callable[[
     return value
 
 
-def _op_rows(name: str, rate: Unit) -> list[Row]:
-    return [
-        Row(f"{name} samples", _op(name, lambda o: o.samples), fmt_int),
-        Row(f"{name} mean (s)", _op(name, lambda o: o.mean_seconds), fmt_seconds, ratio=True),
-        Row(f"{name} stdev (s)", _op(name, lambda o: o.stdev_seconds), fmt_seconds),
-        Row(f"{name} p50 (s)", _op(name, lambda o: o.p50_seconds), fmt_seconds, ratio=True),
-        Row(f"{name} p90 (s)", _op(name, lambda o: o.p90_seconds), fmt_seconds, ratio=True),
-        Row(f"{name} max (s)", _op(name, lambda o: o.max_seconds), fmt_seconds, ratio=True),
-        Row(
-            f"{name} throughput ({rate.name}/s)",
-            _op(name, lambda o: o.throughput_bytes_per_second),
-            fmt_in(rate, 3),
-            ratio=True,
-        ),
-        Row(
-            f"{name} min per-rank ({rate.name}/s)",
-            _op(name, lambda o: o.min_rank_throughput_bytes_per_second),
-            fmt_in(rate, 3),
-            ratio=True,
-        ),
-        Row(f"{name} slowest rank", _op(name, lambda o: o.slowest_rank), fmt_int),
-        # Each rank's own phases, timed inside the storage layer; the collective figures above
-        # are barrier to barrier and the same on every rank.
-        Row(
-            f"{name} planning (s)",
-            _op(name, lambda o: o.planning_mean_seconds),
-            fmt_seconds,
-            ratio=True,
-        ),
-        Row(
-            f"{name} I/O slowest rank (s)",
-            _op(name, lambda o: o.slowest_rank_seconds),
-            fmt_seconds,
-            ratio=True,
-        ),
-        Row(
-            f"{name} I/O fastest rank (s)",
-            _op(name, lambda o: o.fastest_rank_seconds),
-            fmt_seconds,
-            ratio=True,
-        ),
-        Row(
-            f"{name} collective overhead (s)",
-            _op(name, lambda o: o.collective_overhead_seconds),
-            fmt_seconds,
-        ),
-    ]
+class _Figure(NamedTuple):
+    """One row of each operation: its label after the operation's name, the figure, its format
+    (seconds, a count, or a rate in the table's unit), whether a gcs/gcsfs ratio means something.
+    """
+
+    label: str
+    get: Callable[[OpSummary], float | int | None]
+    kind: Literal["seconds", "count", "rate"]
+    ratio: bool = False
 
 
-def _reference_rows(name: str) -> list[Row]:
-    """The reference's own figures: rank 0's barrier-to-barrier mean and stdev."""
+_OP_ROWS = (
+    _Figure("samples", lambda o: o.samples, "count"),
+    _Figure("mean (s)", lambda o: o.mean_seconds, "seconds", ratio=True),
+    _Figure("stdev (s)", lambda o: o.stdev_seconds, "seconds"),
+    _Figure("p50 (s)", lambda o: o.p50_seconds, "seconds", ratio=True),
+    _Figure("p90 (s)", lambda o: o.p90_seconds, "seconds", ratio=True),
+    _Figure("max (s)", lambda o: o.max_seconds, "seconds", ratio=True),
+    _Figure("throughput ({rate}/s)", lambda o: o.throughput_bytes_per_second, "rate", ratio=True),
+    _Figure(
+        "min per-rank ({rate}/s)",
+        lambda o: o.min_rank_throughput_bytes_per_second,
+        "rate",
+        ratio=True,
+    ),
+    _Figure("slowest rank", lambda o: o.slowest_rank, "count"),
+    # Each rank's own phases, timed inside the storage layer; the collective figures above are
+    # barrier to barrier and the same on every rank.
+    _Figure("planning (s)", lambda o: o.planning_mean_seconds, "seconds", ratio=True),
+    _Figure("I/O slowest rank (s)", lambda o: o.slowest_rank_seconds, "seconds", ratio=True),
+    _Figure("I/O fastest rank (s)", lambda o: o.fastest_rank_seconds, "seconds", ratio=True),
+    _Figure("collective overhead (s)", lambda o: o.collective_overhead_seconds, "seconds"),
+)
+# The reference's own figures: rank 0's barrier-to-barrier mean and stdev.
+_REFERENCE_ROWS = (
+    _Figure("rank-0 mean (s)", lambda o: o.rank0_mean_seconds, "seconds"),
+    _Figure("rank-0 stdev (s)", lambda o: o.rank0_stdev_seconds, "seconds"),
+)
+
+
+def _rows(name: str, rate: Unit, figures: Sequence[_Figure]) -> list[Row]:
+    formats = {"seconds": fmt_seconds, "count": fmt_int, "rate": fmt_in(rate, 3)}
     return [
-        Row(f"{name} rank-0 mean (s)", _op(name, lambda o: o.rank0_mean_seconds), fmt_seconds),
-        Row(f"{name} rank-0 stdev (s)", _op(name, lambda o: o.rank0_stdev_seconds), fmt_seconds),
+        Row(f"{name} {f.label.format(rate=rate.name)}", _op(name, f.get), formats[f.kind], f.ratio)
+        for f in figures
     ]
 
 
@@ -194,13 +185,13 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
     if any(s.cache is not None for s in runs):
         rows.append(Row("page cache", lambda s: s.cache.value if s.cache else None, str))
     for name in ("save", "load"):
-        op_rows = _op_rows(name, rate)
+        op_rows = _rows(name, rate, _OP_ROWS)
         if name == "save" and any(
             s.save is not None and s.save.blocked_mean_seconds is not None for s in runs
         ):
             op_rows.insert(2, _blocked_row())
         if Procedure.REFERENCE in procedures:
-            op_rows += _reference_rows(name)
+            op_rows += _rows(name, rate, _REFERENCE_ROWS)
         if Procedure.MLPERF in procedures:
             op_rows += _mlperf_rows(name, rate)
         rows += op_rows

@@ -15,11 +15,10 @@ from pathlib import Path
 
 from ckptbench.workload.contract.results import OpSummary, RunSummary
 from ckptbench.workload.local import report
-from ckptbench.workload.local.outputs.document import Document, DocumentError, read_json
+from ckptbench.workload.local.outputs import command
+from ckptbench.workload.local.outputs.command import EXIT_FAILED, EXIT_OK, CommandError
+from ckptbench.workload.local.outputs.document import Document, read_json
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 MAX_FILES = len(string.ascii_uppercase)
 
 Figure = Callable[[RunSummary], float | None]
@@ -98,32 +97,22 @@ def format_comparison(docs: Sequence[Document]) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ckptbench compare",
-        description=(
-            "Print the cells of two or more 'ckptbench run --json' files side by side, with "
-            "each file's ratio to the first."
-        ),
+        description="Print the cells of two or more 'ckptbench run --json' files side by side, "
+        "with each file's ratio to the first.",
     )
     p.add_argument("files", nargs="+", type=Path, metavar="RESULTS.json")
     return p
 
 
 def main(argv: Sequence[str]) -> int:
-    try:
-        args = build_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    return command.run(build_parser(), argv, _compare)
+
+
+def _compare(args: argparse.Namespace) -> int:
     files: list[Path] = args.files
     if not 2 <= len(files) <= MAX_FILES:
-        print(
-            f"ckptbench compare: error: give 2 to {MAX_FILES} results files, got {len(files)}",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    try:
-        docs = [read_json(f) for f in files]
-    except DocumentError as exc:
-        print(f"ckptbench compare: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        raise CommandError(f"give 2 to {MAX_FILES} results files, got {len(files)}")
+    docs = [read_json(f) for f in files]
     shared = set.intersection(*({label for label, _ in d.runs} for d in docs))
     print(format_comparison(docs))
     if not shared:

@@ -18,15 +18,14 @@ from typing import TYPE_CHECKING
 
 from ckptbench.workload.contract.results import OpSummary, RunSummary
 from ckptbench.workload.local import report
-from ckptbench.workload.local.outputs.document import Document, DocumentError, read_json
+from ckptbench.workload.local.outputs import command
+from ckptbench.workload.local.outputs.command import EXIT_FAILED, EXIT_OK, CommandError
+from ckptbench.workload.local.outputs.document import Document, read_json
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 FORMATS = (".png", ".svg", ".html")
 SAVE_COLOUR, LOAD_COLOUR = "#1f77b4", "#ff7f0e"
 WORLD_SIZE_AXIS = "world-size"
@@ -196,29 +195,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    try:
-        args = build_parser().parse_args(list(argv))
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    return command.run(build_parser(), argv, _report)
+
+
+def _report(args: argparse.Namespace) -> int:
     out: Path = args.output
     suffix = out.suffix.lower()
     if suffix not in FORMATS:
-        print(
-            f"ckptbench report: error: -o: unknown format {out.suffix or '(none)'!r} "
-            f"(use {', '.join(FORMATS)})",
-            file=sys.stderr,
+        raise CommandError(
+            f"-o: unknown format {out.suffix or '(none)'!r} (use {', '.join(FORMATS)})"
         )
-        return EXIT_USAGE
-    try:
-        doc = read_json(args.results)
-    except DocumentError as exc:
-        print(f"ckptbench report: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    doc = read_json(args.results)
     try:
         data = render(doc, suffix)
     except RuntimeError as exc:
-        print(f"ckptbench report: error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        raise CommandError(str(exc), EXIT_FAILED) from None
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(data)
     print(f"ckptbench report: wrote {out}", file=sys.stderr)
