@@ -8,13 +8,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from harness.kmock_cluster import free_port
+from harness.kmock_cluster import free_port, write_kubeconfig
 
 DEADLINE = 15.0
+DEFAULT_IMAGE = "registry.example/ckptbench-workload:test"
 T = TypeVar("T")
 
 
@@ -44,7 +46,7 @@ class Operator:
         self.kubeconfig = kubeconfig
         self.log = log
         self.namespace = namespace
-        self.image = image or "registry.example/ckptbench-workload:test"
+        self.image = image or DEFAULT_IMAGE
         self.metrics_port = free_port()
         self.health_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -82,10 +84,34 @@ class Operator:
     def stop(self) -> None:
         if self.proc is None:
             return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+        stop_process(self.proc)
         self.proc = None
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Ask a server process to end; kill it if it has not within 15 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+@contextmanager
+def running_operator(
+    emulator_url: str, folder: Path, namespace: str = "default", extra_args: Sequence[str] = ()
+) -> Iterator[Operator]:
+    """The operator watching ``namespace`` of the emulator at ``emulator_url``, its kubeconfig
+    and log in ``folder``; stopped on leaving, whatever happened."""
+    operator = Operator(
+        write_kubeconfig(folder / "kubeconfig", emulator_url),
+        folder / "operator.log",
+        namespace,
+        extra_args=extra_args,
+    )
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from harness.kmock_cluster import Client, EmulatorThread
+    from harness.operator_process import Operator
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,3 +49,33 @@ def gcs_bucket(gcs_emulator: object) -> str:
     name = f"t-{uuid.uuid4().hex[:12]}"
     gcs_emulator.create_bucket(name)
     return name
+
+
+# -- the kmock cluster and the operator process, for the tests that run the real operator ------
+# Module-scoped: one emulator and one operator per test module, watching "default". Imported when
+# used, as the GCS emulator is, so tests that need neither load neither.
+
+
+@pytest.fixture(scope="module")
+def emulator() -> Iterator[EmulatorThread]:
+    from harness.kmock_cluster import running_emulator
+
+    with running_emulator() as emu:
+        yield emu
+
+
+@pytest.fixture(scope="module")
+def client(emulator: EmulatorThread) -> Client:
+    from harness.kmock_cluster import Client
+
+    return Client(emulator.url)
+
+
+@pytest.fixture(scope="module")
+def operator(
+    emulator: EmulatorThread, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    from harness.operator_process import running_operator
+
+    with running_operator(emulator.url, tmp_path_factory.mktemp("operator")) as op:
+        yield op

@@ -10,9 +10,7 @@ import functools
 import importlib
 import importlib.util
 import json
-import os
 import re
-import shutil
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ import pytest
 import yaml
 
 from tests.k8s_schemas import validate
+from tests.tools import find_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "ckptbench"
@@ -90,16 +89,11 @@ CONTRACT_METRICS = {
 
 
 def find_helm() -> str:
-    local = ROOT / ".tools" / "bin" / "helm"
-    if local.exists():
-        return str(local)
-    on_path = shutil.which("helm")
-    if on_path:
-        return on_path
-    reason = "helm not found in .tools/bin or PATH: run scripts/install-helm.sh"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    return find_tool(
+        "helm",
+        "helm not found in .tools/bin or PATH: run scripts/install-helm.sh",
+        ROOT / ".tools" / "bin" / "helm",
+    )
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ metrics out; failures, invalid specs, spec edits, restarts and deletion."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,51 +15,17 @@ from ckptbench.operator.render import labels as render_labels
 from ckptbench.operator.spec import names as spec_names
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpTiming, RankResult
-from harness.kmock_cluster import (
-    Client,
-    EmulatorThread,
-    running_emulator,
-    write_kubeconfig,
-)
-from harness.operator_process import Operator, wait_for
+from harness.kmock_cluster import Client, EmulatorThread
+from harness.operator_process import DEFAULT_IMAGE, Operator, running_operator, wait_for
 
 CKB = f"{spec_names.GROUP}/{spec_names.VERSION}"
 JOBSET = render_labels.JOBSET_API_VERSION
 NS = "default"
-IMAGE = "registry.example/ckptbench-workload:test"
+IMAGE = DEFAULT_IMAGE  # what the operator fixture passes as --default-image
 LAYER, PADDING, WORLD = 10, 8, 4
 
 
 RESYNC_SECONDS = 2
-
-
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[EmulatorThread]:
-    with running_emulator() as emu:
-        yield emu
-
-
-@pytest.fixture(scope="module")
-def client(emulator: EmulatorThread) -> Client:
-    return Client(emulator.url)
-
-
-@pytest.fixture(scope="module")
-def operator(
-    emulator: EmulatorThread, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    tmp = tmp_path_factory.mktemp("operator")
-    op = Operator(
-        write_kubeconfig(tmp / "kubeconfig", emulator.url),
-        tmp / "operator.log",
-        NS,
-        IMAGE,
-    )
-    op.start()
-    try:
-        yield op
-    finally:
-        op.stop()
 
 
 def benchmark(name: str, **spec_fields: Any) -> dict[str, Any]:
@@ -306,15 +272,9 @@ def test_resync_repairs_a_status_after_a_dropped_event(
 ) -> None:
     # An operator of its own, resyncing often, on a namespace of its own.
     ns = "resync"
-    resyncing = Operator(
-        write_kubeconfig(tmp_path / "kubeconfig", emulator.url),
-        tmp_path / "operator.log",
-        ns,
-        IMAGE,
-        extra_args=["--resync-seconds", str(RESYNC_SECONDS)],
-    )
-    resyncing.start()
-    try:
+    with running_operator(
+        emulator.url, tmp_path, ns, extra_args=["--resync-seconds", str(RESYNC_SECONDS)]
+    ) as resyncing:
         body = benchmark("stale")
         body["metadata"]["namespace"] = ns
 
@@ -340,8 +300,6 @@ def test_resync_repairs_a_status_after_a_dropped_event(
         )
         assert status()["reason"] == "PodsPending"
         assert 'ckptbench_operator_reconciles_total{handler="resync"}' in resyncing.metrics()
-    finally:
-        resyncing.stop()
 
 
 def events_of(client: Client, name: str) -> list[dict[str, Any]]:

@@ -10,9 +10,7 @@ under CI=true its absence fails the test instead of skipping it.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import urllib.parse
 import urllib.request
@@ -28,8 +26,9 @@ from ckptbench.operator.render import labels as render_labels
 from ckptbench.operator.spec import names as spec_names
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpTiming, RankResult
-from harness.kmock_cluster import Client, free_port, running_emulator, write_kubeconfig
-from harness.operator_process import Operator, wait_for
+from harness.kmock_cluster import Client, free_port, running_emulator
+from harness.operator_process import Operator, running_operator, stop_process, wait_for
+from tests.tools import find_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "charts" / "ckptbench" / "dashboards" / "ckptbench.json"
@@ -43,13 +42,9 @@ PER_BENCHMARK = re.compile(r"ckptbench_benchmark_")
 
 
 def find_prometheus() -> str:
-    found = shutil.which("prometheus")
-    if found:
-        return found
-    reason = "prometheus not installed: scripts/setup.sh installs Debian's package"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    return find_tool(
+        "prometheus", "prometheus not installed: scripts/setup.sh installs Debian's package"
+    )
 
 
 def scrape_config(target: str, honor_labels: bool) -> dict[str, Any]:
@@ -134,12 +129,7 @@ class Prometheus:
             return False
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+        stop_process(self.proc)
 
 
 def dashboard_expressions() -> list[tuple[str, str]]:
@@ -188,42 +178,35 @@ def operator_with_a_benchmark(
 ) -> Iterator[Operator]:
     """The operator watching the benchmark's namespace, with one finished benchmark there."""
     tmp = tmp_path_factory.mktemp("prometheus-operator")
-    with running_emulator() as emulator:
+    with (
+        running_emulator() as emulator,
+        running_operator(emulator.url, tmp, BENCH_NS) as operator,
+    ):
         client = Client(emulator.url)
-        operator = Operator(
-            write_kubeconfig(tmp / "kubeconfig", emulator.url), tmp / "operator.log", BENCH_NS
+        body = {
+            "apiVersion": CKB,
+            "kind": spec_names.KIND,
+            "metadata": {"name": BENCH, "namespace": BENCH_NS},
+            "spec": {
+                "worldSize": WORLD,
+                "layerSize": LAYER,
+                "paddingSize": PADDING,
+                "checkpointPath": "gs://bucket/bench",
+                "image": "img:1",
+            },
+        }
+        client.create(CKB, spec_names.PLURAL, body)
+        wait_for(
+            "the JobSet",
+            lambda: client.get("jobset.x-k8s.io/v1alpha2", "jobsets", BENCH_NS, BENCH),
         )
-        try:
-            # Inside the try: a start that times out must not leave the process behind.
-            operator.start()
-            body = {
-                "apiVersion": CKB,
-                "kind": spec_names.KIND,
-                "metadata": {"name": BENCH, "namespace": BENCH_NS},
-                "spec": {
-                    "worldSize": WORLD,
-                    "layerSize": LAYER,
-                    "paddingSize": PADDING,
-                    "checkpointPath": "gs://bucket/bench",
-                    "image": "img:1",
-                },
-            }
-            client.create(CKB, spec_names.PLURAL, body)
-            wait_for(
-                "the JobSet",
-                lambda: client.get("jobset.x-k8s.io/v1alpha2", "jobsets", BENCH_NS, BENCH),
-            )
-            for rank in range(WORLD):
-                client.create("v1", "pods", rank_pod(rank))
-            wait_for(
-                "the benchmark's results in the metrics",
-                lambda: (
-                    f'name="{BENCH}",namespace="{BENCH_NS}",operation="load"' in operator.metrics()
-                ),
-            )
-            yield operator
-        finally:
-            operator.stop()
+        for rank in range(WORLD):
+            client.create("v1", "pods", rank_pod(rank))
+        wait_for(
+            "the benchmark's results in the metrics",
+            lambda: f'name="{BENCH}",namespace="{BENCH_NS}",operation="load"' in operator.metrics(),
+        )
+        yield operator
 
 
 def chart_honor_labels() -> bool:

@@ -4,7 +4,7 @@ their results aggregated in the sweep's status, the best cell named, children go
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,7 +14,7 @@ from ckptbench.operator.sweep import cells as sc
 from ckptbench.operator.sweep import crd as sweep_crd
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpTiming, RankResult
-from harness.kmock_cluster import Client, EmulatorThread, running_emulator, write_kubeconfig
+from harness.kmock_cluster import Client
 from harness.operator_process import Operator, wait_for
 from tests.test_operator_kmock import rank_pod
 
@@ -23,30 +23,6 @@ JOBSET = "jobset.x-k8s.io/v1alpha2"
 NS = "default"
 LAYER, PADDING, WORLD = 10, 4, 2
 TOTAL = sizes.total_bytes(LAYER, PADDING)
-
-
-@pytest.fixture(scope="module")
-def emulator() -> Iterator[EmulatorThread]:
-    with running_emulator() as emu:
-        yield emu
-
-
-@pytest.fixture(scope="module")
-def client(emulator: EmulatorThread) -> Client:
-    return Client(emulator.url)
-
-
-@pytest.fixture(scope="module")
-def operator(
-    emulator: EmulatorThread, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Operator]:
-    tmp = tmp_path_factory.mktemp("operator")
-    op = Operator(write_kubeconfig(tmp / "kubeconfig", emulator.url), tmp / "operator.log", NS)
-    op.start()
-    try:
-        yield op
-    finally:
-        op.stop()
 
 
 def _sweep(name: str, **spec: Any) -> dict[str, Any]:
