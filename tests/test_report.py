@@ -291,3 +291,18 @@ def test_procedure_rows_appear_only_for_their_procedure() -> None:
     assert _row(table, "save rank-0 mean (s)") == ["2.000"]
     assert "span" not in table
     assert "rank-0" not in report.format_table([("gcs", PHASED)])
+
+
+def test_stored_bytes_objects_and_metadata_beside_the_payload() -> None:
+    # What rank 0 listed after the first timed save: 2 GiB of payload stored as 2.5 GiB.
+    facts = {"payload_bytes": 2 * GIB, "stored_bytes": 5 * GIB // 2, "objects": 3,
+             "metadata_bytes": 3 * 1024**2 // 2}  # fmt: skip
+    listed = OK.model_copy(update={"extra": {"checkpoint": facts}})
+    table = report.format_table([("file", listed), ("gcs", OK)])
+    assert _row(table, "total size (GiB)") == ["2.00", "2.00"]
+    assert _row(table, "stored size (GiB)") == ["2.50", "-"]
+    assert _row(table, "stored / payload") == ["1.2500", "-"]
+    assert _row(table, "stored objects") == ["3", "-"]
+    assert _row(table, ".metadata (MiB)") == ["1.500", "-"]
+    # Nothing listed (the operator's summaries before the listing existed): no such rows.
+    assert "stored" not in report.format_table([("gcs", OK)])

@@ -144,6 +144,28 @@ def _mlperf_rows(name: str, rate: Unit) -> list[Row]:
     ]
 
 
+def _stored(s: RunSummary, key: str) -> int | None:
+    """A fact about the first timed checkpoint as storage holds it (rank 0 listed it)."""
+    facts: Mapping[str, Any] = s.extra.get("checkpoint", {})
+    value = facts.get(key)
+    return value if isinstance(value, int) else None
+
+
+def _stored_rows(size: Unit) -> list[Row]:
+    """What storage holds beside the payload: per-item torch.save overhead and ``.metadata``."""
+
+    def overhead(s: RunSummary) -> float | None:
+        stored = _stored(s, "stored_bytes")
+        return None if stored is None or s.total_bytes <= 0 else stored / s.total_bytes
+
+    return [
+        Row(f"stored size ({size.name})", lambda s: _stored(s, "stored_bytes"), fmt_in(size, 2)),
+        Row("stored / payload", overhead, lambda x: f"{x:.4f}"),
+        Row("stored objects", lambda s: _stored(s, "objects"), fmt_int),
+        Row(".metadata (MiB)", lambda s: _stored(s, "metadata_bytes"), fmt_in(MIB_UNIT, 3)),
+    ]
+
+
 def _blocked_row() -> Row:
     return Row(
         "save blocked mean (s)",
@@ -180,6 +202,8 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         ),
         Row(f"total size ({size.name})", lambda s: s.total_bytes, fmt_in(size, 2)),
     ]
+    if any(_stored(s, "stored_bytes") is not None for s in runs):
+        rows += _stored_rows(size)
     procedures = {s.procedure for s in runs}
     rows.append(Row("procedure", lambda s: s.procedure.value, str))
     if any(s.cache is not None for s in runs):
