@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
 from ckptbench.workload.contract.config import WorkloadConfig
@@ -79,3 +80,27 @@ def test_a_flipped_bit_an_unread_chunk_and_a_missing_scalar_are_named(group: Non
     ]
     assert "1 of 196608 local elements differ, first at global element 1234" in err.details[0]
     assert "expected 0.0008, got '<not loaded>'" in err.details[2]
+
+
+@pytest.mark.parametrize(("rank", "loads"), [(0, True), (1, True), (2, False), (3, False)])
+def test_a_resharded_load_templates_the_load_worlds_rows_only(
+    group: None, monkeypatch: pytest.MonkeyPatch, rank: int, loads: bool
+) -> None:
+    # Saved by 4 ranks, loaded by 2: rank r < 2 holds torch.chunk(x, 2)[r], not its own save
+    # rows (a quarter) nor every row; ranks 2 and 3 hold nothing. The mesh is one process's
+    # stand-in (a 2-rank mesh needs 2 processes); the local rows are what is checked.
+    one = init_device_mesh("cpu", (1,))
+    monkeypatch.setattr(model_state, "_mesh", lambda size, world: one)
+    config = _config(world_size=4, rank=rank, load_world_size=2, optimizer="none")
+    template = state.empty_template(config)
+    if not loads:
+        assert template == {}
+        return
+    sharded = {k: v for k, v in template.items() if isinstance(v, DTensor)}
+    assert len(sharded) == 12  # one layer: 9 tensors, embeddings, norm, output
+    for key, value in sharded.items():
+        shape = tuple(value.shape)
+        want = torch.chunk(torch.empty(shape, device="meta"), 2)[rank].shape
+        assert tuple(value.to_local().shape) == tuple(want), key
+    wq = template["layers.0.attention.wq.weight"].to_local()
+    assert wq.shape == (256 // 2, 256)
