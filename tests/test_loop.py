@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.distributed.checkpoint.state_dict_loader import load as real_load
 
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.rank import loop
+from ckptbench.workload.rank import loop, state
 from ckptbench.workload.storage import objects as objectio
 
 
@@ -118,3 +123,55 @@ def test_tensors_with_a_partial_last_chunk_round_trip(tmp_path: Path) -> None:
     config = _config(tmp_path, layer_size=263, sample_count=1, warmup_samples=0)
     result = loop.run(config, log=_quiet([]))
     assert result.error is None and result.verified is True
+
+
+@pytest.mark.parametrize("procedure", ["ckptbench", "reference"])
+def test_every_load_starts_on_a_template_touched_and_marked_outside_its_timing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, procedure: str
+) -> None:
+    # Every element NaN when DCP starts loading: every page of the destination was touched
+    # before the timed region, and any element the load skips fails verification.
+    config = _config(tmp_path, procedure=procedure, warmup_samples=0)
+    real_mark, real_timed = state.mark_unwritten, loop._Loop._timed
+    seen: list[str] = []
+
+    def load(template: dict[str, torch.Tensor], **kw: Any) -> None:
+        seen.append(f"load on NaN {all(bool(torch.isnan(t).all()) for t in template.values())}")
+        real_load(template, **kw)
+
+    def mark(template: dict[str, torch.Tensor]) -> None:
+        seen.append("mark")
+        real_mark(template)
+
+    def timed(self: Any, what: str, *args: Any) -> Any:
+        seen.append(f"timed {what}")
+        return real_timed(self, what, *args)
+
+    monkeypatch.setattr(loop, "dcp_load", load)
+    monkeypatch.setattr(state, "mark_unwritten", mark)
+    monkeypatch.setattr(loop._Loop, "_timed", timed)
+    result = loop.run(config, log=_quiet([]))
+    assert result.error is None and result.verified is True
+    loads = [e for e in seen if e != "timed save"]
+    assert loads == ["mark", "timed load", "load on NaN True"] * 2
+
+
+def test_a_load_that_skips_one_element_of_a_reused_template_fails_verification(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The reused template still holds the first load's (correct) values when the second starts.
+    config = _config(tmp_path, procedure="reference", warmup_samples=0)
+    loads: list[int] = []
+
+    def skipping(template: dict[str, torch.Tensor], **kw: Any) -> None:
+        loads.append(1)
+        flat = template["dummy_tensor_1"].view(-1)
+        before = flat[12345].clone()  # not on a BLOCK boundary
+        real_load(template, **kw)
+        if len(loads) == 2:
+            flat[12345] = before  # as if the reader never wrote it
+
+    monkeypatch.setattr(loop, "dcp_load", skipping)
+    result = loop.run(config, log=_quiet([]))
+    assert result.verified is False
+    assert result.error is not None and "dummy_tensor_1 on rank 0" in result.error

@@ -2,7 +2,9 @@
 
 Procedures (``config.procedure``): ``ckptbench`` runs warm-ups, then ``sample_count`` samples of
 save then load, each load into a fresh template; ``reference`` and ``mlperf`` run every save, then
-every load into one reused template, with no warm-up.
+every load into one reused template, with no warm-up. Every template is filled with NaN before
+its load, outside the timing: verification then catches any element the load skipped, and no
+timed load pays the kernel's first touch of its destination's pages.
 
 Each operation is bracketed ``barrier(); t0; op; barrier(); t1`` as in the reference: ``t1 - t0``
 is the collective duration, the same on every rank because DCP ends its save and load with
@@ -215,8 +217,9 @@ class _Loop:
     def _saves_then_loads(self, holder: list[dict[str, torch.Tensor]]) -> None:
         """The reference's and MLPerf's order: every save, then every load into one template.
 
-        No warm-up. The template is allocated once and reused, so only the first load pays for
-        first-touching its pages, as in the reference.
+        No warm-up. The template is allocated once and reused, as in the reference. Each load's
+        untimed NaN fill has already touched its pages, so not even the first load pays for that
+        (the reference's first load does).
         """
         config = self.config
         ids = [config.checkpoint_id(i) for i in range(config.sample_count)]
@@ -297,8 +300,9 @@ class _Loop:
         session = self._session()
 
         def prepare() -> timing.TimedReader:
-            # A NaN in every chunk: a load that skips a chunk then fails verification, even when
-            # the template's memory still holds the values just saved.
+            # NaN everywhere, untimed: a load that skips an element fails verification even on
+            # memory that still holds the values just saved, and the timed load finds every page
+            # of its destination already touched.
             state.mark_unwritten(template)
             return timing.timed_reader(session.reader(checkpoint_id))
 
