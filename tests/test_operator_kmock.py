@@ -28,20 +28,31 @@ LAYER, PADDING, WORLD = 10, 8, 4
 RESYNC_SECONDS = 2
 
 
-def benchmark(name: str, **spec_fields: Any) -> dict[str, Any]:
-    fields = {
-        "worldSize": WORLD,
-        "layerSize": LAYER,
-        "paddingSize": PADDING,
-        "checkpointPath": "gs://bucket/bench",
-        **spec_fields,
-    }
+def ckptbench_object(
+    kind: str, name: str, spec: dict[str, Any], namespace: str = NS
+) -> dict[str, Any]:
     return {
         "apiVersion": CKB,
-        "kind": spec_names.KIND,
-        "metadata": {"name": name, "namespace": NS},
-        "spec": fields,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
     }
+
+
+def reference_spec(world: int, layer: int, padding: int, path: str, **more: Any) -> dict[str, Any]:
+    """A spec of the reference layout, small enough for the emulator; ``more`` overrides."""
+    return {
+        "worldSize": world,
+        "layerSize": layer,
+        "paddingSize": padding,
+        "checkpointPath": path,
+        **more,
+    }
+
+
+def benchmark(name: str, **spec_fields: Any) -> dict[str, Any]:
+    spec = reference_spec(WORLD, LAYER, PADDING, "gs://bucket/bench", **spec_fields)
+    return ckptbench_object(spec_names.KIND, name, spec)
 
 
 def rank_pod(

@@ -28,6 +28,7 @@ from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpTiming, RankResult
 from harness.kmock_cluster import Client, free_port, running_emulator
 from harness.operator_process import Operator, running_operator, stop_process, wait_for
+from tests.test_operator_kmock import ckptbench_object, reference_spec
 from tests.tools import find_tool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,18 +184,8 @@ def operator_with_a_benchmark(
         running_operator(emulator.url, tmp, BENCH_NS) as operator,
     ):
         client = Client(emulator.url)
-        body = {
-            "apiVersion": CKB,
-            "kind": spec_names.KIND,
-            "metadata": {"name": BENCH, "namespace": BENCH_NS},
-            "spec": {
-                "worldSize": WORLD,
-                "layerSize": LAYER,
-                "paddingSize": PADDING,
-                "checkpointPath": "gs://bucket/bench",
-                "image": "img:1",
-            },
-        }
+        spec = reference_spec(WORLD, LAYER, PADDING, "gs://bucket/bench", image="img:1")
+        body = ckptbench_object(spec_names.KIND, BENCH, spec, BENCH_NS)
         client.create(CKB, spec_names.PLURAL, body)
         wait_for(
             "the JobSet",

@@ -16,7 +16,7 @@ from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpTiming, RankResult
 from harness.kmock_cluster import Client
 from harness.operator_process import Operator, wait_for
-from tests.test_operator_kmock import rank_pod
+from tests.test_operator_kmock import ckptbench_object, rank_pod, reference_spec
 
 CKB = f"{spec_names.GROUP}/{spec_names.VERSION}"
 JOBSET = "jobset.x-k8s.io/v1alpha2"
@@ -26,18 +26,8 @@ TOTAL = sizes.total_bytes(LAYER, PADDING)
 
 
 def _sweep(name: str, **spec: Any) -> dict[str, Any]:
-    template = {
-        "worldSize": WORLD,
-        "layerSize": LAYER,
-        "paddingSize": PADDING,
-        "checkpointPath": "gs://bucket/sweep",
-    }
-    return {
-        "apiVersion": CKB,
-        "kind": sc.SWEEP_KIND,
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"template": template, **spec},
-    }
+    template = reference_spec(WORLD, LAYER, PADDING, "gs://bucket/sweep")
+    return ckptbench_object(sc.SWEEP_KIND, name, {"template": template, **spec})
 
 
 def _children(client: Client, sweep: str) -> list[dict[str, Any]]:

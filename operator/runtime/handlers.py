@@ -26,7 +26,7 @@ from ckptbench.operator.render.labels import (
     MANAGED_BY,
 )
 from ckptbench.operator.runtime.reconcile import Reconciler
-from ckptbench.operator.runtime.registration import deleted, from_memo, namespaced, on_spec_change
+from ckptbench.operator.runtime.registration import Watched, deleted, on_spec_change
 from ckptbench.operator.spec import names
 
 _WATCHED_LABELS: dict[str, Any] = {
@@ -39,29 +39,20 @@ _JOBSET_GROUP, _JOBSET_VERSION = JOBSET_API_VERSION.split("/")
 WATCH_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_BENCHMARK}"
 
 
-def _namespace(namespace: str | None) -> str:
-    return namespaced(namespace, "CheckpointBenchmark and its pods are namespaced")
-
-
-def _reconciler(memo: Any) -> Reconciler:
-    return from_memo(memo, "reconciler", Reconciler)
+BENCHMARKS = Watched("reconciler", Reconciler, "CheckpointBenchmark and its pods are namespaced")
+BENCHMARKS.close_on_cleanup()
 
 
 @kopf.on.startup()
 async def start_resync(memo: Any, **_: Any) -> None:
-    _reconciler(memo).start_resync()
-
-
-@kopf.on.cleanup()
-async def stop(memo: Any, **_: Any) -> None:
-    await _reconciler(memo).close()
+    BENCHMARKS.of(memo).start_resync()
 
 
 @on_spec_change(names.PLURAL)
 async def benchmark_changed(
     namespace: str | None, name: str, memo: Any, reason: str, **_: Any
 ) -> None:
-    await _reconciler(memo).reconcile(_namespace(namespace), name, str(reason))
+    await BENCHMARKS.of(memo).reconcile(BENCHMARKS.namespace(namespace), name, str(reason))
 
 
 @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL)
@@ -69,14 +60,14 @@ async def benchmark_event(
     event: kopf.RawEvent, namespace: str | None, name: str, memo: Any, **_: Any
 ) -> None:
     if deleted(event) is not None:
-        await _reconciler(memo).forget(_namespace(namespace), name)
+        await BENCHMARKS.of(memo).forget(BENCHMARKS.namespace(namespace), name)
 
 
 @kopf.on.event(_JOBSET_GROUP, _JOBSET_VERSION, "jobsets", labels=_WATCHED_LABELS)
 async def jobset_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
-    _reconciler(memo).request(_namespace(namespace), labels[LABEL_BENCHMARK], "jobset")
+    BENCHMARKS.of(memo).request(BENCHMARKS.namespace(namespace), labels[LABEL_BENCHMARK], "jobset")
 
 
 @kopf.on.event("", "v1", "pods", labels=_WATCHED_LABELS)
 async def pod_event(namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
-    _reconciler(memo).request(_namespace(namespace), labels[LABEL_BENCHMARK], "pod")
+    BENCHMARKS.of(memo).request(BENCHMARKS.namespace(namespace), labels[LABEL_BENCHMARK], "pod")

@@ -22,6 +22,7 @@ from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render
 from ckptbench.operator.render.labels import SPEC_HASH_ANNOTATION
 from ckptbench.operator.runtime import metrics
 from ckptbench.operator.runtime.coalesce import Coalescing, Key
+from ckptbench.operator.runtime.steps import patch_if_changed, read_live
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
 from ckptbench.operator.spec.names import validate_name
 from ckptbench.operator.spec.parse import SpecError, parse_spec
@@ -63,14 +64,11 @@ def reconcile_once(
     api: Api, defaults: RenderDefaults, namespace: str, name: str, now: datetime
 ) -> Outcome | None:
     """Bring the benchmark's JobSet and status up to date. None when the benchmark is gone."""
-    bench = api.get_benchmark(namespace, name)
-    meta = (bench or {}).get("metadata") or {}
-    if bench is None or meta.get("deletionTimestamp"):
-        metrics.remove_benchmark(namespace, name)
+    live = read_live(api.get_benchmark, metrics.remove_benchmark, namespace, name)
+    if live is None:
         return None
-    uid = str(meta.get("uid", ""))
+    bench, meta, uid, previous = live.obj, live.meta, live.uid, live.status
     generation = meta.get("generation") if isinstance(meta.get("generation"), int) else None
-    previous: dict[str, Any] = bench.get("status") or {}
     raw_spec = bench.get("spec") or {}
 
     current: CheckpointBenchmarkSpec | None = None
@@ -123,11 +121,7 @@ def reconcile_once(
         )
         backend = ran.backend.value
 
-    patched = False
-    if status != previous:
-        removed = {key: None for key in previous if key not in status}
-        api.patch_status(namespace, name, {**status, **removed})
-        patched = True
+    patched = patch_if_changed(api.patch_status, namespace, name, previous, status)
     metrics.update_benchmark(namespace, name, backend, status)
     events = tuple(transitions(previous, status, created_jobset=created))
     for event in events:

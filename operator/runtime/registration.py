@@ -1,34 +1,56 @@
-"""What the benchmark and the sweep kopf registrations share: the watch of one of our kinds, the
-namespace every handler needs, and the reconciler ``main`` leaves in kopf's memo."""
+"""What the benchmark and the sweep kopf registrations share: the reconciler ``main`` leaves in
+kopf's memo, the namespace every handler needs, the watch of a kind's spec and of its deletion."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
 import kopf
 
 from ckptbench.operator.spec import names
 
-T = TypeVar("T")
 Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
-def namespaced(namespace: str | None, why: str) -> str:
-    """The namespace of an event; our kinds are namespaced, so none is a permanent error."""
-    if not namespace:
-        raise kopf.PermanentError(why)
-    return namespace
+class Closable(Protocol):
+    async def close(self) -> None: ...
 
 
-def from_memo(memo: Any, key: str, kind: type[T]) -> T:
-    """The ``kind`` object ``main`` put in kopf's memo under ``key``."""
-    value = memo.get(key)
-    if not isinstance(value, kind):
-        raise kopf.PermanentError(
-            f"the operator was started without a {kind.__name__} in its memo ({key!r})"
-        )
-    return value
+C = TypeVar("C", bound=Closable)
+
+
+@dataclass(frozen=True)
+class Watched(Generic[C]):
+    """One of our kinds as its handlers see it: the reconciler ``main`` leaves in kopf's memo
+    under ``memo_key``, and the namespace every event of it must have."""
+
+    memo_key: str
+    reconciler: type[C]
+    namespaced: str  # the error when an event comes without a namespace
+
+    def of(self, memo: Any) -> C:
+        value = memo.get(self.memo_key)
+        if not isinstance(value, self.reconciler):
+            raise kopf.PermanentError(
+                f"the operator was started without a {self.reconciler.__name__} in its memo "
+                f"({self.memo_key!r})"
+            )
+        return value
+
+    def namespace(self, namespace: str | None) -> str:
+        if not namespace:
+            raise kopf.PermanentError(self.namespaced)
+        return namespace
+
+    def close_on_cleanup(self) -> None:
+        """Register a cleanup handler that stops the reconciler's background work."""
+
+        async def close(memo: Any, **_: Any) -> None:
+            await self.of(memo).close()
+
+        kopf.on.cleanup(id=f"close-{self.memo_key}")(close)
 
 
 def on_spec_change(plural: str) -> Callable[[Handler], Handler]:

@@ -13,29 +13,19 @@ from typing import Any
 
 import kopf
 
-from ckptbench.operator.runtime.registration import deleted, from_memo, namespaced, on_spec_change
+from ckptbench.operator.runtime.registration import Watched, deleted, on_spec_change
 from ckptbench.operator.runtime.sweeps import SweepReconciler
 from ckptbench.operator.spec import names
 from ckptbench.operator.sweep import crd as sweep_crd
 from ckptbench.operator.sweep.cells import LABEL_SWEEP
 
-
-def _namespace(namespace: str | None) -> str:
-    return namespaced(namespace, "CheckpointBenchmarkSweep is namespaced")
-
-
-def _sweeps(memo: Any) -> SweepReconciler:
-    return from_memo(memo, "sweeps", SweepReconciler)
-
-
-@kopf.on.cleanup()
-async def stop_sweeps(memo: Any, **_: Any) -> None:
-    await _sweeps(memo).close()
+SWEEPS = Watched("sweeps", SweepReconciler, "CheckpointBenchmarkSweep is namespaced")
+SWEEPS.close_on_cleanup()
 
 
 @on_spec_change(sweep_crd.PLURAL)
 async def sweep_changed(namespace: str | None, name: str, memo: Any, reason: str, **_: Any) -> None:
-    await _sweeps(memo).reconcile(_namespace(namespace), name, str(reason))
+    await SWEEPS.of(memo).reconcile(SWEEPS.namespace(namespace), name, str(reason))
 
 
 @kopf.on.event(names.GROUP, names.VERSION, sweep_crd.PLURAL)
@@ -44,11 +34,11 @@ async def sweep_event(
 ) -> None:
     uid = deleted(event)
     if uid is not None:
-        await _sweeps(memo).deleted(_namespace(namespace), name, uid)
+        await SWEEPS.of(memo).deleted(SWEEPS.namespace(namespace), name, uid)
 
 
 @kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, labels={LABEL_SWEEP: kopf.PRESENT})
 async def sweep_child_event(
     namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any
 ) -> None:
-    _sweeps(memo).request(_namespace(namespace), labels[LABEL_SWEEP], "child")
+    SWEEPS.of(memo).request(SWEEPS.namespace(namespace), labels[LABEL_SWEEP], "child")

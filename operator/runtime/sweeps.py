@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from ckptbench.operator.runtime import metrics
 from ckptbench.operator.runtime.coalesce import Coalescing
+from ckptbench.operator.runtime.steps import patch_if_changed, read_live
 from ckptbench.operator.sweep import status as sst
 from ckptbench.operator.sweep.cells import LABEL_CELL, Cell, expand, render_child
 from ckptbench.operator.sweep.crd import validate_sweep_name
@@ -80,13 +81,10 @@ def _children(
 
 
 def reconcile_sweep_once(api: SweepApi, namespace: str, name: str) -> SweepOutcome | None:
-    sweep = api.get_sweep(namespace, name)
-    meta = (sweep or {}).get("metadata") or {}
-    if sweep is None or meta.get("deletionTimestamp"):
-        metrics.remove_sweep(namespace, name)
+    live = read_live(api.get_sweep, metrics.remove_sweep, namespace, name)
+    if live is None:
         return None
-    uid = str(meta.get("uid", ""))
-    previous: dict[str, Any] = sweep.get("status") or {}
+    sweep, uid, previous = live.obj, live.uid, live.status
     problem = validate_sweep_name(name)
     spec: CheckpointBenchmarkSweepSpec | None = None
     cells: list[Cell] = []
@@ -108,9 +106,7 @@ def reconcile_sweep_once(api: SweepApi, namespace: str, name: str) -> SweepOutco
             if made is not None:
                 children[cell.number] = made
         status = sst.sweep_status(name, cells, children, spec.stop_on_failure)
-    if status != previous:
-        removed = {key: None for key in previous if key not in status}
-        api.patch_sweep_status(namespace, name, {**status, **removed})
+    patch_if_changed(api.patch_sweep_status, namespace, name, previous, status)
     metrics.update_sweep(namespace, name, status)
     return SweepOutcome(status, created)
 
