@@ -9,6 +9,7 @@ many times it fires (or with what probability), and the fault:
 - ``reset_response``: forward, send the answer's headers and half its body, then reset;
 - ``stall_response``: forward, send headers and half the body, then say nothing for ``seconds``;
 - ``corrupt_request``: flip one byte in the middle of the body, then forward it.
+- ``delay``: wait ``seconds`` after receiving the request, then forward it (a slow server).
 
 Every fault fired is recorded in :attr:`FaultProxy.fired`, so a test can check that it happened.
 """
@@ -84,7 +85,10 @@ class _Fault(Exchange):
             conn.read(length // 2)
             conn.reset()
             return None
-        return super().receive(conn, length)
+        body = super().receive(conn, length)
+        if self.rule.fault == "delay":
+            time.sleep(self.rule.seconds)
+        return body
 
     def answer_here(self, body: bytes) -> Answer | None:
         if self.rule.fault != "status":

@@ -28,6 +28,7 @@ from ckptbench.workload.storage.gcs.backend import (
 )
 from ckptbench.workload.storage.gcs.client import make_client
 from ckptbench.workload.storage.gcs.objects import GcsObjects
+from ckptbench.workload.storage.gcs.upload import CompositeUploadStream
 
 MiB = 1 << 20
 pytestmark = pytest.mark.timeout(120)
@@ -108,3 +109,14 @@ def test_tensors_smaller_than_a_part_go_out_whole_and_uncopied(
         ),
     )
     assert sorted(n for n in uploads if n >= MiB) == [384 * 1024 * 4] * 8, uploads
+
+
+def test_thread_counts_and_part_sizes_below_one_are_refused_by_name(
+    client: storage.Client, gcs_bucket: str
+) -> None:
+    with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
+        GcsStorageWriter(f"gs://{gcs_bucket}/x", threads=0, client=client)
+    with pytest.raises(ValueError, match="part_size_bytes must be >= 1, got 0"):
+        GcsStorageReader(f"gs://{gcs_bucket}/x", part_size_bytes=0, client=client)
+    with pytest.raises(ValueError, match="part_size must be >= 1, got 0"):
+        CompositeUploadStream(GcsObjects(client, gcs_bucket), "x", threads=1, part_size=0)

@@ -111,16 +111,18 @@ class StorageSession:
             seconds=seconds,
         )
 
-    def discard_failed(self, checkpoint_ids: list[str], rank: int) -> str | None:
+    def discard_failed(
+        self, checkpoint_ids: list[str], rank: int, seconds: float = DISCARD_SECONDS
+    ) -> str | None:
         """After a failure: delete what this rank left of ``checkpoint_ids`` (its own
         ``__{rank}_*`` objects and parts; rank 0 everything under them), best effort, within about
-        :data:`DISCARD_SECONDS` each. Returns what could not be removed, or None."""
+        ``seconds`` each. Returns what could not be removed, or None."""
         prefix = "" if rank == 0 else f"__{rank}_"
         left: list[str] = []
         first: str | None = None
         for checkpoint_id in checkpoint_ids:
             try:
-                outcome = self.discard(checkpoint_id, prefix, DISCARD_SECONDS)
+                outcome = self.discard(checkpoint_id, prefix, seconds)
             except Exception as exc:  # discard never raises by design; this guards the report
                 left.append(f"{checkpoint_id}/*")
                 first = first or f"{type(exc).__name__}: {exc}"

@@ -15,7 +15,7 @@ import os
 import warnings
 from collections.abc import Generator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 import torch
 from google.cloud import storage
@@ -43,6 +43,7 @@ from ckptbench.workload.storage.gcs.upload import (
     MAX_COMPONENTS,
     RESERVED_COMPONENTS,
     CompositeUploadStream,
+    require_positive,
 )
 from ckptbench.workload.storage.retry import DEFAULT_POLICY, RetryPolicy
 
@@ -107,10 +108,7 @@ class GcsFileSystem(FileSystemBase):
         policy: RetryPolicy = DEFAULT_POLICY,
         checksums: bool = True,
     ) -> None:
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
-        if part_size_bytes < 1:
-            raise ValueError(f"part_size_bytes must be >= 1, got {part_size_bytes}")
+        require_positive(threads=threads, part_size_bytes=part_size_bytes)
         self.client = client
         self.threads = threads
         self.part_size = part_size_bytes
@@ -252,46 +250,58 @@ class _PinningPlanner:
         return getattr(self._planner, name)
 
 
-def _filesystem(
-    project: str | None,
-    threads: int,
-    part_size_bytes: int,
-    client: storage.Client | None,
-    policy: RetryPolicy,
-) -> GcsFileSystem:
-    if client is None:
-        # One pooled connection per worker, plus a few for metadata calls.
-        client = make_client(project, pool_size=threads + 4)
-    return GcsFileSystem(
-        client=client, threads=threads, part_size_bytes=part_size_bytes, policy=policy
-    )
+class GcsOptions(TypedDict, total=False):
+    """How a writer or reader reaches GCS: a ``filesystem`` to share (a rank's session's), or
+    the settings to make one with (``client`` defaults to one pooled connection per thread)."""
+
+    project: str | None
+    threads: int
+    part_size_bytes: int
+    client: storage.Client | None
+    retry_policy: RetryPolicy
+    filesystem: GcsFileSystem | None
 
 
-class GcsStorageWriter(FileSystemWriter):
+class _OnGcs:
+    """What the writer and the reader share: the file system they move bytes through, swapped
+    into DCP's file-system base class, and ``gs://`` checkpoint ids."""
+
+    gcs: GcsFileSystem
+
+    def _use_gcs(self, checkpoint_id: str, options: GcsOptions) -> None:
+        fs = options.get("filesystem")
+        if fs is None:
+            threads = options.get("threads", DEFAULT_THREADS)
+            client = options.get("client")
+            if client is None:
+                # One pooled connection per worker, plus a few for metadata calls.
+                client = make_client(options.get("project"), pool_size=threads + 4)
+            fs = GcsFileSystem(
+                client=client,
+                threads=threads,
+                part_size_bytes=options.get("part_size_bytes", DEFAULT_PART_SIZE),
+                policy=options.get("retry_policy", DEFAULT_POLICY),
+            )
+        self.gcs = fs
+        torch_seam.use_filesystem(self, fs, os.fspath(fs.init_path(checkpoint_id)))
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        return is_gs_url(checkpoint_id)
+
+
+class GcsStorageWriter(_OnGcs, FileSystemWriter):
     """Writes a DCP checkpoint under ``gs://bucket/prefix`` with parallel composite uploads.
 
-    ``threads`` parts of ``part_size_bytes`` are in flight at once per rank.
+    ``threads`` parts of at most ``part_size_bytes`` are in flight at once per rank.
     """
 
-    def __init__(
-        self,
-        checkpoint_id: str,
-        *,
-        project: str | None = None,
-        threads: int = DEFAULT_THREADS,
-        part_size_bytes: int = DEFAULT_PART_SIZE,
-        client: storage.Client | None = None,
-        retry_policy: RetryPolicy = DEFAULT_POLICY,
-        filesystem: GcsFileSystem | None = None,
-    ) -> None:
+    def __init__(self, checkpoint_id: str, **options: Unpack[GcsOptions]) -> None:
         # One DCP write thread, hence one object per rank; the parallelism is inside it.
         # sync_files is off: durability comes from the upload's completion, and DCP's
         # fallback for streams without fileno() would os.sync() the local disk.
         super().__init__(checkpoint_id, single_file_per_rank=True, sync_files=False, thread_count=1)
-        self.gcs = filesystem or _filesystem(
-            project, threads, part_size_bytes, client, retry_policy
-        )
-        torch_seam.use_filesystem(self, self.gcs, os.fspath(self.gcs.init_path(checkpoint_id)))
+        self._use_gcs(checkpoint_id, options)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         # torch.save adds under a KiB of zip framing per tensor.
@@ -311,30 +321,13 @@ class GcsStorageWriter(FileSystemWriter):
     def storage_meta(self) -> StorageMeta | None:
         return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=self.save_id)
 
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
-        return is_gs_url(checkpoint_id)
 
-
-class GcsStorageReader(FileSystemReader):
+class GcsStorageReader(_OnGcs, FileSystemReader):
     """Reads a DCP checkpoint from ``gs://bucket/prefix`` with parallel ranged reads."""
 
-    def __init__(
-        self,
-        checkpoint_id: str,
-        *,
-        project: str | None = None,
-        threads: int = DEFAULT_THREADS,
-        part_size_bytes: int = DEFAULT_PART_SIZE,
-        client: storage.Client | None = None,
-        retry_policy: RetryPolicy = DEFAULT_POLICY,
-        filesystem: GcsFileSystem | None = None,
-    ) -> None:
+    def __init__(self, checkpoint_id: str, **options: Unpack[GcsOptions]) -> None:
         super().__init__(checkpoint_id)
-        self.gcs = filesystem or _filesystem(
-            project, threads, part_size_bytes, client, retry_policy
-        )
-        torch_seam.use_filesystem(self, self.gcs, os.fspath(self.gcs.init_path(checkpoint_id)))
+        self._use_gcs(checkpoint_id, options)
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         objects, prefix = self.gcs.locate(self.path)
@@ -353,7 +346,3 @@ class GcsStorageReader(FileSystemReader):
         fut: Future[None] = Future()
         fut.set_result(None)
         return fut
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
-        return is_gs_url(checkpoint_id)

@@ -38,6 +38,13 @@ RESERVED_COMPONENTS = 2
 ZERO_COPY_MIN_BYTES = 1 << 20
 
 
+def require_positive(**values: int) -> None:
+    """Refuse a thread count or a size below 1, naming it."""
+    for name, value in values.items():
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+
+
 def parts_prefix(name: str) -> str:
     """Temporary parts live beside the object, under a name unique to this upload, so two
     uploads never write the same part name (GCS throttles rewriting one name)."""
@@ -88,10 +95,7 @@ class CompositeUploadStream(io.RawIOBase):
         ``expected_bytes`` (an estimate of the stream's length) sizes the component budget:
         short parts are sent only while full parts for the rest still fit under the limit."""
         super().__init__()
-        if threads < 1:
-            raise ValueError(f"threads must be >= 1, got {threads}")
-        if part_size < 1:
-            raise ValueError(f"part_size must be >= 1, got {part_size}")
+        require_positive(threads=threads, part_size=part_size)
         self._objects = objects
         self._name = name
         self._part_size = part_size
