@@ -435,12 +435,7 @@ def test_the_default_policy_refuses_tolerations_and_priority_classes_naming_them
 def test_render_cli_takes_the_admins_policy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    doc = {
-        "apiVersion": "ckptbench.dev/v1alpha1",
-        "kind": "CheckpointBenchmark",
-        "metadata": {"name": "tolerant"},
-        "spec": CASES["ws4-gcs-every-pod-option"],
-    }
+    doc = _manifest("tolerant", CASES["ws4-gcs-every-pod-option"])
     path = tmp_path / "bench.yaml"
     path.write_text(yaml.safe_dump(doc))
     args = ["-f", str(path), "--default-image", "img:1"]
