@@ -197,17 +197,15 @@ def _pod_spec(
         "securityContext": pod_security_context(),
         "volumes": [tmp_volume(), *spec.volumes],
     }
-    if spec.service_account_name is not None:
-        pod["serviceAccountName"] = spec.service_account_name
-    if spec.priority_class_name is not None:
-        pod["priorityClassName"] = spec.priority_class_name
-    if spec.node_selector:
-        pod["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        pod["tolerations"] = list(spec.tolerations)
-    if spec.affinity is not None:
-        pod["affinity"] = spec.affinity
-    return pod
+    # Only what the spec sets: an empty selector or toleration list is left out too.
+    optional = {
+        "serviceAccountName": spec.service_account_name,
+        "priorityClassName": spec.priority_class_name,
+        "nodeSelector": dict(spec.node_selector) if spec.node_selector else None,
+        "tolerations": list(spec.tolerations) if spec.tolerations else None,
+        "affinity": spec.affinity,
+    }
+    return {**pod, **{key: value for key, value in optional.items() if value is not None}}
 
 
 def _field_env(name: str, field_path: str) -> dict[str, Any]:

@@ -120,7 +120,10 @@ _BENCHMARK_GAUGES: tuple[Gauge, ...] = (
     PHASE_SECONDS,
 )
 # Which label values each benchmark has series under, so removal takes away exactly those.
-_series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
+Key = tuple[str, str]  # (namespace, name) of a benchmark or a sweep
+Series = set[tuple[Gauge, tuple[str, ...]]]
+Value = tuple[Gauge, tuple[str, ...], float]
+_series: dict[Key, Series] = {}
 _lock = threading.Lock()
 
 
@@ -142,7 +145,7 @@ def metric_names() -> list[str]:
 def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[str, Any]) -> None:
     """Set the benchmark's series from its status; series it no longer has are removed."""
     base = (namespace, name, backend)
-    values: list[tuple[Gauge, tuple[str, ...], float]] = []
+    values: list[Value] = []
     if isinstance(status.get("checkpointBytes"), int):
         values.append((CHECKPOINT_BYTES, base, float(status["checkpointBytes"])))
     for state, key in (("expected", "ranksExpected"), ("reported", "ranksReported")):
@@ -155,29 +158,37 @@ def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[st
         op = status.get(operation)
         if not isinstance(op, Mapping):
             continue
-        for statistic, key in STATISTICS.items():
-            if isinstance(op.get(key), int | float):
-                values.append((DURATION, (*base, operation, statistic), float(op[key])))
-        for kind, key in THROUGHPUTS.items():
-            if isinstance(op.get(key), int | float):
-                values.append((THROUGHPUT, (*base, operation, kind), float(op[key])))
-        for part, key in PARTS.items():
-            if isinstance(op.get(key), int | float):
-                values.append((PHASE_SECONDS, (*base, operation, part), float(op[key])))
-    with _lock:
-        # A backend change (a re-created benchmark) must not leave the old series behind.
-        stale = _series.get((namespace, name), set()) - {(g, labels) for g, labels, _ in values}
-        for gauge, labels in stale:
-            _remove(gauge, labels)
-        for gauge, labels, value in values:
-            gauge.labels(*labels).set(value)
-        _series[(namespace, name)] = {(g, labels) for g, labels, _ in values}
+        for gauge, keys in (
+            (DURATION, STATISTICS),
+            (THROUGHPUT, THROUGHPUTS),
+            (PHASE_SECONDS, PARTS),
+        ):
+            for label, key in keys.items():
+                if isinstance(op.get(key), int | float):
+                    values.append((gauge, (*base, operation, label), float(op[key])))
+    _publish(_series, (namespace, name), values)
 
 
 def remove_benchmark(namespace: str, name: str) -> None:
     """Remove every series of the benchmark (it was deleted)."""
+    _drop(_series, (namespace, name))
+
+
+def _publish(owned: dict[Key, Series], key: Key, values: list[Value]) -> None:
+    """Set ``values`` as the series of one object; its series not among them are removed (a
+    backend change, a re-created benchmark, must not leave the old ones behind)."""
+    fresh = {(gauge, labels) for gauge, labels, _ in values}
     with _lock:
-        for gauge, labels in _series.pop((namespace, name), set()):
+        for gauge, labels in owned.get(key, set()) - fresh:
+            _remove(gauge, labels)
+        for gauge, labels, value in values:
+            gauge.labels(*labels).set(value)
+        owned[key] = fresh
+
+
+def _drop(owned: dict[Key, Series], key: Key) -> None:
+    with _lock:
+        for gauge, labels in owned.pop(key, set()):
             _remove(gauge, labels)
 
 
@@ -192,12 +203,12 @@ _SWEEP_COUNTS = {
     "succeeded": "cellsSucceeded",
     "failed": "cellsFailed",
 }
-_sweep_series: dict[tuple[str, str], set[tuple[Gauge, tuple[str, ...]]]] = {}
+_sweep_series: dict[Key, Series] = {}
 
 
 def update_sweep(namespace: str, sweep: str, status: Mapping[str, Any]) -> None:
     """Set a sweep's series from its status: cell counts and each succeeded cell's throughput."""
-    values: list[tuple[Gauge, tuple[str, ...], float]] = []
+    values: list[Value] = []
     for state, key in _SWEEP_COUNTS.items():
         if isinstance(status.get(key), int):
             values.append((SWEEP_CELLS, (namespace, sweep, state), float(status[key])))
@@ -209,19 +220,11 @@ def update_sweep(namespace: str, sweep: str, status: Mapping[str, Any]) -> None:
             if isinstance(rate, int | float):
                 cell = (namespace, sweep, str(row.get("cell")), operation)
                 values.append((SWEEP_CELL_THROUGHPUT, cell, float(rate) * 1024**3))
-    with _lock:
-        stale = _sweep_series.get((namespace, sweep), set()) - {(g, lb) for g, lb, _ in values}
-        for gauge, labels in stale:
-            _remove(gauge, labels)
-        for gauge, labels, value in values:
-            gauge.labels(*labels).set(value)
-        _sweep_series[(namespace, sweep)] = {(g, lb) for g, lb, _ in values}
+    _publish(_sweep_series, (namespace, sweep), values)
 
 
 def remove_sweep(namespace: str, sweep: str) -> None:
-    with _lock:
-        for gauge, labels in _sweep_series.pop((namespace, sweep), set()):
-            _remove(gauge, labels)
+    _drop(_sweep_series, (namespace, sweep))
 
 
 @contextmanager

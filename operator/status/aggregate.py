@@ -96,11 +96,10 @@ def bounded_lists(summary: RunSummary, reports: Reports) -> dict[str, Any]:
 
 
 def _failure_dict(failure: PodFailure) -> dict[str, Any]:
-    out: dict[str, Any] = {"pod": failure.pod, "reason": failure.reason}
-    if failure.rank is not None:
-        out["rank"] = failure.rank
-    if failure.exit_code is not None:
-        out["exitCode"] = failure.exit_code
-    if failure.error:
-        out["error"] = excerpt(failure.error)
-    return out
+    optional = {
+        "rank": failure.rank,
+        "exitCode": failure.exit_code,
+        "error": excerpt(failure.error) if failure.error else None,
+    }
+    known = {key: value for key, value in optional.items() if value is not None}
+    return {"pod": failure.pod, "reason": failure.reason, **known}
