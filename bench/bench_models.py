@@ -1,16 +1,27 @@
 """Model-true checkpoints: what many small items cost, and how DCP's planning grows with ranks.
 
     .venv/bin/python bench/bench_models.py items [--reps 3] [--backends file,gcs]
+                                                 [--sizes representative,small]
     .venv/bin/python bench/bench_models.py planning [--reps 3] [--world-sizes 2,4,8]
 
-``items``: one rank saves and loads the same bytes as 8 tensors and as 1,500 tensors (a real
-model's rank holds hundreds to thousands), through ``ckptbench run`` (real worker, real DCP; gcs
-against the embedded emulator). Runs alternate few/many, repeated; prints the median save and load
-throughput of each, the spread (min..max) and the ratio many/few. pytorch#194034 reports per-item
-flushes costing 60% on GCS; the target is many >= 0.8 x few.
+``items``: one rank saves and loads the same bytes as 8 tensors and as 1,500 tensors, through
+``ckptbench run`` (real worker, real DCP with its default writer, reader and planners; gcs
+against the embedded emulator), at two totals:
+
+- ``representative``: 1.2 GB (1,500 tensors of 800 KB), a rank's share of a real job: llama3-8b
+  on 8 ranks holds 11.2 GiB in 4,661 items, about 2.5 MB an item. The 0.8 target is judged here.
+- ``small``: 192 MB (1,500 tensors of 128 KB), where fixed per-item costs dominate.
+
+Runs alternate few/many, repeated; for each backend and size it prints the median save and load
+throughput of each (min..max over repetitions), the ratio many/few and the per-item cost in
+microseconds, (median many seconds - median few seconds) / 1,492 extra items, split into
+planning and I/O, so the result carries to other item sizes. Last, what DCP's file format costs
+per item on this machine: one ``torch.save`` (what FileSystemWriter does per item) and one
+``torch.load(weights_only=True)`` (FileSystemReader) of a 128 KB tensor in memory, no I/O.
 
 ``planning``: N real processes over gloo save llama3-8b's key set (291 parameters with AdamW:
-873 DTensors sharded over N ranks, 291 steps, 3,492 pickled scalars) with tiny tensors, so the
+873 DTensors sharded over N ranks, 291 steps, 3,492 pickled scalars, torchtitan's 5 small items)
+with tiny tensors, so the
 time is DCP's planning, not I/O. A planner that wraps DCP's DefaultSavePlanner times each rank's
 local plan and the coordinator's global plan; the whole ``dcp.save`` is timed around them.
 """
@@ -30,11 +41,17 @@ from pathlib import Path
 from typing import Any
 
 MIB = 1024**2
-TOTAL_BYTES = 192_000_000  # 8 x (6000, 1000) float32 = 1500 x (32, 1000) float32
-LAYOUTS = {"few": (8, 6000), "many": (1500, 32)}
+# name -> (total bytes, {layout: (tensors, rows of 1,000 float32)})
+SIZES = {
+    "representative": (1_200_000_000, {"few": (8, 37_500), "many": (1500, 200)}),
+    "small": (192_000_000, {"few": (8, 6000), "many": (1500, 32)}),
+}
+EXTRA_ITEMS = 1500 - 8
 
 
-def _run_once(backend: str, padding: int, layer: int, samples: int, root: Path) -> dict[str, Any]:
+def _run_once(
+    backend: str, padding: int, layer: int, samples: int, root: Path, total: int
+) -> dict[str, Any]:
     from ckptbench.workload.local import cli as run_cli
 
     out = root / f"{backend}-{padding}-{time.monotonic_ns()}.json"
@@ -48,34 +65,89 @@ def _run_once(backend: str, padding: int, layer: int, samples: int, root: Path) 
     if code != 0:
         raise SystemExit(f"ckptbench run {' '.join(argv)} exited {code}")
     [run] = json.loads(out.read_text())["runs"]
-    assert run["total_bytes"] == TOTAL_BYTES, run["total_bytes"]
+    assert run["total_bytes"] == total, run["total_bytes"]
     return {
-        "save": run["save"]["throughput_bytes_per_second"] / MIB,
-        "load": run["load"]["throughput_bytes_per_second"] / MIB,
+        op: {
+            "rate": run[op]["throughput_bytes_per_second"] / MIB,
+            "seconds": run[op]["mean_seconds"],
+            "planning": run[op]["planning_mean_seconds"],
+        }
+        for op in ("save", "load")
     }
 
 
-def bench_items(reps: int, backends: list[str], samples: int) -> None:
-    print(f"per-item overhead: one rank, {TOTAL_BYTES / MIB:.1f} MiB as 8 or 1,500 float32 tensors")
-    print(f"{reps} repetitions, few/many alternating; each run: 1 warm-up + {samples} samples")
+def _spread(xs: list[float], fmt: str = "7.1f") -> str:
+    return f"{statistics.median(xs):{fmt}} ({min(xs):.1f}..{max(xs):.1f})"
+
+
+def _per_item(few: list[dict[str, float]], many: list[dict[str, float]], key: str) -> float:
+    """Microseconds each extra item adds: the difference of the medians over the extra items."""
+    extra = statistics.median(x[key] for x in many) - statistics.median(x[key] for x in few)
+    return float(extra) / EXTRA_ITEMS * 1e6
+
+
+def bench_items(reps: int, backends: list[str], samples: int, sizes: list[str]) -> None:
+    threads = os.environ.get("OMP_NUM_THREADS") or f"{os.cpu_count()} (one rank: all cores)"
+    print("per-item overhead: one rank, float32 tensors of 1,000 columns, 8 against 1,500")
+    print(
+        f"{reps} repetitions, few/many alternating; each run: 1 warm-up + {samples} samples; "
+        "DCP defaults: FileSystemWriter(thread_count=1, sync_files=True, single_file_per_rank="
+        f"True), DefaultSavePlanner, DefaultLoadPlanner; rank intra-op threads {threads}"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
         for backend in backends:
-            got: dict[str, list[dict[str, float]]] = {"few": [], "many": []}
-            for rep in range(reps):
-                order = ("few", "many") if rep % 2 == 0 else ("many", "few")
-                for name in order:
-                    padding, layer = LAYOUTS[name]
-                    got[name].append(_run_once(backend, padding, layer, samples, Path(tmp)))
-            for op in ("save", "load"):
-                few = [r[op] for r in got["few"]]
-                many = [r[op] for r in got["many"]]
-                ratio = statistics.median(many) / statistics.median(few)
-                print(
-                    f"  {backend:5} {op}: few {statistics.median(few):7.1f} MiB/s "
-                    f"({min(few):.1f}..{max(few):.1f}), many {statistics.median(many):7.1f} MiB/s "
-                    f"({min(many):.1f}..{max(many):.1f}), many/few {ratio:.2f} "
-                    f"({'meets' if ratio >= 0.8 else 'misses'} the 0.8 target)"
-                )
+            for size in sizes:
+                total, layouts = SIZES[size]
+                got: dict[str, list[dict[str, Any]]] = {"few": [], "many": []}
+                for rep in range(reps):
+                    order = ("few", "many") if rep % 2 == 0 else ("many", "few")
+                    for name in order:
+                        padding, layer = layouts[name]
+                        got[name].append(
+                            _run_once(backend, padding, layer, samples, Path(tmp), total)
+                        )
+                item_kb = total / 1500 / 1000
+                print(f"  {backend} {size}: {total / 1e6:,.0f} MB, {item_kb:,.0f} KB an item")
+                for op in ("save", "load"):
+                    few = [r[op] for r in got["few"]]
+                    many = [r[op] for r in got["many"]]
+                    rate_few, rate_many = [x["rate"] for x in few], [x["rate"] for x in many]
+                    ratio = statistics.median(rate_many) / statistics.median(rate_few)
+
+                    verdict = "meets" if ratio >= 0.8 else "misses"
+                    judged = " the 0.8 target" if size == "representative" else " 0.8"
+                    print(
+                        f"    {op}: few {_spread(rate_few)} MiB/s, many {_spread(rate_many)} "
+                        f"MiB/s, many/few {ratio:.2f} ({verdict}{judged}); per extra item "
+                        f"{_per_item(few, many, 'seconds'):.0f} us, of which planning "
+                        f"{_per_item(few, many, 'planning'):.0f} us"
+                    )
+    _format_costs()
+
+
+def _format_costs(reps: int = 300) -> None:
+    """What DCP's file format costs per item, in memory: one torch.save, one torch.load."""
+    import torch
+
+    tensor = torch.ones(32, 1000)
+    buf = io.BytesIO()
+    times: dict[str, list[float]] = {"save": [], "load": []}
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            buf.seek(0)
+            torch.save(tensor, buf)
+        times["save"].append((time.perf_counter() - t0) / reps * 1e6)
+        blob = buf.getvalue()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            torch.load(io.BytesIO(blob), weights_only=True)
+        times["load"].append((time.perf_counter() - t0) / reps * 1e6)
+    print(
+        f"  DCP's per-item format cost, 128 KB tensor in memory ({reps} x 3, median (min..max)): "
+        f"torch.save {_spread(times['save'], '.0f')} us, "
+        f"torch.load(weights_only=True) {_spread(times['load'], '.0f')} us"
+    )
 
 
 # -- planning ---------------------------------------------------------------------------------
@@ -91,6 +163,7 @@ def _planning_rank(rank: int, world: int, port: int, directory: str, reps: int, 
     from torch.distributed.tensor import DTensor, Shard
 
     from ckptbench.workload.contract import models
+    from ckptbench.workload.rank import model_state
 
     class TimedPlanner(DefaultSavePlanner):
         local = 0.0
@@ -125,6 +198,7 @@ def _planning_rank(rank: int, world: int, port: int, directory: str, reps: int, 
             state[t.key] = torch.tensor(1.0)
     for key in models.param_group_keys(spec):
         state[key] = 8e-4
+    state.update(model_state.small_items(spec, 0, world, rank))  # torchtitan's, one own a rank
     rows = []
     for rep in range(reps):
         TimedPlanner.local = TimedPlanner.coordinator = 0.0
@@ -148,7 +222,8 @@ def bench_planning(reps: int, worlds: list[int]) -> None:
 
     sizes = models.model_sizes(models.ModelSpec("llama3-8b"), 1)
     print(
-        f"planning: llama3-8b keys ({sizes.tensors} tensors + {sizes.byte_items} pickled items "
+        f"planning: llama3-8b keys ({sizes.tensors} tensors + "
+        f"{sizes.byte_items + sizes.rank_byte_items} pickled items "
         f"a rank), tiny tensors, file backend; {reps} saves each, medians (min..max) over saves, "
         "slowest rank's local plan"
     )
@@ -187,12 +262,17 @@ def main(argv: list[str]) -> int:
     items.add_argument("--reps", type=int, default=3)
     items.add_argument("--backends", default="file,gcs")
     items.add_argument("--samples", type=int, default=3)
+    items.add_argument("--sizes", default="representative,small")
     planning = sub.add_parser("planning")
     planning.add_argument("--reps", type=int, default=3)
     planning.add_argument("--world-sizes", default="2,4,8")
     args = p.parse_args(argv)
     if args.what == "items":
-        bench_items(args.reps, args.backends.split(","), args.samples)
+        sizes = args.sizes.split(",")
+        unknown = [x for x in sizes if x not in SIZES]
+        if unknown:
+            p.error(f"--sizes: unknown {unknown}; known: {', '.join(SIZES)}")
+        bench_items(args.reps, args.backends.split(","), args.samples, sizes)
     else:
         bench_planning(args.reps, [int(w) for w in args.world_sizes.split(",")])
     return 0

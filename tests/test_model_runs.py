@@ -69,7 +69,8 @@ def test_llama3_debug_with_adamw_on_four_ranks_saves_loads_and_verifies(
     assert stored["objects"] >= 5 and stored["metadata_bytes"] > 100_000
     # 684 pickled scalars and 57 steps are stored once, each a torch.save blob of over 1 KiB.
     assert stored["stored_bytes"] > stored["payload_bytes"] + stored["metadata_bytes"] + 684_000
-    assert stored["stored_items"] == 3 * 57 * 4 + 57 + 684
+    # ... and torchtitan's 4 shared small items once, and 4 ranks' own dataloader states.
+    assert stored["stored_items"] == 3 * 57 * 4 + 57 + 684 + 4 + 4
 
     if backend == "file":
         _check_metadata(config, spec)
@@ -92,7 +93,10 @@ def _check_metadata(config: WorkloadConfig, spec: models.ModelSpec) -> None:
     checkpoint = Path(config.checkpoint_id(0))
     metadata = FileSystemReader(str(checkpoint)).read_metadata()
     sizes = models.model_sizes(spec, 4)
-    assert len(metadata.state_dict_metadata) == sizes.tensors + sizes.byte_items
+    assert len(metadata.state_dict_metadata) == sizes.tensors + sizes.byte_items + 4
+    assert [f"dataloader.dp_rank_{r}" in metadata.state_dict_metadata for r in range(5)] == [
+        True, True, True, True, False
+    ]  # fmt: skip
     assert len(metadata.storage_data) == sizes.stored_items
     wq = metadata.state_dict_metadata["layers.0.attention.wq.weight"]
     assert isinstance(wq, TensorStorageMetadata)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
@@ -14,6 +20,8 @@ from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.local.emulator import free_port
 from ckptbench.workload.rank import model_state, state
 from ckptbench.workload.rank.state import BLOCK, VerificationError
+
+SMALL_PARTS = {"lr_scheduler", "train_state", "dataloader"}
 
 
 @pytest.fixture
@@ -104,3 +112,42 @@ def test_a_resharded_load_templates_the_load_worlds_rows_only(
         assert tuple(value.to_local().shape) == tuple(want), key
     wq = template["layers.0.attention.wq.weight"].to_local()
     assert wq.shape == (256 // 2, 256)
+
+
+def test_torchtitans_small_items_round_trip_through_dcp_and_are_checked(
+    group: None, tmp_path: Path
+) -> None:
+    config = _config(seed=7)
+    built = state.build_state(config)
+    step = model_state.train_step(7)
+    assert built["lr_scheduler.last_epoch"] == built["train_state.step"] == step
+    assert built["train_state.ntokens_seen"] == step * 8 * 8192
+    assert built["dataloader.world_size"] == 1
+    loader = pickle.loads(built["dataloader.dp_rank_0"])
+    assert loader["_num_yielded"] == step and len(loader["dataset_state"]["token_buffer"]) == 4096
+    assert model_state.dataloader_state(7, 1) != built["dataloader.dp_rank_0"]  # one per rank
+    for bare in (_config(optimizer="none"), _config(dtype="mlperf")):
+        small = [k for k in state.build_state(bare) if k.split(".")[0] in SMALL_PARTS]
+        assert small == []
+
+    dcp_save(built, checkpoint_id=str(tmp_path / "ckpt"))
+    metadata = FileSystemReader(str(tmp_path / "ckpt")).read_metadata()
+    for key in ("lr_scheduler.last_epoch", "train_state.ntokens_seen", "dataloader.dp_rank_0"):
+        assert isinstance(metadata.state_dict_metadata[key], BytesStorageMetadata)
+    template = state.empty_template(config)
+    assert template["dataloader.dp_rank_0"] == "<not loaded>"
+    dcp_load(template, checkpoint_id=str(tmp_path / "ckpt"))
+    state.verify(template, config)
+
+    template["dataloader.dp_rank_0"] = model_state.dataloader_state(7, 1)
+    template["train_state.step"] = step + 1
+    del template["lr_scheduler.last_epoch"]
+    with pytest.raises(VerificationError) as info:
+        state.verify(template, config)
+    assert info.value.tensors == [
+        "lr_scheduler.last_epoch",
+        "train_state.step",
+        "dataloader.dp_rank_0",
+    ]
+    assert info.value.details[1] == f"train_state.step: expected {step}, got {step + 1}"
+    assert " pickled bytes (" in info.value.details[2]

@@ -190,9 +190,10 @@ def test_item_counts_and_metadata_grow_with_tensors_times_ranks() -> None:
     spec = ModelSpec("llama3-8b")
     s8, s64 = models.model_sizes(spec, 8), models.model_sizes(spec, 64)
     assert s8.sharded_tensors == 3 * 291 and s8.replicated_tensors == 291
-    assert s8.byte_items == 12 * 291
-    assert s8.items_per_rank == 291 * 4 + 12 * 291
-    assert s64.stored_items == 3 * 291 * 64 + 291 + 12 * 291
+    # 12 pickled scalars per parameter, 4 small items on every rank, 1 dataloader state a rank.
+    assert s8.byte_items == 12 * 291 + 4 and s8.rank_byte_items == 1
+    assert s8.items_per_rank == 291 * 4 + 12 * 291 + 4 + 1
+    assert s64.stored_items == 3 * 291 * 64 + 291 + 12 * 291 + 4 + 64
     grown = s64.metadata_bytes - s8.metadata_bytes
     # Each extra (tensor, rank) pair adds a chunk and a storage entry naming the key.
     assert 56 * 3 * 291 * 100 < grown < 56 * 3 * 291 * 300

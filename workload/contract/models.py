@@ -229,6 +229,35 @@ def param_group_keys(spec: ModelSpec) -> list[str]:
     ]
 
 
+# torchtitan's CheckpointManager saves, beside model and optimizer, three small Stateful parts,
+# flattened by DCP to one pickled item per key: the LR schedulers' ``last_epoch`` (the same on
+# every rank), the trainer's ``step`` and ``ntokens_seen`` (the same), and the dataloader's
+# ``world_size`` (the same) and ``dp_rank_<r>``: each rank's own pickled StatefulDataLoader state,
+# written by that rank only. Part of a training checkpoint, so not of a model-only one
+# (``optimizer none``) nor of MLPerf's accounting (``mlperf``).
+SMALL_ITEM_KEYS = (
+    "lr_scheduler.last_epoch",
+    "train_state.step",
+    "train_state.ntokens_seen",
+    "dataloader.world_size",
+)
+
+
+def has_small_items(spec: ModelSpec) -> bool:
+    return spec.optimizer is Optimizer.ADAMW and spec.dtype is not DtypeProfile.MLPERF
+
+
+def dataloader_key(rank: int) -> str:
+    return f"dataloader.dp_rank_{rank}"
+
+
+def small_item_keys(spec: ModelSpec, rank: int) -> list[str]:
+    """The small items rank ``rank`` saves and loads: the replicated ones, then its own."""
+    if not has_small_items(spec):
+        return []
+    return [*SMALL_ITEM_KEYS, dataloader_key(rank)]
+
+
 def chunk_rows(d0: int, world_size: int, rank: int) -> tuple[int, int]:
     """``(offset, rows)`` of rank's slice of a dim-0 length ``d0`` under ``torch.chunk``.
 
@@ -297,7 +326,8 @@ class ModelSizes:
     parameter_tensors: int
     sharded_tensors: int
     replicated_tensors: int
-    byte_items: int
+    byte_items: int  # pickled items on every rank (written once): param groups, small items
+    rank_byte_items: int  # pickled items each rank has alone (the dataloader's state)
     total_bytes: int  # tensor payload, each replicated tensor counted once
     largest_rank_bytes: int  # rank 0: torch.chunk gives the lowest ranks the most rows
     smallest_rank_bytes: int
@@ -312,12 +342,13 @@ class ModelSizes:
     @property
     def items_per_rank(self) -> int:
         """Write items each rank plans: one per tensor (empty shards too) and per pickled item."""
-        return self.tensors + self.byte_items
+        return self.tensors + self.byte_items + self.rank_byte_items
 
     @property
     def stored_items(self) -> int:
         """Items in the checkpoint once replicated ones are written by one rank only."""
-        return self.sharded_tensors * self.world_size + self.replicated_tensors + self.byte_items
+        shared = self.replicated_tensors + self.byte_items
+        return (self.sharded_tensors + self.rank_byte_items) * self.world_size + shared
 
     @property
     def bytes_per_parameter(self) -> float:
@@ -330,7 +361,9 @@ def model_sizes(spec: ModelSpec, world_size: int) -> ModelSizes:
     tensors = state_tensors(spec)
     sharded = [t for t in tensors if t.sharded]
     replicated = [t for t in tensors if not t.sharded]
-    byte_items = len(param_group_keys(spec))
+    small = has_small_items(spec)
+    shared_keys = [*param_group_keys(spec), *(SMALL_ITEM_KEYS if small else ())]
+    rank_keys = [dataloader_key(r) for r in range(world_size)] if small else []
     pairs = [(t, chunk_rows(t.shape[0], world_size, 0)[1]) for t in sharded]
     # c rows a rank: ceil(d0 / c) ranks hold rows, the others an empty shard.
     empty = sum(world_size - -(-t.shape[0] // c) for t, c in pairs if c)
@@ -341,11 +374,12 @@ def model_sizes(spec: ModelSpec, world_size: int) -> ModelSizes:
         parameter_tensors=len(parameters(spec.arch)),
         sharded_tensors=len(sharded),
         replicated_tensors=len(replicated),
-        byte_items=byte_items,
+        byte_items=len(shared_keys),
+        rank_byte_items=1 if small else 0,
         total_bytes=sum(t.nbytes for t in tensors),
         largest_rank_bytes=rank_bytes(tensors, world_size, 0),
         smallest_rank_bytes=rank_bytes(tensors, world_size, world_size - 1),
         largest_item_bytes=max((c * t.row_bytes for t, c in pairs), default=0),
         empty_shards=empty,
-        metadata_bytes=metadata_bytes_estimate(tensors, param_group_keys(spec), world_size),
+        metadata_bytes=metadata_bytes_estimate(tensors, shared_keys + rank_keys, world_size),
     )

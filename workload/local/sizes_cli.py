@@ -95,6 +95,7 @@ def as_dict(s: models.ModelSizes, async_save: bool) -> dict[str, object]:
         "tensors": s.tensors,
         "sharded_tensors": s.sharded_tensors,
         "pickled_items": s.byte_items,
+        "rank_pickled_items": s.rank_byte_items,
         "items_per_rank": s.items_per_rank,
         "stored_items": s.stored_items,
         "empty_shards": s.empty_shards,
@@ -124,7 +125,11 @@ def describe(s: models.ModelSizes, async_save: bool) -> str:
             f"{s.tensors} ({s.sharded_tensors} sharded, {s.replicated_tensors} replicated)"
             + (f", {s.empty_shards} empty shards" if s.empty_shards else ""),
         ),
-        ("pickled items", str(s.byte_items)),
+        (
+            "pickled items",
+            f"{s.byte_items:,} on every rank (written once)"
+            + (f" + {s.rank_byte_items} of its own" if s.rank_byte_items else ""),
+        ),
         ("items per rank", f"{s.items_per_rank:,} planned"),
         ("stored items", f"{s.stored_items:,} (replicated items written once)"),
         (".metadata", f"about {format_bytes(s.metadata_bytes)} (estimate), read by every rank"),

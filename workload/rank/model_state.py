@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +50,47 @@ PARAM_GROUP_VALUES: dict[str, Any] = {
     "decoupled_weight_decay": True,
     "initial_lr": 8e-4,
 }
+
+
+# torchtitan's small items (see contract/models.py): values a run of ``seed`` would have reached.
+TOKENS_PER_STEP = 8 * 8192  # ntokens_seen grows by the global batch: 8 sequences of 8,192
+TOKEN_BUFFER = 4096  # tokens a text dataset holds between samples: half a sequence, on average
+VOCAB = 128_256
+
+
+def train_step(seed: int) -> int:
+    return 1 + splitmix64(splitmix64(seed) ^ 0x5EED) % 100_000
+
+
+def dataloader_state(seed: int, rank: int) -> bytes:
+    """Rank's pickled StatefulDataLoader state as torchtitan saves it: counters and the dataset's
+    position with its token buffer, different on every rank."""
+    step = train_step(seed)
+    gen = torch.Generator().manual_seed(
+        splitmix64(seed ^ key_hash(models.dataloader_key(rank))) >> 1
+    )
+    tokens = torch.randint(0, VOCAB, (TOKEN_BUFFER,), generator=gen).tolist()
+    state = {
+        "_num_yielded": step,
+        "_sampler_iter_yielded": step,
+        "_iterator_finished": False,
+        "dataset_state": {"sample_idx": step * 8 + rank, "token_buffer": tokens},
+    }
+    return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def small_items(spec: models.ModelSpec, seed: int, saved_world: int, rank: int) -> dict[str, Any]:
+    """The small items ``rank`` holds, for a checkpoint saved by ``saved_world`` ranks."""
+    if not models.has_small_items(spec):
+        return {}
+    step = train_step(seed)
+    return {
+        "lr_scheduler.last_epoch": step,
+        "train_state.step": step,
+        "train_state.ntokens_seen": step * TOKENS_PER_STEP,
+        "dataloader.world_size": saved_world,
+        models.dataloader_key(rank): dataloader_state(seed, rank),
+    }
 
 
 @functools.lru_cache(maxsize=8)
@@ -170,6 +212,8 @@ def _state(config: WorkloadConfig, mesh: DeviceMesh, *, fill: bool) -> dict[str,
             out[t.key] = _step_value(config, t.key) if fill else value
     for key in models.param_group_keys(spec):
         out[key] = PARAM_GROUP_VALUES[key.rsplit(".", 1)[1]] if fill else _UNREAD
+    for key, value in small_items(spec, config.seed, config.world_size, config.rank).items():
+        out[key] = value if fill else _UNREAD
     return out
 
 
@@ -193,13 +237,14 @@ def verify(state: Mapping[str, Any], config: WorkloadConfig) -> None:
             keys = sorted(state)
             raise VerificationError(config.rank, keys, ["a rank outside the load world loaded"])
         return
-    config = view
+    saved_world, config = config.world_size, view
     spec = _spec(config)
     bad: list[str] = []
     details: list[str] = []
     tensors = models.state_tensors(spec)
-    groups = models.param_group_keys(spec)
-    expected = {t.key for t in tensors} | set(groups)
+    scalars = {k: PARAM_GROUP_VALUES[k.rsplit(".", 1)[1]] for k in models.param_group_keys(spec)}
+    scalars.update(small_items(spec, config.seed, saved_world, config.rank))
+    expected = {t.key for t in tensors} | set(scalars)
     for key in sorted(set(state) - expected):
         bad.append(key)
         details.append(f"{key}: not a key of this checkpoint")
@@ -209,14 +254,20 @@ def verify(state: Mapping[str, Any], config: WorkloadConfig) -> None:
         if problem is not None:
             bad.append(t.key)
             details.append(problem)
-    for key in groups:
-        want = PARAM_GROUP_VALUES[key.rsplit(".", 1)[1]]
+    for key, want in scalars.items():
         got = state.get(key, _UNREAD)
         if got != want or type(got) is not type(want):
             bad.append(key)
-            details.append(f"{key}: expected {want!r}, got {got!r}")
+            details.append(f"{key}: expected {_short(want)}, got {_short(got)}")
     if bad:
         raise VerificationError(config.rank, bad, details)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, bytes):  # a pickled dataloader state: its size and a digest, not 16 KB
+        digest = hashlib.blake2b(value, digest_size=4).hexdigest()
+        return f"{len(value)} pickled bytes ({digest})"
+    return repr(value)
 
 
 def _check_tensor(
