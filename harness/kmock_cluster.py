@@ -25,56 +25,49 @@ from typing import Any
 import kmock
 
 from ckptbench.operator.spec import names as spec_names
+from ckptbench.operator.sweep import crd as sweep_crd
+from ckptbench.operator.sweep.cells import SWEEP_KIND
+
+ALL_VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
+READ_VERBS = frozenset({"get", "list", "watch"})
+
+
+def _resource(
+    kind: str,
+    *shortnames: str,
+    namespaced: bool = True,
+    status: bool = True,
+    verbs: frozenset[str] = ALL_VERBS,
+) -> kmock.ResourceInfo:
+    """A resource as discovery describes it; singular is the kind in lower case, as for all of
+    these."""
+    return kmock.ResourceInfo(
+        kind=kind,
+        singular=kind.lower(),
+        shortnames=set(shortnames),
+        namespaced=namespaced,
+        subresources={"status"} if status else set(),
+        verbs=set(verbs),
+    )
+
 
 RESOURCES: dict[str, kmock.ResourceInfo] = {
-    f"{spec_names.GROUP}/{spec_names.VERSION}/{spec_names.PLURAL}": kmock.ResourceInfo(
-        kind=spec_names.KIND,
-        singular=spec_names.SINGULAR,
-        shortnames={spec_names.SHORT_NAME},
-        namespaced=True,
-        subresources={"status"},
-        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+    f"{spec_names.GROUP}/{spec_names.VERSION}/{spec_names.PLURAL}": _resource(
+        spec_names.KIND, spec_names.SHORT_NAME
     ),
-    f"{spec_names.GROUP}/{spec_names.VERSION}/checkpointbenchmarksweeps": kmock.ResourceInfo(
-        kind="CheckpointBenchmarkSweep",
-        singular="checkpointbenchmarksweep",
-        shortnames={"ckbs"},
-        namespaced=True,
-        subresources={"status"},
-        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
+    f"{spec_names.GROUP}/{spec_names.VERSION}/{sweep_crd.PLURAL}": _resource(
+        SWEEP_KIND, sweep_crd.SHORT_NAME
     ),
-    "jobset.x-k8s.io/v1alpha2/jobsets": kmock.ResourceInfo(
-        kind="JobSet",
-        singular="jobset",
-        namespaced=True,
-        subresources={"status"},
-        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-    ),
-    "v1/pods": kmock.ResourceInfo(
-        kind="Pod",
-        singular="pod",
-        namespaced=True,
-        subresources={"status"},
-        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-    ),
+    "jobset.x-k8s.io/v1alpha2/jobsets": _resource("JobSet"),
+    "v1/pods": _resource("Pod"),
     # kopf's resource observer waits for this resource to exist in discovery.
-    "apiextensions.k8s.io/v1/customresourcedefinitions": kmock.ResourceInfo(
-        kind="CustomResourceDefinition",
-        singular="customresourcedefinition",
-        namespaced=False,
-        verbs={"get", "list", "watch"},
+    "apiextensions.k8s.io/v1/customresourcedefinitions": _resource(
+        "CustomResourceDefinition", namespaced=False, status=False, verbs=READ_VERBS
     ),
     # kopf waits for namespaces in discovery even when it is given exact namespaces (it does not
     # list them then; kmock 0.8 answers a namespace listing with 500).
-    "v1/namespaces": kmock.ResourceInfo(
-        kind="Namespace", singular="namespace", namespaced=False, verbs={"get", "list", "watch"}
-    ),
-    "v1/events": kmock.ResourceInfo(
-        kind="Event",
-        singular="event",
-        namespaced=True,
-        verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
-    ),
+    "v1/namespaces": _resource("Namespace", namespaced=False, status=False, verbs=READ_VERBS),
+    "v1/events": _resource("Event", status=False),
 }
 
 
