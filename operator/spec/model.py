@@ -72,6 +72,11 @@ def _only_keys(item: dict[str, Any], allowed: tuple[str, ...], where: str, why: 
 
 
 DEFAULT_SAMPLES = 8  # the reference's SAMPLE_COUNT
+# Settings the workload configuration holds under the same name, type and meaning.
+_SAME_IN_CONFIG = (  # noqa: SIM905 (twelve names read better as words than as a column)
+    "world_size memory_check procedure drop_cache backend checkpoint_path project async_save "
+    "verify keep_checkpoints threads part_size_bytes"
+).split()
 
 
 class CheckpointBenchmarkSpec(BaseModel):
@@ -424,22 +429,11 @@ class CheckpointBenchmarkSpec(BaseModel):
         if self.model is not None:
             layout["load_world_size"] = self.load_world_size
         return WorkloadConfig(
-            world_size=self.world_size,
+            **{name: getattr(self, name) for name in _SAME_IN_CONFIG},
             **layout,
-            memory_check=self.memory_check,
             sample_count=self.samples,
             warmup_samples=self.warmups,
-            procedure=self.procedure,
-            drop_cache=self.drop_cache,
-            backend=self.backend,
-            checkpoint_path=self.checkpoint_path,
             run_id=run_id,
-            project=self.project,
-            async_save=self.async_save,
-            verify=self.verify,
-            keep_checkpoints=self.keep_checkpoints,
-            threads=self.threads,
-            part_size_bytes=self.part_size_bytes,
             master_addr=master_addr,
             rendezvous_timeout_seconds=float(self.rendezvous_timeout_seconds),
         )

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from ckptbench.workload.contract import models
+from ckptbench.workload.contract.config import LayersOverride, VocabOverride
 
 
 class ModelSettings(BaseModel):
@@ -28,11 +29,11 @@ class ModelSettings(BaseModel):
         "llama3-8b, llama3-70b, mlperf-llama3-70b (MLPerf Storage's config, 128 heads) or "
         "llama3-405b.",
     )
-    layers: int | None = Field(
-        None, ge=1, le=1000, description="Override the number of layers (scaled-down runs)."
+    layers: LayersOverride | None = Field(
+        None, description="Override the number of layers (scaled-down runs)."
     )
-    vocab: int | None = Field(
-        None, ge=1, le=10_000_000, description="Override the vocabulary size (scaled-down runs)."
+    vocab: VocabOverride | None = Field(
+        None, description="Override the vocabulary size (scaled-down runs)."
     )
     optimizer: models.Optimizer = Field(
         models.Optimizer.ADAMW,

@@ -11,7 +11,7 @@ import enum
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -20,6 +20,11 @@ from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV
 
 ENV_PREFIX = "CKPTBENCH_"
 MIB = 1024**2
+
+
+# A preset's shape overridden for a scaled-down run, bounded alike in the operator's spec.
+LayersOverride = Annotated[int, Field(ge=1, le=1000)]
+VocabOverride = Annotated[int, Field(ge=1, le=10_000_000)]
 
 
 class Backend(enum.StrEnum):
@@ -67,12 +72,8 @@ class WorkloadConfig(BaseModel):
         "llama3-405b) sharded as FSDP2 does; empty: the reference layout "
         "(layer_size x padding_size).",
     )
-    layers: int | None = Field(
-        None, ge=1, le=1000, description="Model: override the number of layers."
-    )
-    vocab: int | None = Field(
-        None, ge=1, le=10_000_000, description="Model: override the vocabulary size."
-    )
+    layers: LayersOverride | None = Field(None, description="Model: override the number of layers.")
+    vocab: VocabOverride | None = Field(None, description="Model: override the vocabulary size.")
     optimizer: models.Optimizer = Field(
         models.Optimizer.ADAMW, description="Model: optimizer state saved (adamw or none)."
     )
