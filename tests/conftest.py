@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
+    from google.cloud import storage
+
     from harness.kmock_cluster import Client, EmulatorThread
     from harness.operator_process import Operator
 
@@ -49,6 +52,26 @@ def gcs_bucket(gcs_emulator: object) -> str:
     name = f"t-{uuid.uuid4().hex[:12]}"
     gcs_emulator.create_bucket(name)
     return name
+
+
+@pytest.fixture
+def gcs_client(gcs_emulator: object, monkeypatch: pytest.MonkeyPatch) -> storage.Client:
+    """A client of the emulator, made as the gcs backend makes its own; the test's backends find
+    the emulator by the same environment variable."""
+    from ckptbench.workload.local.emulator import GcsEmulator
+    from ckptbench.workload.storage.gcs.client import make_client
+
+    assert isinstance(gcs_emulator, GcsEmulator)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.url)
+    return make_client(pool_size=8)
+
+
+@pytest.fixture
+def quiet_dcp() -> Iterator[None]:
+    """DCP warns that it runs without a process group: expected in single-process tests."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
 
 
 # -- the kmock cluster and the operator process, for the tests that run the real operator ------

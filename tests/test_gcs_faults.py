@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from ckptbench.workload.storage.gcs.client import make_client
 from tests import workers
 from tests.fault_proxy import FaultProxy, Rule
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("quiet_dcp")]
 
 DOWNLOAD = "alt=media"
 UPLOAD = "uploadType=media"
@@ -134,10 +133,3 @@ def test_an_object_corrupted_at_rest_is_detected_on_read_and_named(
             dcp_load(out, storage_reader=reader)
         text = str(info.value)
         assert "gs://rest/x/ckpt.ckpt/__0_0.distcp" in text and "corrupted" in text, text
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        yield

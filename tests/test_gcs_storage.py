@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -16,14 +15,12 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystem
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.storage.gcs.backend import (
     GcsStorageReader,
     GcsStorageWriter,
     PinnedTensors,
     part_size_for,
 )
-from ckptbench.workload.storage.gcs.client import make_client
 from ckptbench.workload.storage.gcs.download import tensor_memory
 from ckptbench.workload.storage.gcs.objects import GcsObjects
 from ckptbench.workload.storage.gcs.upload import first_level_groups
@@ -33,21 +30,7 @@ from ckptbench.workload.storage.torch_seam import parse_tensor_blob
 MiB = 1 << 20
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0)
 
-pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    # DCP warns that it runs without a process group: expected in single-process tests.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        yield
-
-
-@pytest.fixture
-def client(gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> storage.Client:
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.url)
-    return make_client(pool_size=8)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("quiet_dcp")]
 
 
 def state(seed: int = 0) -> dict[str, Any]:
@@ -87,8 +70,20 @@ def names(client: storage.Client, bucket: str) -> list[str]:
     return sorted(b.name for b in client.list_blobs(bucket))
 
 
+def saved(sd: dict[str, Any], bucket: str, folder: str, threads: int = 2) -> str:
+    """Saves ``sd`` with our writer under ``folder`` in 1 MiB parts; returns the checkpoint id."""
+    cid = f"gs://{bucket}/{folder}/ckpt.ckpt"
+    writer = GcsStorageWriter(cid, project=None, threads=threads, part_size_bytes=MiB)
+    dcp_save(sd, storage_writer=writer)
+    return cid
+
+
+def our_reader(cid: str, threads: int = 2) -> GcsStorageReader:
+    return GcsStorageReader(cid, project=None, threads=threads, part_size_bytes=MiB)
+
+
 def test_round_trip_with_hierarchical_compose(
-    client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+    gcs_client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     composes: list[tuple[str, int]] = []
     original = GcsObjects.compose
@@ -105,7 +100,7 @@ def test_round_trip_with_hierarchical_compose(
     dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=4, part_size_bytes=MiB))
 
     # Same layout as DCP's file writers, and no temporary part left behind.
-    assert names(client, gcs_bucket) == [
+    assert names(gcs_client, gcs_bucket) == [
         "run/ckpt_0.ckpt/.metadata",
         "run/ckpt_0.ckpt/__0_0.distcp",
     ]
@@ -115,38 +110,32 @@ def test_round_trip_with_hierarchical_compose(
     assert all(n <= 32 for _, n in composes)
 
     loaded = template(sd)
-    dcp_load(
-        loaded, storage_reader=GcsStorageReader(cid, project=None, threads=4, part_size_bytes=MiB)
-    )
+    dcp_load(loaded, storage_reader=our_reader(cid, threads=4))
     assert_same(sd, loaded)
 
 
 def test_small_shard_is_one_simple_upload(
-    client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+    gcs_client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def no_compose(*_: object) -> None:
         raise AssertionError("a shard smaller than one part must not be composed")
 
     monkeypatch.setattr(GcsObjects, "compose", no_compose)
     sd = {"a": torch.arange(1000, dtype=torch.float32), "b": torch.ones(20, 30)}
-    cid = f"gs://{gcs_bucket}/small/ckpt.ckpt"
-    dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=2, part_size_bytes=MiB))
+    cid = saved(sd, gcs_bucket, "small")
     loaded = template(sd)
-    dcp_load(
-        loaded, storage_reader=GcsStorageReader(cid, project=None, threads=2, part_size_bytes=MiB)
-    )
+    dcp_load(loaded, storage_reader=our_reader(cid))
     assert_same(sd, loaded)
 
 
 def test_checkpoints_interoperate_with_dcp_filesystem_reader_and_writer(
-    client: storage.Client, gcs_bucket: str, tmp_path: Path
+    gcs_client: storage.Client, gcs_bucket: str, tmp_path: Path
 ) -> None:
     sd = state(seed=1)
-    objects = GcsObjects(client, gcs_bucket)
+    objects = GcsObjects(gcs_client, gcs_bucket)
 
     # Ours -> DCP's FileSystemReader: download the objects as files, load them with DCP.
-    cid = f"gs://{gcs_bucket}/ours/ckpt.ckpt"
-    dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=3, part_size_bytes=MiB))
+    saved(sd, gcs_bucket, "ours", threads=3)
     local = tmp_path / "ours"
     local.mkdir()
     for name in (".metadata", "__0_0.distcp"):
@@ -171,7 +160,7 @@ def test_checkpoints_interoperate_with_dcp_filesystem_reader_and_writer(
 
 
 def test_failed_part_fails_the_save_and_cleans_up(
-    client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+    gcs_client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     original = GcsObjects.upload
     calls = {"n": 0}
@@ -189,11 +178,11 @@ def test_failed_part_fails_the_save_and_cleans_up(
         dcp_save(state(), storage_writer=writer)
     assert "fail/ckpt.ckpt/__0_0.distcp.parts/" in str(info.value)
     # Neither the data object nor any part nor the metadata remains.
-    assert names(client, gcs_bucket) == []
+    assert names(gcs_client, gcs_bucket) == []
 
 
 def test_missing_bucket_fails_the_save_naming_the_object(
-    client: storage.Client, gcs_bucket: str
+    gcs_client: storage.Client, gcs_bucket: str
 ) -> None:
     cid = f"gs://{gcs_bucket}-absent/x/ckpt.ckpt"
     writer = GcsStorageWriter(
@@ -204,20 +193,21 @@ def test_missing_bucket_fails_the_save_naming_the_object(
 
 
 def test_missing_data_object_fails_the_load_naming_it(
-    client: storage.Client, gcs_bucket: str
+    gcs_client: storage.Client, gcs_bucket: str
 ) -> None:
     sd = state(seed=2)
-    cid = f"gs://{gcs_bucket}/gone/ckpt.ckpt"
-    dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=2, part_size_bytes=MiB))
-    client.bucket(gcs_bucket).blob("gone/ckpt.ckpt/__0_0.distcp").delete()
-    reader = GcsStorageReader(cid, project=None, threads=2, part_size_bytes=MiB)
+    cid = saved(sd, gcs_bucket, "gone")
+    gcs_client.bucket(gcs_bucket).blob("gone/ckpt.ckpt/__0_0.distcp").delete()
+    reader = our_reader(cid)
     with pytest.raises(
         CheckpointException, match=rf"gs://{gcs_bucket}/gone/ckpt.ckpt/__0_0.distcp"
     ):
         dcp_load(template(sd), storage_reader=reader)
 
 
-def test_missing_metadata_fails_the_load_naming_it(client: storage.Client, gcs_bucket: str) -> None:
+def test_missing_metadata_fails_the_load_naming_it(
+    gcs_client: storage.Client, gcs_bucket: str
+) -> None:
     reader = GcsStorageReader(
         f"gs://{gcs_bucket}/none/ckpt.ckpt",
         project=None,
@@ -239,7 +229,7 @@ def test_checkpoint_id_validation() -> None:
         GcsStorageWriter("/tmp/ckpt", project=None, threads=1, part_size_bytes=MiB, client=object())
 
 
-def test_storage_meta_names_the_checkpoint(client: storage.Client) -> None:
+def test_storage_meta_names_the_checkpoint(gcs_client: storage.Client) -> None:
     writer = GcsStorageWriter(
         "gs://b-meta/a/ckpt.ckpt", project=None, threads=1, part_size_bytes=MiB
     )
@@ -309,12 +299,11 @@ def test_pinned_tensor_owns_the_payload_torch_save_writes() -> None:
 
 
 def test_plain_tensors_take_the_fast_path_and_no_deprecation_warning_is_shown(
-    client: storage.Client, gcs_bucket: str
+    gcs_client: storage.Client, gcs_bucket: str
 ) -> None:
     sd = state(seed=3)
-    cid = f"gs://{gcs_bucket}/paths/ckpt.ckpt"
-    dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=2, part_size_bytes=MiB))
-    reader = GcsStorageReader(cid, project=None, threads=2, part_size_bytes=MiB)
+    cid = saved(sd, gcs_bucket, "paths")
+    reader = our_reader(cid)
     loaded = template(sd)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -338,16 +327,15 @@ def test_plain_tensors_take_the_fast_path_and_no_deprecation_warning_is_shown(
 
 
 def test_a_corrupted_blob_names_the_object_and_never_suggests_weights_only_false(
-    client: storage.Client, gcs_bucket: str
+    gcs_client: storage.Client, gcs_bucket: str
 ) -> None:
     sd = {"view": torch.rand((60, 70)).t()}  # stored as a view: the torch.load path
-    cid = f"gs://{gcs_bucket}/bad/ckpt.ckpt"
-    dcp_save(sd, storage_writer=GcsStorageWriter(cid, project=None, threads=2, part_size_bytes=MiB))
-    blob = client.bucket(gcs_bucket).blob("bad/ckpt.ckpt/__0_0.distcp")
+    cid = saved(sd, gcs_bucket, "bad")
+    blob = gcs_client.bucket(gcs_bucket).blob("bad/ckpt.ckpt/__0_0.distcp")
     data = bytearray(blob.download_as_bytes())
     data[40:80] = b"\xff" * 40  # inside the zip's first records
     blob.upload_from_string(bytes(data))
-    reader = GcsStorageReader(cid, project=None, threads=2, part_size_bytes=MiB)
+    reader = our_reader(cid)
     with pytest.raises(CheckpointException) as info:
         dcp_load(template(sd), storage_reader=reader)
     text = str(info.value)

@@ -14,20 +14,11 @@ from torch.distributed.checkpoint.state_dict_loader import load as real_load
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.rank import loop, state
 from ckptbench.workload.storage import objects as objectio
+from tests.workers import one_rank
 
 
 def _config(tmp_path: Path, **kw: object) -> WorkloadConfig:
-    values: dict[str, object] = {
-        "checkpoint_path": f"file://{tmp_path}/ckpt",
-        "backend": "file",
-        "world_size": 1,
-        "layer_size": 500,
-        "padding_size": 3,
-        "sample_count": 2,
-        "warmup_samples": 1,
-    }
-    values.update(kw)
-    return WorkloadConfig.model_validate(values)
+    return one_rank(tmp_path, **{"warmup_samples": 1, **kw})
 
 
 def _quiet(lines: list[str]) -> Callable[[str], None]:

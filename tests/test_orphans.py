@@ -12,24 +12,13 @@ from pathlib import Path
 import pytest
 
 from ckptbench.workload.local import orphans
-from tests.workers import ROOT, base_env
+from tests.workers import ROOT, base_env, children_by_parent
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[-1].split()
-        if int(fields[1]) == pid:
-            out.append(int(entry.name))
-    return out
+    return children_by_parent().get(pid, [])
 
 
 def _gone(pid: int) -> bool:

@@ -13,20 +13,11 @@ from ckptbench.workload.contract.config import Procedure, WorkloadConfig
 from ckptbench.workload.contract.results import OpTiming, RankResult, summarize
 from ckptbench.workload.rank import loop, state
 from ckptbench.workload.storage import timing
+from tests.workers import one_rank
 
 
 def _config(tmp_path: Path, **kw: object) -> WorkloadConfig:
-    values: dict[str, object] = {
-        "checkpoint_path": f"file://{tmp_path}/ckpt",
-        "backend": "file",
-        "world_size": 1,
-        "layer_size": 100,
-        "padding_size": 2,
-        "sample_count": 2,
-        "warmup_samples": 0,
-    }
-    values.update(kw)
-    return WorkloadConfig.model_validate(values)
+    return one_rank(tmp_path, **{"layer_size": 100, "padding_size": 2, **kw})
 
 
 def _trace(monkeypatch: pytest.MonkeyPatch) -> list[str]:

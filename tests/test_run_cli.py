@@ -26,6 +26,7 @@ import pytest
 from ckptbench.workload.contract.config import Backend, WorkloadConfig
 from ckptbench.workload.local import cli as run_cli
 from ckptbench.workload.local.runner import RanksOutcome, rank_env, run_ranks
+from tests.workers import children_by_parent, ckptbench
 
 # ---------------------------------------------------------------------------------------------
 # Options
@@ -303,15 +304,6 @@ TINY = ["--layer-size", "50", "--padding-size", "4", "--samples", "2", "--warmup
 TINY_TOTAL = 4 * 50 * 4000
 
 
-def _ckptbench(*argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ckptbench.cli", "run", *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def _check_run(run: dict[str, object], backend: str, world_size: int) -> None:
     assert run["backend"] == backend
     assert run["world_size"] == world_size
@@ -336,7 +328,7 @@ def _check_run(run: dict[str, object], backend: str, world_size: int) -> None:
 def test_emulator_runs_both_gcs_backends(tmp_path: Path) -> None:
     backends = ["gcs", "gcsfs"]
     out = tmp_path / "summary.json"
-    proc = _ckptbench(*TINY, "--backend", ",".join(backends), "--json", str(out))
+    proc = ckptbench("run", *TINY, "--backend", ",".join(backends), "--json", str(out), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
     assert doc["succeeded"] is True
@@ -352,7 +344,8 @@ def test_emulator_runs_both_gcs_backends(tmp_path: Path) -> None:
 def test_file_storage(tmp_path: Path) -> None:
     out = tmp_path / "summary.json"
     storage = tmp_path / "ckpt"
-    proc = _ckptbench(*TINY, "--storage", f"file://{storage}", "--json", str(out))
+    argv = [*TINY, "--storage", f"file://{storage}", "--json", str(out)]
+    proc = ckptbench("run", *argv, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [run] = json.loads(out.read_text())["runs"]
     _check_run(run, "file", 2)
@@ -363,16 +356,7 @@ def test_file_storage(tmp_path: Path) -> None:
 
 
 def _descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+    children = children_by_parent()
     found: set[int] = set()
     todo = [root]
     while todo:

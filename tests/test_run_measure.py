@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ckptbench.workload.contract.config import Procedure
 from ckptbench.workload.local import cli as run_cli
+from tests.workers import ckptbench
 
 pytestmark = pytest.mark.timeout(180)
 
 TINY = ["--layer-size", "50", "--padding-size", "4", "--world-size", "2"]
-
-
-def _ckptbench(*argv: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ckptbench.cli", "run", *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def _plan(*argv: str) -> run_cli.Plan:
@@ -50,22 +40,6 @@ def test_sample_counts_default_to_the_procedures_own(
     )
 
 
-@pytest.mark.parametrize(
-    ("argv", "names"),
-    [
-        (["--procedure", "mlperf", "--samples", "3"], ["--samples", "10 writes"]),
-        (["--procedure", "reference", "--warmup", "1"], ["--warmup", "no warm-up"]),
-        (["--procedure", "fast"], ["--procedure", "'fast'", "mlperf"]),
-        (["--storage", "gs://"], ["--storage", "no bucket"]),
-    ],
-)
-def test_bad_procedure_settings_name_the_option(argv: list[str], names: list[str]) -> None:
-    with pytest.raises(run_cli.UsageError) as err:
-        _plan(*argv)
-    for name in names:
-        assert name in str(err.value)
-
-
 def test_keep_cache_is_recorded(tmp_path: Path) -> None:
     [dropped] = _plan("--storage", str(tmp_path)).configs
     [kept] = _plan("--storage", str(tmp_path), "--keep-cache").configs
@@ -79,7 +53,7 @@ def test_json_that_cannot_be_written_is_refused_before_the_run(tmp_path: Path, w
     blocker.write_text("x")
     target = tmp_path if where == "directory" else blocker / "out.json"
     storage = tmp_path / "ckpt"
-    proc = _ckptbench(*TINY, "--storage", str(storage), "--json", str(target), timeout=30)
+    proc = ckptbench("run", *TINY, "--storage", str(storage), "--json", str(target), timeout=30)
     assert proc.returncode == 2, proc.stderr
     assert "--json" in proc.stderr and str(target) in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -110,7 +84,7 @@ def test_procedures_run_and_are_recorded(tmp_path: Path, procedure: str, samples
     ]
     if procedure == "reference":
         argv += ["--samples", str(samples)]
-    proc = _ckptbench(*argv)
+    proc = ckptbench("run", *argv, timeout=150)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [run] = json.loads(out.read_text())["runs"]
     assert run["procedure"] == procedure

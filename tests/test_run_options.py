@@ -65,9 +65,14 @@ def test_every_value_option_that_sets_the_config_takes_a_list() -> None:
         (["--part-size", "8MiB,lots"], ["--part-size", "not a size"]),
         # The config's own check, naming the option and the cell it failed in.
         (["--threads", "4,0"], ["--threads", "threads=0"]),
+        # A procedure's own settings, and a storage URL with no bucket.
+        (["--procedure", "mlperf", "--samples", "3"], ["--samples", "10 writes"]),
+        (["--procedure", "reference", "--warmup", "1"], ["--warmup", "no warm-up"]),
+        (["--procedure", "fast"], ["--procedure", "'fast'", "mlperf"]),
+        (["--storage", "gs://"], ["--storage", "no bucket"]),
     ],
 )
-def test_bad_list_values_name_the_option(argv: list[str], names: list[str]) -> None:
+def test_bad_values_name_the_option(argv: list[str], names: list[str]) -> None:
     with pytest.raises(options.UsageError) as info:
         _plan(*argv)
     for name in names:

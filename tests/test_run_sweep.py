@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ckptbench.workload.local.progress import SAMPLE_DONE
+from tests.workers import ckptbench
 
 pytestmark = pytest.mark.slow
 
@@ -19,21 +18,12 @@ TINY = ["--world-size", "1", "--layer-size", "50", "--padding-size", "2", "--sam
 TINY += ["--warmup", "0"]
 
 
-def _ckptbench(*argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ckptbench.cli", *argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
     out = tmp_path_factory.mktemp("sweep")
     j, c = out / "sweep.json", out / "sweep.csv"
     cmd = ["run", *TINY, "--backend", "gcs,gcsfs", "--threads", "4,16"]
-    proc = _ckptbench(*cmd, "--json", str(j), "--csv", str(c))
+    proc = ckptbench(*cmd, "--json", str(j), "--csv", str(c), timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return j, c, proc.stdout + "\n" + proc.stderr
 
@@ -85,10 +75,10 @@ def test_progress_counts_the_lines_the_ranks_print(sweep: tuple[Path, Path, str]
 
 
 def test_compare_and_report_on_the_sweep(sweep: tuple[Path, Path, str], tmp_path: Path) -> None:
-    proc = _ckptbench("compare", str(sweep[0]), str(sweep[0]))
+    proc = ckptbench("compare", str(sweep[0]), str(sweep[0]), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("1.00x") == 4 * 4  # 4 figures of 4 cells, each against itself
     png = tmp_path / "sweep.png"
-    proc = _ckptbench("report", str(sweep[0]), "-o", str(png))
+    proc = ckptbench("report", str(sweep[0]), "-o", str(png), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes().startswith(b"\x89PNG")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,14 +17,7 @@ from ckptbench.workload.storage import factory, torch_seam
 from ckptbench.workload.storage.gcs import google_seam
 from ckptbench.workload.storage.paths import local_path
 
-pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(autouse=True)
-def _quiet() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        yield
+pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("quiet_dcp")]
 
 
 def config(path: str, **extra: object) -> WorkloadConfig:

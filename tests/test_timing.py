@@ -15,28 +15,14 @@ import torch
 from torch.distributed.checkpoint.planner import LoadPlan
 from torch.distributed.checkpoint.storage import StorageReader
 
-from ckptbench.workload.contract.config import CacheMode, WorkloadConfig
+from ckptbench.workload.contract.config import CacheMode
 from ckptbench.workload.contract.results import summarize
 from ckptbench.workload.rank import loop, state
 from ckptbench.workload.storage import timing
 from tests import workers
-from tests.workers import slow_writes, small_config
+from tests.workers import one_rank, slow_writes, small_config
 
 DELAY = 0.8
-
-
-def _config(tmp_path: Path, **kw: object) -> WorkloadConfig:
-    values: dict[str, object] = {
-        "checkpoint_path": f"file://{tmp_path}/ckpt",
-        "backend": "file",
-        "world_size": 1,
-        "layer_size": 500,
-        "padding_size": 3,
-        "sample_count": 2,
-        "warmup_samples": 0,
-    }
-    values.update(kw)
-    return WorkloadConfig.model_validate(values)
 
 
 def _quiet() -> Callable[[str], None]:
@@ -75,7 +61,7 @@ def test_async_blocked_time_ends_before_the_checkpoint_is_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(timing, "timed_writer", slow_writes(DELAY))
-    config = _config(tmp_path, async_save=True, sample_count=1)
+    config = one_rank(tmp_path, async_save=True, sample_count=1)
     result = loop.run(config, log=_quiet())
     assert result.error is None and result.verified is True
     save = result.save
@@ -85,7 +71,7 @@ def test_async_blocked_time_ends_before_the_checkpoint_is_durable(
 
 
 def test_planning_and_io_lie_within_the_collective(tmp_path: Path) -> None:
-    result = loop.run(_config(tmp_path), log=_quiet())
+    result = loop.run(one_rank(tmp_path), log=_quiet())
     for op in (result.save, result.load):
         assert op is not None and op.seconds and op.io_seconds and op.planning_seconds
         for total, io, plan in zip(op.seconds, op.io_seconds, op.planning_seconds, strict=True):
@@ -110,7 +96,7 @@ def test_a_skipped_tensor_fails_verification_even_on_reused_memory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The template may be the saved shard's memory, already holding the expected values."""
-    config = _config(tmp_path, sample_count=1)
+    config = one_rank(tmp_path, sample_count=1)
     expected = state.build_state(config)
     monkeypatch.setattr(
         state, "empty_template", lambda c: {k: v.clone() for k, v in expected.items()}
@@ -149,7 +135,7 @@ def _resident_pages(path: Path) -> tuple[int, int]:
 def test_file_loads_read_the_disk_unless_the_cache_is_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drop: bool
 ) -> None:
-    config = _config(tmp_path, layer_size=2000, drop_cache=drop)
+    config = one_rank(tmp_path, layer_size=2000, drop_cache=drop)
     seen: list[tuple[int, int]] = []
     real = timing.timed_reader
 
@@ -200,7 +186,7 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_full_disk_is_named_and_its_partial_shards_removed(tiny_disk: Path) -> None:
     # 3 tensors of 2 MB: the shard does not fit in 4 MiB.
-    config = _config(tiny_disk, layer_size=500, sample_count=1)
+    config = one_rank(tiny_disk, layer_size=500, sample_count=1)
     result = loop.run(config, log=_quiet())
     assert result.error is not None and result.save is None
     assert "ENOSPC" in result.error and config.checkpoint_id(0) in result.error, result.error

@@ -56,6 +56,47 @@ def small_config(checkpoint_path: str, **overrides: object) -> WorkloadConfig:
     return WorkloadConfig.model_validate(values)
 
 
+def one_rank(tmp_path: Path, **overrides: object) -> WorkloadConfig:
+    """One rank run in the test's own process, no process group, DCP on a local folder."""
+    values: dict[str, object] = {
+        "checkpoint_path": f"file://{tmp_path}/ckpt",
+        "backend": "file",
+        "world_size": 1,
+        "layer_size": 500,
+        "padding_size": 3,
+        "sample_count": 2,
+        "warmup_samples": 0,
+    }
+    values.update(overrides)
+    return WorkloadConfig.model_validate(values)
+
+
+def children_by_parent() -> dict[int, list[int]]:
+    """The live processes' ids by their parent's, read from /proc (one that ends meanwhile is
+    passed over)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def ckptbench(*argv: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """The real command line, ``ckptbench ARGV...``, in a child process; its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "ckptbench.cli", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def base_env(emulator_url: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX) and k not in _LEAKY}
     # Several ranks share two cores: one compute thread each keeps them from thrashing.
