@@ -68,47 +68,28 @@ def test_metric_names_cover_the_contract() -> None:
 @pytest.mark.parametrize(
     ("name", "labels", "expected"),
     [
-        ("ckptbench_benchmark_checkpoint_bytes", {}, 200.0),
-        ("ckptbench_benchmark_ranks", {"state": "expected"}, 4.0),
-        ("ckptbench_benchmark_ranks", {"state": "reported"}, 4.0),
-        ("ckptbench_benchmark_phase", {"phase": "Succeeded"}, 1.0),
-        ("ckptbench_benchmark_phase", {"phase": "Running"}, 0.0),
-        ("ckptbench_benchmark_duration_seconds", {"operation": "save", "statistic": "mean"}, 2.0),
-        ("ckptbench_benchmark_duration_seconds", {"operation": "save", "statistic": "p50"}, 1.5),
-        ("ckptbench_benchmark_duration_seconds", {"operation": "save", "statistic": "p90"}, 3.0),
-        ("ckptbench_benchmark_duration_seconds", {"operation": "load", "statistic": "mean"}, 1.0),
-        ("ckptbench_benchmark_duration_seconds", {"operation": "load", "statistic": "max"}, 4.0),
-        (
-            "ckptbench_benchmark_throughput_bytes_per_second",
-            {"operation": "save", "kind": "aggregate"},
-            100.0,
-        ),
-        (
-            "ckptbench_benchmark_throughput_bytes_per_second",
-            {"operation": "load", "kind": "min_rank"},
-            20.0,
-        ),
-        ("ckptbench_benchmark_phase_seconds", {"operation": "save", "part": "planning"}, 0.25),
-        (
-            "ckptbench_benchmark_phase_seconds",
-            {"operation": "save", "part": "io_slowest_rank"},
-            1.5,
-        ),
-        (
-            "ckptbench_benchmark_phase_seconds",
-            {"operation": "load", "part": "io_fastest_rank"},
-            0.5,
-        ),
-        (
-            "ckptbench_benchmark_phase_seconds",
-            {"operation": "load", "part": "collective_overhead"},
-            0.25,
-        ),
+        # Each name after "ckptbench_benchmark_".
+        ("checkpoint_bytes", {}, 200.0),
+        ("ranks", {"state": "expected"}, 4.0),
+        ("ranks", {"state": "reported"}, 4.0),
+        ("phase", {"phase": "Succeeded"}, 1.0),
+        ("phase", {"phase": "Running"}, 0.0),
+        ("duration_seconds", {"operation": "save", "statistic": "mean"}, 2.0),
+        ("duration_seconds", {"operation": "save", "statistic": "p50"}, 1.5),
+        ("duration_seconds", {"operation": "save", "statistic": "p90"}, 3.0),
+        ("duration_seconds", {"operation": "load", "statistic": "mean"}, 1.0),
+        ("duration_seconds", {"operation": "load", "statistic": "max"}, 4.0),
+        ("throughput_bytes_per_second", {"operation": "save", "kind": "aggregate"}, 100.0),
+        ("throughput_bytes_per_second", {"operation": "load", "kind": "min_rank"}, 20.0),
+        ("phase_seconds", {"operation": "save", "part": "planning"}, 0.25),
+        ("phase_seconds", {"operation": "save", "part": "io_slowest_rank"}, 1.5),
+        ("phase_seconds", {"operation": "load", "part": "io_fastest_rank"}, 0.5),
+        ("phase_seconds", {"operation": "load", "part": "collective_overhead"}, 0.25),
     ],
 )
 def test_update_sets_series(name: str, labels: dict[str, str], expected: float) -> None:
     metrics.update_benchmark("ns", "b1", "gcs", SUCCEEDED)
-    assert value(name, **base(), **labels) == expected
+    assert value(f"ckptbench_benchmark_{name}", **base(), **labels) == expected
 
 
 def test_remove_takes_every_series_away_and_keeps_others() -> None:

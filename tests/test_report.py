@@ -50,32 +50,54 @@ def _row(table: str, label: str) -> list[str]:
 OK = _two_ranks(save=[2.0, 2.0, 2.0], load=[1.0, 1.0, 4.0])
 
 
+def _phased(rank: int, io: float, **kw: object) -> RankResult:
+    timing = OpTiming.of([2.0, 2.0], [io, io], [0.1, 0.1])
+    return RankResult(rank=rank, bytes=GIB, save=timing, load=timing, verified=True, **kw)
+
+
+PHASED = summarize([_phased(0, 0.5), _phased(1, 1.5)], world_size=2, total_bytes=2 * GIB)
+
+
+# The summaries the row table below reads, by a short name that makes readable test ids.
+SUMMARIES = {"ok": OK, "phased": PHASED}
+
+
 @pytest.mark.parametrize(
-    ("label", "expected"),
+    ("summary", "label", "expected"),
     [
-        ("world size", ["2"]),
-        ("ranks reported", ["2/2"]),
-        ("shard size (GiB)", ["1.00"]),
-        ("total size (GiB)", ["2.00"]),
-        ("save samples", ["3"]),
-        ("save mean (s)", ["2.000"]),
-        ("save stdev (s)", ["0.000"]),
-        ("save max (s)", ["2.000"]),
+        ("ok", "world size", ["2"]),
+        ("ok", "ranks reported", ["2/2"]),
+        ("ok", "shard size (GiB)", ["1.00"]),
+        ("ok", "total size (GiB)", ["2.00"]),
+        ("ok", "save samples", ["3"]),
+        ("ok", "save mean (s)", ["2.000"]),
+        ("ok", "save stdev (s)", ["0.000"]),
+        ("ok", "save max (s)", ["2.000"]),
         # 2 GiB in 2 s: 1 GiB/s in all; the slowest rank moved its 1 GiB in 2 s.
-        ("save throughput (GiB/s)", ["1.000"]),
-        ("save min per-rank (GiB/s)", ["0.500"]),
-        ("save slowest rank", ["1"]),
-        ("load mean (s)", ["2.000"]),
-        ("load p50 (s)", ["1.000"]),
-        ("load p90 (s)", ["3.400"]),
-        ("load max (s)", ["4.000"]),
-        ("load stdev (s)", ["1.732"]),
-        ("verified", ["yes"]),
-        ("status", ["ok"]),
+        ("ok", "save throughput (GiB/s)", ["1.000"]),
+        ("ok", "save min per-rank (GiB/s)", ["0.500"]),
+        ("ok", "save slowest rank", ["1"]),
+        ("ok", "load mean (s)", ["2.000"]),
+        ("ok", "load p50 (s)", ["1.000"]),
+        ("ok", "load p90 (s)", ["3.400"]),
+        ("ok", "load max (s)", ["4.000"]),
+        ("ok", "load stdev (s)", ["1.732"]),
+        ("ok", "verified", ["yes"]),
+        ("ok", "status", ["ok"]),
+        # Barrier to barrier both ranks took 2 s; rank 1's own I/O took 1.5 s, rank 0's 0.5 s.
+        ("phased", "save mean (s)", ["2.000"]),
+        ("phased", "save planning (s)", ["0.100"]),
+        ("phased", "save I/O slowest rank (s)", ["1.500"]),
+        ("phased", "save I/O fastest rank (s)", ["0.500"]),
+        ("phased", "save collective overhead (s)", ["0.400"]),
+        ("phased", "save slowest rank", ["1"]),
+        ("phased", "save min per-rank (GiB/s)", ["0.667"]),
+        ("phased", "load I/O slowest rank (s)", ["1.500"]),
+        ("phased", "procedure", ["ckptbench"]),
     ],
 )
-def test_one_run_rows(label: str, expected: list[str]) -> None:
-    assert _row(report.format_table([("gcs", OK)]), label) == expected
+def test_one_run_rows(summary: str, label: str, expected: list[str]) -> None:
+    assert _row(report.format_table([("gcs", SUMMARIES[summary])]), label) == expected
 
 
 def test_one_run_has_no_ratio_column_and_no_async_row() -> None:
@@ -245,33 +267,6 @@ def test_shard_size_unknown_when_no_rank_reported() -> None:
     assert _row(table, "shard size (GiB)") == ["-"]
     assert _row(table, "total size (GiB)") == ["2.00"]
     assert _row(table, "verified") == ["unknown"]
-
-
-def _phased(rank: int, io: float, **kw: object) -> RankResult:
-    timing = OpTiming.of([2.0, 2.0], [io, io], [0.1, 0.1])
-    return RankResult(rank=rank, bytes=GIB, save=timing, load=timing, verified=True, **kw)
-
-
-PHASED = summarize([_phased(0, 0.5), _phased(1, 1.5)], world_size=2, total_bytes=2 * GIB)
-
-
-@pytest.mark.parametrize(
-    ("label", "expected"),
-    [
-        # Barrier to barrier both ranks took 2 s; rank 1's own I/O took 1.5 s, rank 0's 0.5 s.
-        ("save mean (s)", ["2.000"]),
-        ("save planning (s)", ["0.100"]),
-        ("save I/O slowest rank (s)", ["1.500"]),
-        ("save I/O fastest rank (s)", ["0.500"]),
-        ("save collective overhead (s)", ["0.400"]),
-        ("save slowest rank", ["1"]),
-        ("save min per-rank (GiB/s)", ["0.667"]),
-        ("load I/O slowest rank (s)", ["1.500"]),
-        ("procedure", ["ckptbench"]),
-    ],
-)
-def test_phases_are_shown_apart(label: str, expected: list[str]) -> None:
-    assert _row(report.format_table([("gcs", PHASED)]), label) == expected
 
 
 def test_rank_io_seconds_are_listed_in_the_context() -> None:
