@@ -31,13 +31,14 @@ def _rank(
     )
 
 
+def _of_two(ranks: list[RankResult], total_bytes: int = 2 * GIB) -> RunSummary:
+    """A run of two ranks (of which ``ranks`` reported), 2 GiB in all unless told."""
+    return summarize(ranks, world_size=2, total_bytes=total_bytes)
+
+
 def _two_ranks(save: list[float], load: list[float]) -> RunSummary:
     # Rank 1 is the slower one on every sample, so the collective duration is rank 1's.
-    return summarize(
-        [_rank(0, [x / 2 for x in save], [x / 2 for x in load]), _rank(1, save, load)],
-        world_size=2,
-        total_bytes=2 * GIB,
-    )
+    return _of_two([_rank(0, [x / 2 for x in save], [x / 2 for x in load]), _rank(1, save, load)])
 
 
 def _row(table: str, label: str) -> list[str]:
@@ -55,7 +56,7 @@ def _phased(rank: int, io: float, **kw: object) -> RankResult:
     return RankResult(rank=rank, bytes=GIB, save=timing, load=timing, verified=True, **kw)
 
 
-PHASED = summarize([_phased(0, 0.5), _phased(1, 1.5)], world_size=2, total_bytes=2 * GIB)
+PHASED = _of_two([_phased(0, 0.5), _phased(1, 1.5)])
 
 
 # The summaries the row table below reads, by a short name that makes readable test ids.
@@ -107,13 +108,11 @@ def test_one_run_has_no_ratio_column_and_no_async_row() -> None:
 
 
 def test_missing_load_shows_dash_and_fails() -> None:
-    s = summarize(
+    s = _of_two(
         [
             _rank(0, [1.0], None, verified=None, error="RuntimeError: bucket vanished"),
             _rank(1, [1.0], None, verified=None),
-        ],
-        world_size=2,
-        total_bytes=2 * GIB,
+        ]
     )
     table = report.format_table([("gcsfs", s)])
     assert _row(table, "load mean (s)") == ["-"]
@@ -154,7 +153,7 @@ def test_missing_load_shows_dash_and_fails() -> None:
 def test_failure_lines(
     results: list[RankResult], extra: dict[str, object], expected: list[str]
 ) -> None:
-    s = summarize(results, world_size=2, total_bytes=2 * GIB).model_copy(update={"extra": extra})
+    s = _of_two(results).model_copy(update={"extra": extra})
     assert not s.succeeded
     assert report.failure_lines("file", s) == expected
     assert _row(report.format_table([("file", s)]), "status") == ["FAILED"]
@@ -165,11 +164,7 @@ def test_success_has_no_failure_lines() -> None:
 
 
 def test_unverified_but_complete_run_says_not_checked() -> None:
-    s = summarize(
-        [_rank(0, [1.0], [1.0], verified=None), _rank(1, [1.0], [1.0], verified=None)],
-        world_size=2,
-        total_bytes=2 * GIB,
-    )
+    s = _of_two([_rank(0, [1.0], [1.0], verified=None), _rank(1, [1.0], [1.0], verified=None)])
     assert _row(report.format_table([("file", s)]), "verified") == ["not", "checked"]
 
 
@@ -192,21 +187,17 @@ def test_ratio_column_needs_both_gcs_and_gcsfs() -> None:
 
 
 def test_ratio_left_blank_when_one_side_failed() -> None:
-    failed = summarize(
-        [_rank(0, None, None, verified=None, error="x")], world_size=2, total_bytes=2 * GIB
-    )
+    failed = _of_two([_rank(0, None, None, verified=None, error="x")])
     table = report.format_table([("gcs", OK), ("gcsfs", failed)])
     assert _row(table, "save mean (s)") == ["2.000", "-"]
 
 
 def test_async_save_adds_blocked_row() -> None:
-    s = summarize(
+    s = _of_two(
         [
             _rank(0, [2.0, 2.0], [1.0, 1.0], blocked=[0.25, 0.25]),
             _rank(1, [2.0, 2.0], [1.0, 1.0], blocked=[0.5, 0.5]),
-        ],
-        world_size=2,
-        total_bytes=2 * GIB,
+        ]
     )
     table = report.format_table([("gcs", s), ("gcsfs", OK)])
     # The caller was blocked as long as the most-blocked rank; the sync run has no such figure.
@@ -248,9 +239,8 @@ def test_report_includes_context_and_failures() -> None:
 
 def test_small_runs_switch_to_mib() -> None:
     mib = 1024**2
-    s = summarize(
+    s = _of_two(
         [_rank(0, [0.5], [0.25], nbytes=4 * mib), _rank(1, [0.5], [0.25], nbytes=4 * mib)],
-        world_size=2,
         total_bytes=8 * mib,
     )
     table = report.format_table([("gcs", s)])
@@ -262,7 +252,7 @@ def test_small_runs_switch_to_mib() -> None:
 
 
 def test_shard_size_unknown_when_no_rank_reported() -> None:
-    s = summarize([], world_size=2, total_bytes=2 * GIB)
+    s = _of_two([])
     table = report.format_table([("gcs", s)])
     assert _row(table, "shard size (GiB)") == ["-"]
     assert _row(table, "total size (GiB)") == ["2.00"]
@@ -276,10 +266,8 @@ def test_rank_io_seconds_are_listed_in_the_context() -> None:
 def test_procedure_rows_appear_only_for_their_procedure() -> None:
     from ckptbench.workload.contract.config import Procedure
 
-    ref = summarize(
-        [_phased(0, 0.5, procedure=Procedure.REFERENCE), _phased(1, 1.5, procedure="reference")],
-        world_size=2,
-        total_bytes=2 * GIB,
+    ref = _of_two(
+        [_phased(0, 0.5, procedure=Procedure.REFERENCE), _phased(1, 1.5, procedure="reference")]
     )
     table = report.format_table([("gcs", ref)])
     assert _row(table, "procedure") == ["reference"]
