@@ -3,7 +3,8 @@
 Both bench scripts that compare the ``file`` backend with raw I/O write and read the same way, so
 that their yardsticks agree: one file written with unbuffered writes of one tensor's bytes and
 fsynced (DCP's FileSystemWriter syncs its files too), and read back into fresh anonymous memory
-per tensor, untouched until read into, as DCP loads into a template of ``torch.empty`` tensors:
+per tensor, untouched until read into, as DCP's FileSystemReader has ``torch.load`` read each item
+into a new buffer (before copying it into the template, whose pages the loop touched untimed):
 both sides pay the same page faults.
 """
 

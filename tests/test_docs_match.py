@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+import torch
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.workload.contract.config import Procedure
 from ckptbench.workload.contract.results import OpSummary, mlperf_metrics
+from ckptbench.workload.rank import state
 from ckptbench.workload.storage.gcs import upload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,3 +53,20 @@ def test_measurement_doc_names_every_procedure_and_mlperf_figure() -> None:
             continue  # documented together as checkpoint_{write,read}_{min,median}_rank_gibps
         assert f"`{key}`" in doc or key.startswith("load_"), key
     assert "checkpoint_{write,read}_{min,median}_rank_gibps" in doc
+
+
+def test_measurement_doc_says_every_template_element_is_marked_before_its_load() -> None:
+    doc = " ".join((ROOT / "docs" / "measurement.md").read_text().split())
+    assert "every element of the template is set to NaN" in doc
+    template = {"t": torch.empty(3 * state.BLOCK + 5)}
+    state.mark_unwritten(template)
+    assert torch.isnan(template["t"]).all()  # the order (before the timing): tests/test_loop.py
+
+
+def test_every_bench_script_the_docs_name_exists() -> None:
+    named: set[str] = set()
+    for doc in (ROOT / "docs").glob("*.md"):
+        named |= set(re.findall(r"`(bench/[a-z_]+\.py)`", doc.read_text()))
+    assert {"bench/bench_measure.py", "bench/file_vs_raw.py", "bench/rawio.py"} <= named
+    for name in named:
+        assert (ROOT / name).is_file(), name

@@ -1,0 +1,385 @@
+"""Part 2 of ``bench_measure``: the ``file`` backend against raw I/O of the same byte count, cold.
+
+Run by ``bench_measure.py`` as a child process (``file_vs_raw.py --json OUT ...``). One rank runs
+as ``ckptbench worker`` runs it (``worker.run``: its memory settings, a one-rank gloo group, the
+timed loop and its results); an after-save hook runs a raw round between each sample's save and
+its load. The raw side is :mod:`rawio`, the yardstick ``bench_workload`` uses too: the shard's
+payload bytes written in tensor-sized writes and fsynced (W), and such a file read back cold, a
+tensor at a time, into freshly mapped memory (R), as ``torch.load`` reads each item into a new
+buffer. Writes and reads alternate so that each raw operation has the position of the ckptbench
+one it is compared with, which matters on a virtual disk: measured here, a 1 GiB write right after
+another write + fsync ran 1.4-3x slower than one after a read, and a read right after a write is
+slowed the same way. A hook reads the file the previous hook wrote, then writes its own:
+
+    save0 [W-1 before the run] [R-1 W0] load0 | save1 [R0 W1] load1 | ... | saveN [R(N-1) WN] loadN
+    [W(N+1) R(N)]
+
+Every write (DCP's or raw) follows a read and every read follows a write. Timed save ``k`` lies
+between raw writes ``k-1`` and ``k``, its load between raw reads ``k-1`` and ``k``; each is
+compared with the mean seconds of the two (A B A B ...: a drift cancels). Each raw file is evicted
+after its write and read once.
+
+What is checked on the way, so that the ratio means what it says:
+
+- eviction: the loop's own ``cache.evict`` call is observed; the checkpoint's resident bytes
+  (``mincore``) just before it (the save left them cached) and just after it (must be 0);
+- first touch: ``state.mark_unwritten`` fills the template before the timed load, so the load
+  does not pay for first-touching it;
+- where DCP's load time goes: the seconds DCP's reader spends inside ``read``/``readinto`` of its
+  file streams (the read system calls, and the page faults of ``torch.load``'s fresh buffers)
+  against the rest of its I/O phase (``torch.load``'s parsing and the copy into the template; a
+  warm copy of the same bytes is timed apart for scale).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import mmap
+import os
+import socket
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import rawio
+import torch
+from torch.distributed.checkpoint.filesystem import FileSystem
+
+from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.config import CacheMode, WorkloadConfig
+from ckptbench.workload.rank import worker
+from ckptbench.workload.storage import cache
+
+GIB = 1024**3
+PAGE = mmap.PAGESIZE
+TARGET_RATIO = 0.9
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A figure with its target: ``value >= target``, or ``value <= target`` when ``at_most``."""
+
+    name: str
+    value: float
+    target: float
+    at_most: bool = False
+
+    @property
+    def met(self) -> bool:
+        return self.value <= self.target if self.at_most else self.value >= self.target
+
+    def line(self) -> str:
+        sign = "<=" if self.at_most else ">="
+        verdict = "meets target" if self.met else "MISSES target"
+        return f"{self.name:<52} {self.value:>8.2f}   target {sign} {self.target:<5} {verdict}"
+
+
+# -- resident pages ------------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]  # fmt: skip
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def resident_bytes(path: Path) -> int:
+    """How many of ``path``'s bytes are in this node's page cache (``mincore``), page-rounded."""
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr is None or addr == _MAP_FAILED:
+            raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
+        try:
+            pages = (size + PAGE - 1) // PAGE
+            vec = (ctypes.c_ubyte * pages)()
+            if _libc.mincore(addr, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore of {path} failed")
+            return min(size, (pages - bytes(vec).count(0)) * PAGE)
+        finally:
+            _libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+
+
+def folder_resident(folder: Path) -> int:
+    return sum(resident_bytes(p) for p in folder.iterdir() if p.is_file())
+
+
+# -- DCP's read calls ------------------------------------------------------------------------------
+
+
+@dataclass
+class Reads:
+    seconds: float = 0.0
+    nbytes: int = 0
+    calls: int = 0
+
+
+class _TimedStream:
+    """A file stream whose ``read``/``readinto`` are timed; everything else is forwarded."""
+
+    def __init__(self, inner: Any, into: Callable[[], Reads]) -> None:
+        self._inner = inner
+        self._into = into
+
+    def readinto(self, buffer: Any) -> int:
+        t0 = time.perf_counter()
+        got = int(self._inner.readinto(buffer) or 0)
+        self._count(t0, got)
+        return got
+
+    def read(self, size: int = -1) -> bytes:
+        t0 = time.perf_counter()
+        data: bytes = self._inner.read(size)
+        self._count(t0, len(data))
+        return data
+
+    def _count(self, t0: float, got: int) -> None:
+        reads = self._into()
+        reads.seconds += time.perf_counter() - t0
+        reads.nbytes += got
+        reads.calls += 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@contextmanager
+def timed_dcp_reads(into: Callable[[], Reads]) -> Iterator[None]:
+    """Time the reads of every data file DCP's ``FileSystem`` opens for reading (public API:
+    ``FileSystemReader`` opens its files through ``FileSystem.create_stream``)."""
+    original = FileSystem.create_stream
+
+    @contextmanager
+    def create_stream(self: FileSystem, path: Any, mode: str) -> Iterator[Any]:
+        with original(self, path, mode) as stream:
+            data = mode == "rb" and str(path).endswith(".distcp")  # not the .metadata
+            yield _TimedStream(stream, into) if data else stream
+
+    setattr(FileSystem, "create_stream", create_stream)  # noqa: B010  (a method on a class)
+    try:
+        yield
+    finally:
+        setattr(FileSystem, "create_stream", original)  # noqa: B010
+
+
+# -- raw I/O ---------------------------------------------------------------------------------------
+
+
+def warm_copy_seconds(nbytes: int, piece_bytes: int) -> float:
+    """A copy of ``nbytes`` between two touched tensor-sized buffers, as DCP's ``copy_``."""
+    src = torch.ones(piece_bytes // 4, dtype=torch.float32)
+    dst = torch.zeros_like(src)
+    t0 = time.perf_counter()
+    for _ in range(max(1, round(nbytes / piece_bytes))):
+        dst.copy_(src)
+    return time.perf_counter() - t0
+
+
+# -- the run ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Round:
+    raw_write_s: float = 0.0
+    raw_read_s: float = 0.0
+    raw_bytes: int = 0
+    raw_resident_after_evict: int = 0
+    ckpt_resident_before_evict: int = 0
+    ckpt_resident_after_evict: int = 0
+    copy_s: float = 0.0
+    reads: Reads = field(default_factory=Reads)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run(root: Path, layer_size: int, tensors: int, rounds: int) -> dict[str, Any]:
+    config = WorkloadConfig.model_validate(
+        {"checkpoint_path": f"file://{root}", "backend": "file", "world_size": 1,
+         "layer_size": layer_size, "padding_size": tensors, "sample_count": rounds,
+         "warmup_samples": 1, "master_port": _free_port()}
+    )  # fmt: skip
+    assert config.cache_mode is CacheMode.DROPPED
+    piece = sizes.tensor_bytes(layer_size)
+    chunk = rawio.pattern(piece)
+    done: list[Round] = []
+    evictions: list[str] = []
+
+    def current() -> Reads:
+        # Reads before the first hook are the warm-up load's planning (.metadata): not kept.
+        return done[-1].reads if done else Reads()
+
+    files: list[Path] = []  # raw files written and not yet read: at most one
+
+    def raw_write(r: Round) -> None:
+        path = root / f"raw-{len(done)}.bin"
+        t0 = time.perf_counter()
+        rawio.write(path, chunk, tensors)
+        r.raw_write_s = time.perf_counter() - t0
+        cache.evict_file(path)
+        r.raw_resident_after_evict = resident_bytes(path)
+        files.append(path)
+
+    def raw_read(r: Round) -> None:
+        path = files.pop(0)
+        cache.evict_file(path)  # already evicted after its write; nothing has read it since
+        t0 = time.perf_counter()
+        rawio.read(path, piece, tensors)
+        r.raw_read_s = time.perf_counter() - t0
+        path.unlink()
+
+    def raw_round(*steps: Callable[[Round], None]) -> None:
+        r = Round(raw_bytes=piece * tensors)
+        for step in steps:
+            step(r)
+        r.copy_s = warm_copy_seconds(r.raw_bytes, piece)
+        done.append(r)
+
+    real_evict = cache.evict
+
+    def observed_evict(folder: str | os.PathLike[str]) -> int:
+        # Observation only: the loop's own eviction runs unchanged, just before the timed load.
+        where = Path(folder)
+        before = folder_resident(where)
+        evicted = real_evict(folder)
+        evictions.append(str(where))
+        done[-1].ckpt_resident_before_evict = before
+        done[-1].ckpt_resident_after_evict = folder_resident(where)
+        return evicted
+
+    cache.evict = observed_evict
+    try:
+        with timed_dcp_reads(current), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            raw_write(Round())  # read in the warm-up's raw round, as each later one reads
+            # the file the round before wrote, then writes its own: see the module docstring.
+            code = worker.run(config, after_save=lambda _i, _id: raw_round(raw_read, raw_write))
+    finally:
+        cache.evict = real_evict
+    # After the last load, a write and then the last file's read: that read, like every other,
+    # follows a write, and every write follows a read.
+    raw_round(raw_write, raw_read)
+    for leftover in files:
+        leftover.unlink()
+    if code != worker.EXIT_OK:
+        raise SystemExit(f"the ckptbench rank failed (exit {code}); its log is above")
+    if len(evictions) != rounds + 1:
+        raise SystemExit(f"the loop evicted {len(evictions)} times, not once per sample")
+    result = json.loads(Path(config.results_path, "rank-00000.json").read_text())
+    save, load = result["save"], result["load"]
+    return {
+        "shard_bytes": config.shard_bytes,
+        "save_s": save["seconds"],
+        "load_s": load["seconds"],
+        "load_io_s": load["io_seconds"],
+        "load_planning_s": load["planning_seconds"],
+        "cache": result["cache"],
+        "raw": [asdict(r) for r in done],
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--dir", type=Path, required=True)
+    p.add_argument("--layer-size", type=int, required=True)
+    p.add_argument("--tensors", type=int, required=True)
+    p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("--json", type=Path, required=True)
+    a = p.parse_args()
+    doc = run(a.dir, a.layer_size, a.tensors, a.rounds)
+    a.json.write_text(json.dumps(doc))
+    return 0
+
+
+def _bracket(before: float, after: float) -> float:
+    return (before + after) / 2
+
+
+def summarize(doc: dict[str, Any], say: Callable[[str], None]) -> list[Judged]:
+    """Print the per-round and median figures; return the judged ones.
+
+    ``raw[h]`` is hook ``h``'s round (``h`` 0 the warm-up's, the last one after the last load):
+    its read is of the file written in round ``h - 1``, its write is raw write ``h``. Timed save
+    ``k`` lies between the writes of rounds ``k - 1`` and ``k``, and its load between the reads of
+    rounds ``k`` and ``k + 1``.
+    """
+    shard = doc["shard_bytes"]
+    raw = doc["raw"]
+    nbytes = raw[0]["raw_bytes"]
+    rows: list[dict[str, float]] = []
+    for i, (save_s, load_s) in enumerate(zip(doc["save_s"], doc["load_s"], strict=True)):
+        k = i + 1
+        write_s = _bracket(raw[k - 1]["raw_write_s"], raw[k]["raw_write_s"])
+        read_s = _bracket(raw[k]["raw_read_s"], raw[k + 1]["raw_read_s"])
+        row = {
+            "save": shard / save_s / GIB, "raw_write": nbytes / write_s / GIB,
+            "load": shard / load_s / GIB, "raw_read": nbytes / read_s / GIB,
+            "load_s": load_s, "raw_read_s": read_s, "io_s": doc["load_io_s"][i],
+            "planning_s": doc["load_planning_s"][i], "in_reads_s": raw[k]["reads"]["seconds"],
+            "copy_s": raw[k]["copy_s"],
+        }  # fmt: skip
+        row["save_ratio"] = row["save"] / row["raw_write"]
+        row["load_ratio"] = row["load"] / row["raw_read"]
+        row["beyond_s"] = row["io_s"] - row["in_reads_s"]
+        rows.append(row)
+        say(
+            f"   round {k}: save {row['save']:.3f} vs raw write {row['raw_write']:.3f} GiB/s "
+            f"({row['save_ratio']:.2f}); load {row['load']:.3f} vs raw read "
+            f"{row['raw_read']:.3f} GiB/s ({row['load_ratio']:.2f}). DCP load {load_s:.2f} s: "
+            f"planning {row['planning_s']:.2f}, in read calls {row['in_reads_s']:.2f} (raw read "
+            f"{raw[k]['raw_read_s']:.2f} before, {raw[k + 1]['raw_read_s']:.2f} after), beyond "
+            f"them {row['beyond_s']:.2f} (a warm copy of the bytes: {row['copy_s']:.2f})"
+        )
+
+    def med(key: str) -> str:
+        xs = [row[key] for row in rows]
+        return f"{statistics.median(xs):.3f} (min {min(xs):.3f}, max {max(xs):.3f})"
+
+    say(f"   save GiB/s: ckptbench {med('save')}, raw write+fsync {med('raw_write')}")
+    say(f"   load GiB/s: ckptbench {med('load')}, raw cold read {med('raw_read')}")
+    say(f"   per-round ratios: save {med('save_ratio')}; load {med('load_ratio')}")
+    say(
+        f"   a DCP load, median seconds: {med('load_s')}; in its read calls {med('in_reads_s')} "
+        f"(the raw read: {med('raw_read_s')}); beyond them {med('beyond_s')} (torch.load's "
+        f"parsing and the copy into the template; a warm copy of the same bytes: {med('copy_s')});"
+        f" planning {med('planning_s')}"
+    )
+    timed = raw[1:-1]
+    before = min(r["ckpt_resident_before_evict"] for r in timed)
+    after = max(r["ckpt_resident_after_evict"] for r in timed)
+    raw_after = max(r["raw_resident_after_evict"] for r in raw)
+    say(
+        f"   page cache (mincore): the checkpoint had >= {before / GIB:.2f} GiB resident before "
+        f"the loop's eviction and <= {after} bytes after it; the raw file <= {raw_after} bytes "
+        f"after its eviction; results say cache: {doc['cache']}"
+    )
+    return [
+        Judged("file save / raw write+fsync (median ratio)",
+               statistics.median(row["save_ratio"] for row in rows), TARGET_RATIO),
+        Judged("file cold load / raw cold read (median ratio)",
+               statistics.median(row["load_ratio"] for row in rows), TARGET_RATIO),
+        Judged("bytes left in the page cache after eviction", float(after + raw_after), 0.0,
+               at_most=True),
+    ]  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
