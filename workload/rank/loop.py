@@ -2,9 +2,7 @@
 
 Procedures (``config.procedure``): ``ckptbench`` runs warm-ups, then ``sample_count`` samples of
 save then load, each load into a fresh template; ``reference`` and ``mlperf`` run every save, then
-every load into one reused template, with no warm-up. Every template is filled with NaN before
-its load, outside the timing: verification then catches any element the load skipped, and no
-timed load pays the kernel's first touch of its destination's pages.
+every load into one reused template, with no warm-up. Templates are filled with NaN untimed.
 
 Each operation is bracketed ``barrier(); t0; op; barrier(); t1`` as in the reference: ``t1 - t0``
 is the collective duration, the same on every rank because DCP ends its save and load with
@@ -217,9 +215,8 @@ class _Loop:
     def _saves_then_loads(self, holder: list[dict[str, torch.Tensor]]) -> None:
         """The reference's and MLPerf's order: every save, then every load into one template.
 
-        No warm-up. The template is allocated once and reused, as in the reference. Each load's
-        untimed NaN fill has already touched its pages, so not even the first load pays for that
-        (the reference's first load does).
+        No warm-up. The template is allocated once and reused, as in the reference; the untimed
+        NaN fill spares even the first load the first touch of its pages (the reference's pays).
         """
         config = self.config
         ids = [config.checkpoint_id(i) for i in range(config.sample_count)]
