@@ -7,10 +7,12 @@ threads idle; these tests pin the part and range sizes to the threads.
 
 from __future__ import annotations
 
+import io
 import threading
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 import torch
@@ -27,8 +29,10 @@ from ckptbench.workload.storage.gcs.backend import (
     spread_size,
 )
 from ckptbench.workload.storage.gcs.client import make_client
+from ckptbench.workload.storage.gcs.download import BlobLayouts, ParallelReader, _Item
 from ckptbench.workload.storage.gcs.objects import GcsObjects
 from ckptbench.workload.storage.gcs.upload import CompositeUploadStream
+from ckptbench.workload.storage.torch_seam import StorageInfo
 
 MiB = 1 << 20
 pytestmark = pytest.mark.timeout(120)
@@ -120,3 +124,48 @@ def test_thread_counts_and_part_sizes_below_one_are_refused_by_name(
         GcsStorageReader(f"gs://{gcs_bucket}/x", part_size_bytes=0, client=client)
     with pytest.raises(ValueError, match="part_size must be >= 1, got 0"):
         CompositeUploadStream(GcsObjects(client, gcs_bucket), "x", threads=1, part_size=0)
+
+
+def _blob(t: torch.Tensor) -> memoryview:
+    buf = io.BytesIO()
+    torch.save(t, buf)
+    return memoryview(buf.getvalue())
+
+
+def test_blob_layouts_are_parsed_once_per_shape_and_dtype_and_never_confused() -> None:
+    layouts = BlobLayouts()
+    floats = [torch.rand(32, 100) for _ in range(3)]
+    for t in floats:
+        blob = _blob(t)
+        record = layouts.parse(blob)
+        assert record is not None and record.dtype == torch.float32
+        payload = blob[record.data_offset : record.data_offset + record.data_length]
+        assert bytes(payload) == t.numpy().tobytes()
+    assert layouts.parsed == 1
+    # Same length, other dtype: the pickled layout before the payload differs.
+    ints = torch.arange(3200, dtype=torch.int32).reshape(32, 100)
+    blob = _blob(ints)
+    assert blob.nbytes == _blob(floats[0]).nbytes
+    record = layouts.parse(blob)
+    assert record is not None and record.dtype == torch.int32 and layouts.parsed == 2
+
+
+def test_small_items_are_coalesced_into_as_few_reads_as_the_part_size_allows() -> None:
+    # 100 back-to-back items of 100 bytes, parts of 625 bytes: 16 reads, not 17 (six items a
+    # read, and a 17th for the last four, would leave all threads but one idle at the end).
+    items = [
+        _Item(cast(Any, None), StorageInfo("__0_0.distcp", i * 100, 100), None) for i in range(100)
+    ]
+    reader = ParallelReader(
+        cast(Any, SimpleNamespace(checksums=False)),
+        str,
+        threads=8,
+        part_size=625,
+        transforms=cast(Any, None),
+    )
+    groups = reader._coalesce(items)
+    assert len(groups) <= 16, [len(g) for g in groups]
+    assert [i for g in groups for i in g] == items
+    # A gap starts a new read.
+    gap = [*items[:3], _Item(cast(Any, None), StorageInfo("__0_0.distcp", 5000, 100), None)]
+    assert [len(g) for g in reader._coalesce(gap)] == [3, 1]

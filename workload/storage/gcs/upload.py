@@ -99,6 +99,8 @@ class CompositeUploadStream(io.RawIOBase):
         self._objects = objects
         self._name = name
         self._part_size = part_size
+        # Writes below this size are always copied into the part buffer.
+        self._small = min(part_size, ZERO_COPY_MIN_BYTES)
         self._keepalive = keepalive
         self._prefix = parts_prefix(name)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="gcs-upload")
@@ -136,6 +138,19 @@ class CompositeUploadStream(io.RawIOBase):
         return self._pos
 
     def write(self, b: Any) -> int:
+        # torch.save writes each tensor as a few dozen pieces (zip records, padding, the
+        # pickle): the ones that only join the part buffer take this short way.
+        buf = self._buf
+        if buf is not None and self._error is None and not self._finished:
+            n = memoryview(b).nbytes
+            if n < self._small and self._fill + n < self._part_size:
+                buf += b
+                self._fill += n
+                self._pos += n
+                return n
+        return self._write(b)
+
+    def _write(self, b: Any) -> int:
         if self._finished:
             raise ValueError(f"write to a finished upload of {self._objects.url(self._name)}")
         self._raise_if_failed()
