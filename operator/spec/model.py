@@ -17,26 +17,27 @@ from __future__ import annotations
 import json
 from typing import Any, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
-from ckptbench.operator.spec.model_preset import ModelSettings, workload_layout
+from ckptbench.operator.spec.model_preset import ModelSettings, enum_field, workload_layout
 from ckptbench.operator.spec.names import (
     CHECKPOINT_PATH_PATTERN,
-    DNS_SUBDOMAIN,
     MAX_LIST_ITEMS,
     MAX_WORLD_SIZE,
     REFERENCE_LAYER_SIZE,
     REFERENCE_PADDING_SIZE,
-    TAINT_EFFECTS,
-    TOLERATION_KEYS,
-    TOLERATION_OPERATORS,
-    VOLUME_KEYS,
-    VOLUME_MOUNT_KEYS,
-    VOLUME_SOURCES,
     ImagePullPolicy,
-    check_dns_label,
 )
+from ckptbench.operator.spec.objects import ITEM_CHECKS, object_list, object_name
 from ckptbench.operator.spec.rules import RULES, memory_problem, no_crd_default
 from ckptbench.operator.spec.schemas import (
     FREE_OBJECT,
@@ -57,18 +58,6 @@ from ckptbench.workload.contract.config import (
 
 _CRD_RULES: list[JsonValue] = [cast("JsonValue", rule.to_crd()) for rule in RULES]
 _RESOURCE_KEYS = frozenset({"limits", "requests", "claims"})
-_VOLUME_KIND_REFUSED = (
-    "volume kind not allowed: benchmark pods run under the restricted Pod Security profile and "
-    "may mount only"
-)
-
-
-def _only_keys(item: dict[str, Any], allowed: tuple[str, ...], where: str, why: str) -> None:
-    """Refuse the first key of ``item`` not in ``allowed``, naming it."""
-    for key in item:
-        if key not in allowed:
-            listed = [k for k in allowed if k != "name"]
-            raise ValueError(f"{where}.{key}: {why} {', '.join(listed)}")
 
 
 DEFAULT_SAMPLES = 8  # the reference's SAMPLE_COUNT
@@ -152,10 +141,9 @@ class CheckpointBenchmarkSpec(BaseModel):
         description="Untimed samples run before the timed ones; default 1 with procedure "
         "ckptbench, 0 otherwise (the reference and mlperf procedures run no warm-up).",
     )
-    procedure: Procedure = Field(
+    procedure: Procedure = enum_field(
         Procedure.CKPTBENCH,
-        strict=False,  # strict enums would refuse the plain string a manifest holds
-        description="How samples run: ckptbench (warm-up, then save and load interleaved, each "
+        "How samples run: ckptbench (warm-up, then save and load interleaved, each "
         "load into a fresh template), reference (the reference's order: every save, then every "
         "load into one reused template, no warm-up; rank 0's mean and stdev reported beside ours) "
         "or mlperf (MLPerf Storage's: 10 writes then 10 reads; duration = latest rank end minus "
@@ -167,10 +155,9 @@ class CheckpointBenchmarkSpec(BaseModel):
         "each load, so loads read the storage (a network file system may still cache on its "
         "server). False keeps the cache.",
     )
-    backend: Backend = Field(
+    backend: Backend = enum_field(
         Backend.GCS,
-        strict=False,  # strict enums would refuse the plain string a manifest holds
-        description="Storage backend: gcs (ckptbench's own writer and reader: each rank's file is "
+        "Storage backend: gcs (ckptbench's own writer and reader: each rank's file is "
         "cut into partSizeBytes parts uploaded by `threads` workers as temporary objects, then "
         "composed into one object (a parallel composite upload); loads are parallel ranged reads "
         "straight into the tensors), gcsfs (DCP's fsspec writer/reader over gcsfs, the "
@@ -235,36 +222,23 @@ class CheckpointBenchmarkSpec(BaseModel):
         "transfer buffers: request memory accordingly.",
         json_schema_extra=crd_schema(RESOURCES_SCHEMA),
     )
-    service_account_name: str | None = Field(
-        None,
-        min_length=1,
-        max_length=253,
-        pattern=DNS_SUBDOMAIN,
-        description="Service account of the pods; bind it to a Google service account with "
+    service_account_name: str | None = object_name(
+        253,
+        "Service account of the pods; bind it to a Google service account with "
         "Workload Identity for GCS access (no keys in the spec).",
     )
-    queue_name: str | None = Field(
-        None,
-        min_length=1,
-        max_length=63,
-        pattern=DNS_SUBDOMAIN,
-        description="Kueue LocalQueue: the JobSet is created suspended with the label "
+    queue_name: str | None = object_name(
+        63,
+        "Kueue LocalQueue: the JobSet is created suspended with the label "
         "kueue.x-k8s.io/queue-name and runs when Kueue admits it.",
     )
-    workload_priority_class_name: str | None = Field(
-        None,
-        min_length=1,
-        max_length=63,
-        pattern=DNS_SUBDOMAIN,
-        description="Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class); requires "
-        "queueName.",
+    workload_priority_class_name: str | None = object_name(
+        63,
+        "Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class); requires queueName.",
     )
-    priority_class_name: str | None = Field(
-        None,
-        min_length=1,
-        max_length=253,
-        pattern=DNS_SUBDOMAIN,
-        description="PriorityClass of the pods (scheduling and preemption). system-* classes are "
+    priority_class_name: str | None = object_name(
+        253,
+        "PriorityClass of the pods (scheduling and preemption). system-* classes are "
         "refused, and the operator admits only the classes its chart value "
         "workload.allowedPriorityClassNames lists (none by default).",
     )
@@ -273,34 +247,28 @@ class CheckpointBenchmarkSpec(BaseModel):
         max_length=MAX_LIST_ITEMS,
         description="Node labels the pods must match; control-plane node-role labels are refused.",
     )
-    tolerations: list[dict[str, Any]] = Field(
-        default_factory=list,
-        max_length=MAX_LIST_ITEMS,
-        description="Tolerations of the pods (Kubernetes Toleration objects). Each names a taint "
+    tolerations: list[dict[str, Any]] = object_list(
+        TOLERATIONS_SCHEMA,
+        "Tolerations of the pods (Kubernetes Toleration objects). Each names a taint "
         "key (no wildcard), never a control-plane one, and the operator admits only the keys its "
         "chart value workload.allowedTolerationKeys lists (none by default).",
-        json_schema_extra=crd_schema(TOLERATIONS_SCHEMA),
     )
     affinity: dict[str, Any] | None = Field(
         None,
         description="Affinity of the pods (a Kubernetes Affinity object).",
         json_schema_extra=crd_schema(FREE_OBJECT),
     )
-    volumes: list[dict[str, Any]] = Field(
-        default_factory=list,
-        max_length=MAX_LIST_ITEMS,
-        description="Volumes of the pods (Kubernetes Volume objects), e.g. a ReadWriteMany "
+    volumes: list[dict[str, Any]] = object_list(
+        VOLUMES_SCHEMA,
+        "Volumes of the pods (Kubernetes Volume objects), e.g. a ReadWriteMany "
         "PersistentVolumeClaim for backend file. Only persistentVolumeClaim, csi, emptyDir, "
         "configMap and secret volumes, one source each; the name ckptbench-tmp is the operator's.",
-        json_schema_extra=crd_schema(VOLUMES_SCHEMA),
     )
-    volume_mounts: list[dict[str, Any]] = Field(
-        default_factory=list,
-        max_length=MAX_LIST_ITEMS,
-        description="Mounts of volumes into the worker container (Kubernetes VolumeMount objects: "
+    volume_mounts: list[dict[str, Any]] = object_list(
+        VOLUME_MOUNTS_SCHEMA,
+        "Mounts of volumes into the worker container (Kubernetes VolumeMount objects: "
         "name, mountPath, readOnly, subPath, subPathExpr); each names one of volumes. /tmp is the "
         "operator's (an emptyDir: the root filesystem is read-only).",
-        json_schema_extra=crd_schema(VOLUME_MOUNTS_SCHEMA),
     )
 
     # -- the run ----------------------------------------------------------------------------------
@@ -340,52 +308,14 @@ class CheckpointBenchmarkSpec(BaseModel):
                     raise ValueError(f"{key}.{resource}: quantity must be a string or a number")
         return value
 
-    @field_validator("volumes")
+    @field_validator("volumes", "volume_mounts", "tolerations")
     @classmethod
-    def _check_volumes(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for index, volume in enumerate(value):
-            _only_keys(volume, VOLUME_KEYS, f"[{index}]", _VOLUME_KIND_REFUSED)
-            check_dns_label(volume.get("name"), f"[{index}].name")
-            for source in VOLUME_SOURCES:
-                if source in volume and not isinstance(volume[source], dict):
-                    raise ValueError(f"[{index}].{source}: must be an object")
-        return value
-
-    @field_validator("volume_mounts")
-    @classmethod
-    def _check_volume_mounts(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for index, mount in enumerate(value):
-            _only_keys(mount, VOLUME_MOUNT_KEYS, f"[{index}]", "a mount may set only")
-            check_dns_label(mount.get("name"), f"[{index}].name")
-            mount_path = mount.get("mountPath")
-            if not isinstance(mount_path, str) or not mount_path.startswith("/"):
-                raise ValueError(f"[{index}].mountPath: must be an absolute path")
-            if "readOnly" in mount and not isinstance(mount["readOnly"], bool):
-                raise ValueError(f"[{index}].readOnly: must be true or false")
-            for key in ("subPath", "subPathExpr"):
-                if key in mount and not isinstance(mount[key], str):
-                    raise ValueError(f"[{index}].{key}: must be a string")
-        return value
-
-    @field_validator("tolerations")
-    @classmethod
-    def _check_tolerations(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        for index, toleration in enumerate(value):
-            _only_keys(toleration, TOLERATION_KEYS, f"[{index}]", "a toleration may set only")
-            for key in ("key", "value"):
-                if key in toleration and not isinstance(toleration[key], str):
-                    raise ValueError(f"[{index}].{key}: must be a string")
-            for key, allowed in (("operator", TOLERATION_OPERATORS), ("effect", TAINT_EFFECTS)):
-                if key in toleration and toleration[key] not in allowed:
-                    raise ValueError(
-                        f"[{index}].{key}: must be one of {', '.join(allowed)}, "
-                        f"got {toleration[key]!r}"
-                    )
-            seconds = toleration.get("tolerationSeconds")
-            if "tolerationSeconds" in toleration and (
-                isinstance(seconds, bool) or not isinstance(seconds, int)
-            ):
-                raise ValueError(f"[{index}].tolerationSeconds: must be an integer")
+    def _check_objects(
+        cls, value: list[dict[str, Any]], info: ValidationInfo
+    ) -> list[dict[str, Any]]:
+        check = ITEM_CHECKS[str(info.field_name)]
+        for index, item in enumerate(value):
+            check(item, f"[{index}]")
         return value
 
     @model_validator(mode="after")

@@ -15,6 +15,12 @@ from ckptbench.workload.contract import models
 from ckptbench.workload.contract.config import LayersOverride, VocabOverride
 
 
+def enum_field(default: Any, description: str) -> Any:
+    """A field holding one of an enum's values, or its value as the plain string a manifest holds
+    (strict enums would refuse it)."""
+    return Field(default, strict=False, description=description)
+
+
 class ModelSettings(BaseModel):
     """A model preset with its overrides, optimizer state and dtype profile."""
 
@@ -22,10 +28,9 @@ class ModelSettings(BaseModel):
         alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True, frozen=True
     )
 
-    preset: models.Preset = Field(
+    preset: models.Preset = enum_field(
         ...,
-        strict=False,  # the plain string a manifest holds
-        description="Llama 3 preset (torchtitan's shapes and key names): llama3-debug, "
+        "Llama 3 preset (torchtitan's shapes and key names): llama3-debug, "
         "llama3-8b, llama3-70b, mlperf-llama3-70b (MLPerf Storage's config, 128 heads) or "
         "llama3-405b.",
     )
@@ -35,16 +40,14 @@ class ModelSettings(BaseModel):
     vocab: VocabOverride | None = Field(
         None, description="Override the vocabulary size (scaled-down runs)."
     )
-    optimizer: models.Optimizer = Field(
+    optimizer: models.Optimizer = enum_field(
         models.Optimizer.ADAMW,
-        strict=False,
-        description="Optimizer state saved beside the weights: adamw (exp_avg, exp_avg_sq, step "
+        "Optimizer state saved beside the weights: adamw (exp_avg, exp_avg_sq, step "
         "and param_groups, torchtitan's flattened names) or none.",
     )
-    dtype: models.DtypeProfile = Field(
+    dtype: models.DtypeProfile = enum_field(
         models.DtypeProfile.FP32,
-        strict=False,
-        description="Dtype profile: fp32 (12 bytes/parameter with AdamW, torchtitan's), mlperf "
+        "Dtype profile: fp32 (12 bytes/parameter with AdamW, torchtitan's), mlperf "
         "(fp16 weights + fp32 master and moments, 14 bytes/parameter: MLPerf Storage's totals) "
         "or bf16.",
     )
