@@ -9,8 +9,8 @@
    may also flush the other's data (ext4 commits one journal), which can bring their save I/O
    close together in one run and not in the next.
 2. ``file`` backend against raw I/O of the same byte count, cold (``file_vs_raw.py``, in a child
-   process): one rank as ``ckptbench worker`` runs it; between each sample's save and its load, a
-   raw write + fsync and a raw cold read of as many bytes. Per-round ratios, their median and
+   process): one-rank ckptbench samples, each as ``ckptbench worker`` runs it, alternating with raw
+   samples (write + fsync, evict, cold read) of as many bytes. Per-round ratios, their median and
    spread; where DCP's load time goes (its read calls against the rest); the page cache checked
    with ``mincore`` around the loop's own eviction. Targets: save / raw write >= 0.9, load / raw
    cold read >= 0.9, nothing left in the page cache after eviction.
@@ -205,8 +205,9 @@ def bench_file_vs_raw(
     log(
         f"2. file backend vs raw I/O, cold: 1 rank, {tensors} tensors of "
         f"{sizes.format_bytes(sizes.tensor_bytes(layer_size))}, "
-        f"{sizes.format_bytes(shard)}; 1 warm-up + {rounds} rounds of (ckptbench save, raw cold "
-        "read of the last raw file, raw write+fsync, ckptbench cold load)"
+        f"{sizes.format_bytes(shard)}; a ckptbench warm-up, then raw and ckptbench samples "
+        f"alternating, {rounds} ckptbench between {rounds + 1} raw (each: write+fsync, evict, "
+        "cold read, delete)"
     )
     folder = root / "file-vs-raw"
     folder.mkdir()

@@ -1,23 +1,21 @@
 """Part 2 of ``bench_measure``: the ``file`` backend against raw I/O of the same byte count, cold.
 
-Run by ``bench_measure.py`` as a child process (``file_vs_raw.py --json OUT ...``). One rank runs
-as ``ckptbench worker`` runs it (``worker.run``: its memory settings, a one-rank gloo group, the
-timed loop and its results); an after-save hook runs a raw round between each sample's save and
-its load. The raw side is :mod:`rawio`, the yardstick ``bench_workload`` uses too: the shard's
-payload bytes written in tensor-sized writes and fsynced (W), and such a file read back cold, a
-tensor at a time, into freshly mapped memory (R), as ``torch.load`` reads each item into a new
-buffer. Writes and reads alternate so that each raw operation has the position of the ckptbench
-one it is compared with, which matters on a virtual disk: measured here, a 1 GiB write right after
-another write + fsync ran 1.4-3x slower than one after a read, and a read right after a write is
-slowed the same way. A hook reads the file the previous hook wrote, then writes its own:
+Run by ``bench_measure.py`` as a child process (``file_vs_raw.py --json OUT ...``). ckptbench
+samples and raw samples alternate, whole, in this process:
 
-    save0 [W-1 before the run] [R-1 W0] load0 | save1 [R0 W1] load1 | ... | saveN [R(N-1) WN] loadN
-    [W(N+1) R(N)]
+    ckptbench warm-up, raw 0, ckptbench 1, raw 1, ckptbench 2, raw 2, ..., ckptbench N, raw N
 
-Every write (DCP's or raw) follows a read and every read follows a write. Timed save ``k`` lies
-between raw writes ``k-1`` and ``k``, its load between raw reads ``k-1`` and ``k``; each is
-compared with the mean seconds of the two (A B A B ...: a drift cancels). Each raw file is evicted
-after its write and read once.
+A ckptbench sample is one rank run as ``ckptbench worker`` runs it (``worker.run``: its memory
+settings, a one-rank gloo group, the timed loop, its results), one sample, no warm-up (the warm-up
+run before it did that): save (DCP's FileSystemWriter, fsync), evict, cold load, verify, delete.
+A raw sample (:mod:`rawio`, the yardstick ``bench_workload`` uses too) does the same to as many
+payload bytes: written in tensor-sized writes and fsynced, evicted, read back cold a tensor at a
+time into freshly mapped memory (as ``torch.load`` reads each item into a new buffer), deleted.
+So each write follows the other side's delete, and each read its own write, as on the other side:
+that matters on a virtual disk, where a write right after another write + fsync ran 1.4-3x slower
+here than one after a read, and data read soon after it was written read faster than older data.
+Each ckptbench sample ``k`` is compared with the mean seconds of raw samples ``k - 1`` and ``k``,
+just before and just after it (A B A B ...: a drift cancels).
 
 What is checked on the way, so that the ratio means what it says:
 
@@ -194,14 +192,28 @@ def warm_copy_seconds(nbytes: int, piece_bytes: int) -> float:
 
 
 @dataclass
-class Round:
-    raw_write_s: float = 0.0
-    raw_read_s: float = 0.0
-    raw_bytes: int = 0
-    raw_resident_after_evict: int = 0
-    ckpt_resident_before_evict: int = 0
-    ckpt_resident_after_evict: int = 0
+class Raw:
+    """One raw sample: write + fsync, evict, read cold, delete."""
+
+    write_s: float = 0.0
+    read_s: float = 0.0
+    nbytes: int = 0
+    resident_after_evict: int = 0
     copy_s: float = 0.0
+
+
+@dataclass
+class Dcp:
+    """One ckptbench sample, as its rank recorded it, with what was observed around its load."""
+
+    save_s: float = 0.0
+    load_s: float = 0.0
+    io_s: float = 0.0
+    planning_s: float = 0.0
+    cache: str = ""
+    resident_before_evict: int = 0
+    resident_after_evict: int = 0
+    evictions: int = 0
     reads: Reads = field(default_factory=Reads)
 
 
@@ -211,88 +223,73 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run(root: Path, layer_size: int, tensors: int, rounds: int) -> dict[str, Any]:
+def raw_sample(path: Path, piece: int, tensors: int, chunk: memoryview) -> Raw:
+    r = Raw(nbytes=piece * tensors)
+    t0 = time.perf_counter()
+    rawio.write(path, chunk, tensors)
+    r.write_s = time.perf_counter() - t0
+    cache.evict_file(path)
+    r.resident_after_evict = resident_bytes(path)
+    t0 = time.perf_counter()
+    rawio.read(path, piece, tensors)
+    r.read_s = time.perf_counter() - t0
+    path.unlink()
+    r.copy_s = warm_copy_seconds(r.nbytes, piece)
+    return r
+
+
+def dcp_sample(root: Path, name: str, layer_size: int, tensors: int) -> Dcp:
+    """One rank, one sample, no warm-up: save, evict, load, verify, delete, as the worker does."""
     config = WorkloadConfig.model_validate(
-        {"checkpoint_path": f"file://{root}", "backend": "file", "world_size": 1,
-         "layer_size": layer_size, "padding_size": tensors, "sample_count": rounds,
-         "warmup_samples": 1, "master_port": _free_port()}
+        {"checkpoint_path": f"file://{root}", "run_id": name, "backend": "file",
+         "world_size": 1, "layer_size": layer_size, "padding_size": tensors, "sample_count": 1,
+         "warmup_samples": 0, "master_port": _free_port()}
     )  # fmt: skip
     assert config.cache_mode is CacheMode.DROPPED
-    piece = sizes.tensor_bytes(layer_size)
-    chunk = rawio.pattern(piece)
-    done: list[Round] = []
-    evictions: list[str] = []
-
-    def current() -> Reads:
-        # Reads before the first hook are the warm-up load's planning (.metadata): not kept.
-        return done[-1].reads if done else Reads()
-
-    files: list[Path] = []  # raw files written and not yet read: at most one
-
-    def raw_write(r: Round) -> None:
-        path = root / f"raw-{len(done)}.bin"
-        t0 = time.perf_counter()
-        rawio.write(path, chunk, tensors)
-        r.raw_write_s = time.perf_counter() - t0
-        cache.evict_file(path)
-        r.raw_resident_after_evict = resident_bytes(path)
-        files.append(path)
-
-    def raw_read(r: Round) -> None:
-        path = files.pop(0)
-        cache.evict_file(path)  # already evicted after its write; nothing has read it since
-        t0 = time.perf_counter()
-        rawio.read(path, piece, tensors)
-        r.raw_read_s = time.perf_counter() - t0
-        path.unlink()
-
-    def raw_round(*steps: Callable[[Round], None]) -> None:
-        r = Round(raw_bytes=piece * tensors)
-        for step in steps:
-            step(r)
-        r.copy_s = warm_copy_seconds(r.raw_bytes, piece)
-        done.append(r)
-
+    d = Dcp()
     real_evict = cache.evict
 
     def observed_evict(folder: str | os.PathLike[str]) -> int:
         # Observation only: the loop's own eviction runs unchanged, just before the timed load.
         where = Path(folder)
-        before = folder_resident(where)
+        d.resident_before_evict = folder_resident(where)
         evicted = real_evict(folder)
-        evictions.append(str(where))
-        done[-1].ckpt_resident_before_evict = before
-        done[-1].ckpt_resident_after_evict = folder_resident(where)
+        d.resident_after_evict = folder_resident(where)
+        d.evictions += 1
         return evicted
 
     cache.evict = observed_evict
     try:
-        with timed_dcp_reads(current), warnings.catch_warnings():
+        with timed_dcp_reads(lambda: d.reads), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            raw_write(Round())  # read in the warm-up's raw round, as each later one reads
-            # the file the round before wrote, then writes its own: see the module docstring.
-            code = worker.run(config, after_save=lambda _i, _id: raw_round(raw_read, raw_write))
+            code = worker.run(config)
     finally:
         cache.evict = real_evict
-    # After the last load, a write and then the last file's read: that read, like every other,
-    # follows a write, and every write follows a read.
-    raw_round(raw_write, raw_read)
-    for leftover in files:
-        leftover.unlink()
     if code != worker.EXIT_OK:
         raise SystemExit(f"the ckptbench rank failed (exit {code}); its log is above")
-    if len(evictions) != rounds + 1:
-        raise SystemExit(f"the loop evicted {len(evictions)} times, not once per sample")
+    if d.evictions != 1:
+        raise SystemExit(f"the loop evicted {d.evictions} times before its one load, not once")
     result = json.loads(Path(config.results_path, "rank-00000.json").read_text())
-    save, load = result["save"], result["load"]
+    [d.save_s], [d.load_s] = result["save"]["seconds"], result["load"]["seconds"]
+    [d.io_s], [d.planning_s] = result["load"]["io_seconds"], result["load"]["planning_seconds"]
+    d.cache = result["cache"]
+    return d
+
+
+def run(root: Path, layer_size: int, tensors: int, rounds: int) -> dict[str, Any]:
+    piece = sizes.tensor_bytes(layer_size)
+    chunk = rawio.pattern(piece)
+    raw: list[Raw] = []
+    dcp: list[Dcp] = []
+    dcp_sample(root, "warm-up", layer_size, tensors)  # imports, DCP's first call: not kept
+    raw.append(raw_sample(root / "raw.bin", piece, tensors, chunk))
+    for k in range(1, rounds + 1):
+        dcp.append(dcp_sample(root, f"sample-{k}", layer_size, tensors))
+        raw.append(raw_sample(root / "raw.bin", piece, tensors, chunk))
     return {
-        "shard_bytes": config.shard_bytes,
-        "save_s": save["seconds"],
-        "load_s": load["seconds"],
-        "load_io_s": load["io_seconds"],
-        "load_planning_s": load["planning_seconds"],
-        "cache": result["cache"],
-        "raw": [asdict(r) for r in done],
+        "shard_bytes": sizes.total_bytes(layer_size, tensors),
+        "raw": [asdict(r) for r in raw],
+        "dcp": [asdict(d) for d in dcp],
     }
 
 
@@ -316,25 +313,21 @@ def _bracket(before: float, after: float) -> float:
 def summarize(doc: dict[str, Any], say: Callable[[str], None]) -> list[Judged]:
     """Print the per-round and median figures; return the judged ones.
 
-    ``raw[h]`` is hook ``h``'s round (``h`` 0 the warm-up's, the last one after the last load):
-    its read is of the file written in round ``h - 1``, its write is raw write ``h``. Timed save
-    ``k`` lies between the writes of rounds ``k - 1`` and ``k``, and its load between the reads of
-    rounds ``k`` and ``k + 1``.
+    ``dcp[k - 1]`` (timed sample ``k``) ran between ``raw[k - 1]`` and ``raw[k]``.
     """
     shard = doc["shard_bytes"]
-    raw = doc["raw"]
-    nbytes = raw[0]["raw_bytes"]
+    raw, dcp = doc["raw"], doc["dcp"]
     rows: list[dict[str, float]] = []
-    for i, (save_s, load_s) in enumerate(zip(doc["save_s"], doc["load_s"], strict=True)):
-        k = i + 1
-        write_s = _bracket(raw[k - 1]["raw_write_s"], raw[k]["raw_write_s"])
-        read_s = _bracket(raw[k]["raw_read_s"], raw[k + 1]["raw_read_s"])
+    for k, d in enumerate(dcp, start=1):
+        before, after = raw[k - 1], raw[k]
+        write_s = _bracket(before["write_s"], after["write_s"])
+        read_s = _bracket(before["read_s"], after["read_s"])
         row = {
-            "save": shard / save_s / GIB, "raw_write": nbytes / write_s / GIB,
-            "load": shard / load_s / GIB, "raw_read": nbytes / read_s / GIB,
-            "load_s": load_s, "raw_read_s": read_s, "io_s": doc["load_io_s"][i],
-            "planning_s": doc["load_planning_s"][i], "in_reads_s": raw[k]["reads"]["seconds"],
-            "copy_s": raw[k]["copy_s"],
+            "save": shard / d["save_s"] / GIB, "raw_write": before["nbytes"] / write_s / GIB,
+            "load": shard / d["load_s"] / GIB, "raw_read": before["nbytes"] / read_s / GIB,
+            "load_s": d["load_s"], "raw_read_s": read_s, "io_s": d["io_s"],
+            "planning_s": d["planning_s"], "in_reads_s": d["reads"]["seconds"],
+            "copy_s": _bracket(before["copy_s"], after["copy_s"]),
         }  # fmt: skip
         row["save_ratio"] = row["save"] / row["raw_write"]
         row["load_ratio"] = row["load"] / row["raw_read"]
@@ -343,10 +336,10 @@ def summarize(doc: dict[str, Any], say: Callable[[str], None]) -> list[Judged]:
         say(
             f"   round {k}: save {row['save']:.3f} vs raw write {row['raw_write']:.3f} GiB/s "
             f"({row['save_ratio']:.2f}); load {row['load']:.3f} vs raw read "
-            f"{row['raw_read']:.3f} GiB/s ({row['load_ratio']:.2f}). DCP load {load_s:.2f} s: "
-            f"planning {row['planning_s']:.2f}, in read calls {row['in_reads_s']:.2f} (raw read "
-            f"{raw[k]['raw_read_s']:.2f} before, {raw[k + 1]['raw_read_s']:.2f} after), beyond "
-            f"them {row['beyond_s']:.2f} (a warm copy of the bytes: {row['copy_s']:.2f})"
+            f"{row['raw_read']:.3f} GiB/s ({row['load_ratio']:.2f}). DCP load {d['load_s']:.2f} s:"
+            f" planning {row['planning_s']:.2f}, in read calls {row['in_reads_s']:.2f} (raw read "
+            f"{before['read_s']:.2f} before, {after['read_s']:.2f} after), beyond them "
+            f"{row['beyond_s']:.2f} (a warm copy of the bytes: {row['copy_s']:.2f})"
         )
 
     def med(key: str) -> str:
@@ -362,14 +355,13 @@ def summarize(doc: dict[str, Any], say: Callable[[str], None]) -> list[Judged]:
         f"parsing and the copy into the template; a warm copy of the same bytes: {med('copy_s')});"
         f" planning {med('planning_s')}"
     )
-    timed = raw[1:-1]
-    before = min(r["ckpt_resident_before_evict"] for r in timed)
-    after = max(r["ckpt_resident_after_evict"] for r in timed)
-    raw_after = max(r["raw_resident_after_evict"] for r in raw)
+    before = min(d["resident_before_evict"] for d in dcp)
+    after = max(d["resident_after_evict"] for d in dcp)
+    raw_after = max(r["resident_after_evict"] for r in raw)
     say(
         f"   page cache (mincore): the checkpoint had >= {before / GIB:.2f} GiB resident before "
         f"the loop's eviction and <= {after} bytes after it; the raw file <= {raw_after} bytes "
-        f"after its eviction; results say cache: {doc['cache']}"
+        f"after its eviction; results say cache: {sorted({d['cache'] for d in dcp})}"
     )
     return [
         Judged("file save / raw write+fsync (median ratio)",

@@ -4,6 +4,7 @@ paired as its docstring says."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -96,23 +97,24 @@ def _doc(
 ) -> Any:
     gib = 1024**3
     raw = [
-        {"raw_bytes": gib, "raw_write_s": w, "raw_read_s": r, "copy_s": 0.1,
-         "raw_resident_after_evict": 0, "ckpt_resident_before_evict": gib,
-         "ckpt_resident_after_evict": 0, "reads": {"seconds": 0.5, "nbytes": gib, "calls": 80}}
+        {"write_s": w, "read_s": r, "nbytes": gib, "resident_after_evict": 0, "copy_s": 0.1}
         for w, r in zip(raw_write, raw_read, strict=True)
+    ]
+    dcp = [
+        {"save_s": s, "load_s": ld, "io_s": ld, "planning_s": 0.0, "cache": "dropped",
+         "resident_before_evict": gib, "resident_after_evict": 0, "evictions": 1,
+         "reads": {"seconds": 0.5, "nbytes": gib, "calls": 80}}
+        for s, ld in zip(save, load, strict=True)
     ]  # fmt: skip
-    return {
-        "shard_bytes": gib, "save_s": save, "load_s": load, "load_io_s": load,
-        "load_planning_s": [0.0] * len(load), "cache": "dropped", "raw": raw,
-    }  # fmt: skip
+    return {"shard_bytes": gib, "raw": raw, "dcp": dcp}
 
 
-def test_each_save_and_load_is_compared_with_the_raw_runs_on_both_sides_of_it() -> None:
+def test_each_ckptbench_sample_is_compared_with_the_raw_samples_on_both_sides_of_it() -> None:
     raw = _module("file_vs_raw")
-    # The disk slows down steadily: the raw run before each operation is faster than it, the one
-    # after slower. Against their mean, ckptbench is exactly as fast as raw I/O.
-    doc = _doc(raw_write=[1.0, 3.0, 5.0, 7.0], raw_read=[0.5, 1.5, 2.5, 3.5],
-               save=[2.0, 4.0], load=[2.0, 3.0])  # fmt: skip
+    # The disk slows down steadily: the raw sample before each ckptbench sample is faster than
+    # it, the one after slower. Against their mean, ckptbench is exactly as fast as raw I/O.
+    doc = _doc(raw_write=[1.0, 3.0, 5.0], raw_read=[0.5, 1.5, 2.5],
+               save=[2.0, 4.0], load=[1.0, 2.0])  # fmt: skip
     lines: list[str] = []
     judged = raw.summarize(doc, lines.append)
     save, load, resident = judged
@@ -124,8 +126,8 @@ def test_each_save_and_load_is_compared_with_the_raw_runs_on_both_sides_of_it() 
 
 def test_pages_left_after_eviction_miss_the_target() -> None:
     raw = _module("file_vs_raw")
-    doc = _doc([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], [1.0], [1.0])
-    doc["raw"][1]["ckpt_resident_after_evict"] = 4096
+    doc = _doc([1.0, 1.0], [1.0, 1.0], [1.0], [1.0])
+    doc["dcp"][0]["resident_after_evict"] = 4096
     *_, resident = raw.summarize(doc, lambda line: None)
     assert resident.value == 4096 and not resident.met
     assert "MISSES target" in resident.line()
@@ -141,3 +143,21 @@ def test_resident_bytes_sees_cached_pages_and_their_eviction(tmp_path: Path) -> 
     assert raw.resident_bytes(path) == 1 << 20
     cache.evict_file(path)
     assert raw.resident_bytes(path) == 0
+
+
+def test_part_2_runs_end_to_end_and_sees_the_loops_eviction(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "file_vs_raw.py"), "--dir", str(tmp_path), "--layer-size",
+         "64", "--tensors", "2", "--rounds", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=150,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert len(doc["raw"]) == 2 and len(doc["dcp"]) == 1
+    [sample] = doc["dcp"]
+    assert sample["evictions"] == 1 and sample["cache"] == "dropped"
+    assert sample["resident_before_evict"] > 0 and sample["resident_after_evict"] == 0
+    # DCP's data reads, timed: at least the payload (plus torch.save's per-item records).
+    assert sample["reads"]["nbytes"] >= doc["shard_bytes"] == 2 * 64 * 1000 * 4
+    assert not list(tmp_path.glob("raw*.bin"))
