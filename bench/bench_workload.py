@@ -126,7 +126,7 @@ def bench_raw(
     return total / (sum(write_s) / samples), total / (sum(read_s) / samples)
 
 
-def _parallel(jobs: Sequence[Callable[[], None]]) -> float:
+def _parallel(jobs: Sequence[Callable[[], object]]) -> float:
     """Run the jobs on one thread each; the duration is the slowest's, as DCP's barriers make it."""
     errors: list[BaseException] = []
 

@@ -128,45 +128,68 @@ class Reads:
 
 
 class _TimedStream:
-    """A file stream whose ``read``/``readinto`` are timed; everything else is forwarded."""
+    """A file stream whose reads, writes and fsync are timed; everything else is forwarded.
 
-    def __init__(self, inner: Any, into: Callable[[], Reads]) -> None:
+    DCP's writer syncs a data file with ``os.fsync(stream.fileno())`` and then closes it, so the
+    fsync is timed from the ``fileno`` call to the end of the stream's ``with`` block."""
+
+    def __init__(self, inner: Any, into: Callable[[], Reads], writes: Callable[[], Reads]) -> None:
         self._inner = inner
         self._into = into
+        self._writes = writes
+        self.fileno_at: float | None = None
 
     def readinto(self, buffer: Any) -> int:
         t0 = time.perf_counter()
         got = int(self._inner.readinto(buffer) or 0)
-        self._count(t0, got)
+        self._count(self._into(), t0, got)
         return got
 
     def read(self, size: int = -1) -> bytes:
         t0 = time.perf_counter()
         data: bytes = self._inner.read(size)
-        self._count(t0, len(data))
+        self._count(self._into(), t0, len(data))
         return data
 
-    def _count(self, t0: float, got: int) -> None:
-        reads = self._into()
-        reads.seconds += time.perf_counter() - t0
-        reads.nbytes += got
-        reads.calls += 1
+    def write(self, data: Any) -> int:
+        t0 = time.perf_counter()
+        n = int(self._inner.write(data) or 0)
+        self._count(self._writes(), t0, n)
+        return n
+
+    def fileno(self) -> int:
+        self.fileno_at = time.perf_counter()
+        return int(self._inner.fileno())
+
+    @staticmethod
+    def _count(calls: Reads, t0: float, got: int) -> None:
+        calls.seconds += time.perf_counter() - t0
+        calls.nbytes += got
+        calls.calls += 1
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
 @contextmanager
-def timed_dcp_reads(into: Callable[[], Reads]) -> Iterator[None]:
-    """Time the reads of every data file DCP's ``FileSystem`` opens for reading (public API:
-    ``FileSystemReader`` opens its files through ``FileSystem.create_stream``)."""
+def timed_dcp_io(
+    reads: Callable[[], Reads], writes: Callable[[], Reads], fsync: Callable[[float], None]
+) -> Iterator[None]:
+    """Time the reads, writes and fsync of every data file DCP's ``FileSystem`` opens (public
+    API: ``FileSystemReader``/``Writer`` open their files through ``FileSystem.create_stream``)."""
     original = FileSystem.create_stream
 
     @contextmanager
     def create_stream(self: FileSystem, path: Any, mode: str) -> Iterator[Any]:
+        if not str(path).endswith(".distcp"):  # not the .metadata
+            with original(self, path, mode) as stream:
+                yield stream
+            return
         with original(self, path, mode) as stream:
-            data = mode == "rb" and str(path).endswith(".distcp")  # not the .metadata
-            yield _TimedStream(stream, into) if data else stream
+            timed = _TimedStream(stream, reads, writes)
+            yield timed
+        if timed.fileno_at is not None:
+            fsync(time.perf_counter() - timed.fileno_at)
 
     setattr(FileSystem, "create_stream", create_stream)  # noqa: B010  (a method on a class)
     try:
@@ -196,6 +219,7 @@ class Raw:
     """One raw sample: write + fsync, evict, read cold, delete."""
 
     write_s: float = 0.0
+    fsync_s: float = 0.0
     read_s: float = 0.0
     nbytes: int = 0
     resident_after_evict: int = 0
@@ -214,7 +238,10 @@ class Dcp:
     resident_before_evict: int = 0
     resident_after_evict: int = 0
     evictions: int = 0
+    save_io_s: float = 0.0
     reads: Reads = field(default_factory=Reads)
+    writes: Reads = field(default_factory=Reads)
+    fsync_s: float = 0.0
 
 
 def _free_port() -> int:
@@ -226,7 +253,7 @@ def _free_port() -> int:
 def raw_sample(path: Path, piece: int, tensors: int, chunk: memoryview) -> Raw:
     r = Raw(nbytes=piece * tensors)
     t0 = time.perf_counter()
-    rawio.write(path, chunk, tensors)
+    r.fsync_s = rawio.write(path, chunk, tensors)
     r.write_s = time.perf_counter() - t0
     cache.evict_file(path)
     r.resident_after_evict = resident_bytes(path)
@@ -260,7 +287,11 @@ def dcp_sample(root: Path, name: str, layer_size: int, tensors: int) -> Dcp:
 
     cache.evict = observed_evict
     try:
-        with timed_dcp_reads(lambda: d.reads), warnings.catch_warnings():
+
+        def synced(seconds: float) -> None:
+            d.fsync_s += seconds
+
+        with timed_dcp_io(lambda: d.reads, lambda: d.writes, synced), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             code = worker.run(config)
     finally:
@@ -272,6 +303,7 @@ def dcp_sample(root: Path, name: str, layer_size: int, tensors: int) -> Dcp:
     result = json.loads(Path(config.results_path, "rank-00000.json").read_text())
     [d.save_s], [d.load_s] = result["save"]["seconds"], result["load"]["seconds"]
     [d.io_s], [d.planning_s] = result["load"]["io_seconds"], result["load"]["planning_seconds"]
+    [d.save_io_s] = result["save"]["io_seconds"]
     d.cache = result["cache"]
     return d
 
@@ -332,6 +364,14 @@ def summarize(doc: dict[str, Any], say: Callable[[str], None]) -> list[Judged]:
         row["save_ratio"] = row["save"] / row["raw_write"]
         row["load_ratio"] = row["load"] / row["raw_read"]
         row["beyond_s"] = row["io_s"] - row["in_reads_s"]
+        row["save_s"] = d["save_s"]
+        row["save_writes_s"] = d["writes"]["seconds"]
+        row["save_fsync_s"] = d["fsync_s"]
+        row["save_rest_s"] = d["save_io_s"] - d["writes"]["seconds"] - d["fsync_s"]
+        row["raw_writes_s"] = _bracket(
+            before["write_s"] - before["fsync_s"], after["write_s"] - after["fsync_s"]
+        )
+        row["raw_fsync_s"] = _bracket(before["fsync_s"], after["fsync_s"])
         rows.append(row)
         say(
             f"   round {k}: save {row['save']:.3f} vs raw write {row['raw_write']:.3f} GiB/s "
@@ -339,7 +379,10 @@ def summarize(doc: dict[str, Any], say: Callable[[str], None]) -> list[Judged]:
             f"{row['raw_read']:.3f} GiB/s ({row['load_ratio']:.2f}). DCP load {d['load_s']:.2f} s:"
             f" planning {row['planning_s']:.2f}, in read calls {row['in_reads_s']:.2f} (raw read "
             f"{before['read_s']:.2f} before, {after['read_s']:.2f} after), beyond them "
-            f"{row['beyond_s']:.2f} (a warm copy of the bytes: {row['copy_s']:.2f})"
+            f"{row['beyond_s']:.2f} (a warm copy of the bytes: {row['copy_s']:.2f}). DCP save "
+            f"{d['save_s']:.2f} s: in write calls {row['save_writes_s']:.2f} (raw "
+            f"{row['raw_writes_s']:.2f}), fsync {row['save_fsync_s']:.2f} (raw "
+            f"{row['raw_fsync_s']:.2f}), the rest of its I/O {row['save_rest_s']:.2f}"
         )
 
     def med(key: str) -> str:
@@ -354,6 +397,12 @@ def summarize(doc: dict[str, Any], say: Callable[[str], None]) -> list[Judged]:
         f"(the raw read: {med('raw_read_s')}); beyond them {med('beyond_s')} (torch.load's "
         f"parsing and the copy into the template; a warm copy of the same bytes: {med('copy_s')});"
         f" planning {med('planning_s')}"
+    )
+    say(
+        f"   a DCP save, median seconds: {med('save_s')}; in its write calls "
+        f"{med('save_writes_s')} (raw: {med('raw_writes_s')}); its fsync {med('save_fsync_s')} "
+        f"(raw: {med('raw_fsync_s')}); the rest of its I/O phase (torch.save's serialization) "
+        f"{med('save_rest_s')}"
     )
     before = min(d["resident_before_evict"] for d in dcp)
     after = max(d["resident_after_evict"] for d in dcp)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import time
 from pathlib import Path
 
 
@@ -20,11 +21,14 @@ def pattern(tensor_bytes: int) -> memoryview:
     return memoryview(bytes(range(256)) * (tensor_bytes // 256) + bytes(tensor_bytes % 256))
 
 
-def write(path: Path, chunk: memoryview, chunks: int) -> None:
+def write(path: Path, chunk: memoryview, chunks: int) -> float:
+    """Write ``chunks`` times ``chunk`` and fsync; returns the seconds the fsync took."""
     with path.open("wb", buffering=0) as f:
         for _ in range(chunks):
             f.write(chunk)
+        t0 = time.perf_counter()
         os.fsync(f.fileno())
+        return time.perf_counter() - t0
 
 
 def read(path: Path, tensor_bytes: int, chunks: int) -> None:

@@ -97,13 +97,21 @@ def _doc(
 ) -> Any:
     gib = 1024**3
     raw = [
-        {"write_s": w, "read_s": r, "nbytes": gib, "resident_after_evict": 0, "copy_s": 0.1}
+        {
+            "write_s": w,
+            "fsync_s": w / 2,
+            "read_s": r,
+            "nbytes": gib,
+            "resident_after_evict": 0,
+            "copy_s": 0.1,
+        }
         for w, r in zip(raw_write, raw_read, strict=True)
     ]
     dcp = [
         {"save_s": s, "load_s": ld, "io_s": ld, "planning_s": 0.0, "cache": "dropped",
          "resident_before_evict": gib, "resident_after_evict": 0, "evictions": 1,
-         "reads": {"seconds": 0.5, "nbytes": gib, "calls": 80}}
+         "reads": {"seconds": 0.5, "nbytes": gib, "calls": 80}, "save_io_s": s,
+         "writes": {"seconds": s / 4, "nbytes": gib, "calls": 80}, "fsync_s": s / 2}
         for s, ld in zip(save, load, strict=True)
     ]  # fmt: skip
     return {"shard_bytes": gib, "raw": raw, "dcp": dcp}
@@ -160,4 +168,6 @@ def test_part_2_runs_end_to_end_and_sees_the_loops_eviction(tmp_path: Path) -> N
     assert sample["resident_before_evict"] > 0 and sample["resident_after_evict"] == 0
     # DCP's data reads, timed: at least the payload (plus torch.save's per-item records).
     assert sample["reads"]["nbytes"] >= doc["shard_bytes"] == 2 * 64 * 1000 * 4
+    assert sample["writes"]["nbytes"] >= doc["shard_bytes"]
+    assert 0 < sample["fsync_s"] < sample["save_io_s"]
     assert not list(tmp_path.glob("raw*.bin"))
