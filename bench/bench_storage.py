@@ -4,20 +4,27 @@ Prints, in one run, with the systems interleaved (A B A B ...) over ``--rounds``
 
 1. save and load throughput of ``ckptbench run`` with the gcs and gcsfs backends, at 1 and 2
    ranks, on the bare emulator and through :mod:`netmodel` (each connection capped at ``--rate``
-   bytes/s each way, ``--rtt`` s added per request); medians, spread (min-max) and gcs/gcsfs
-   ratios;
-2. under the model: the model's limit for our gcs backend (ranks x threads streams x rate) and a
-   single-stream yardstick (one request carrying a shard's bytes up, one down, through the
-   model), with gcs's figures as a fraction of the limit and a multiple of the yardstick;
-3. crc32c's cost: an in-process save and load of one shard on the bare emulator with checksums on
+   bytes/s each way, default 5 MB/s; ``--rtt`` s added per request, default 20 ms); medians,
+   spread (min-max) and gcs/gcsfs ratios;
+2. under the model, at a larger shard (``--limit-layer-size``): gcs against the model's limit
+   (ranks x threads streams x rate) and against a single stream (one request carrying a shard's
+   bytes up, one down, through the model); beside it, the rate at which the emulator composes
+   (it copies every byte, which GCS does not) and what the save would reach without that time;
+3. the CPU the emulator and the model's proxy (threads of this process) spent per second of the
+   ranks' timed I/O, from ``/proc`` and ``os.times``;
+4. crc32c's cost: an in-process save and load of one shard on the bare emulator with checksums on
    and off, interleaved;
-4. peak RSS per rank as a ratio to its shard (from the runner's ``wait4``).
+5. peak RSS of one rank above its RSS once the state and the load template are built (VmHWM reset
+   then, minus VmRSS then), over a save and a load of ``--rss-shard`` bytes, over the shard; gcs
+   and gcsfs, each in a fresh process.
 
-The emulator and the model proxy share this machine's cores with the ranks: under the model the
-proxy's own CPU (it copies every byte twice, in Python) is part of what is measured; the figures
-say how the clients compare, not what GCS gives.
+Each run is one sample with no warm-up: each backend's client is made and authenticated before
+the timings (the storage session), so a first sample pays no setup. The emulator keeps its data in
+/dev/shm when there is one: the disk is not what the model is about. The emulator and the model
+proxy share this machine's cores with the ranks; the figures say how the clients compare under a
+model, not what GCS gives.
 
-Run: ``.venv/bin/python bench/bench_storage.py`` (about ten minutes with the defaults).
+Run: ``.venv/bin/python bench/bench_storage.py`` (about 6-8 minutes on a quiet 2-core machine).
 """
 
 from __future__ import annotations
@@ -345,8 +352,9 @@ def main() -> int:
     up = statistics.median(y[0] for y in yard)
     down = statistics.median(y[1] for y in yard)
     print(
-        f"\nunder the model, shards of {limit_shard / MB:.0f} MB a rank: a single stream "
-        f"(one request of the shard's bytes) moved {up / MB:.1f} MB/s up, {down / MB:.1f} down"
+        f"\nunder the model, {ranks_list[-1] * limit_shard / MB:.0f} MB in all: a single stream "
+        f"(one request of {limit_shard / MB:.0f} MB, the largest rank count's shard) moved "
+        f"{up / MB:.1f} MB/s up, {down / MB:.1f} down"
     )
     for ranks in ranks_list:
         limit = ranks * a.threads * a.rate
