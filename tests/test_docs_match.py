@@ -70,3 +70,9 @@ def test_every_bench_script_the_docs_name_exists() -> None:
     assert {"bench/bench_measure.py", "bench/file_vs_raw.py", "bench/rawio.py"} <= named
     for name in named:
         assert (ROOT / name).is_file(), name
+
+
+def test_the_readme_layout_names_every_bench_script() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for script in sorted((ROOT / "bench").glob("*.py")):
+        assert f"`{script.name}`" in readme, script.name
