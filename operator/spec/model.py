@@ -37,7 +37,7 @@ from ckptbench.operator.spec.names import (
     REFERENCE_PADDING_SIZE,
     ImagePullPolicy,
 )
-from ckptbench.operator.spec.objects import ITEM_CHECKS, object_list, object_name
+from ckptbench.operator.spec.objects import ITEM_CHECKS, object_list, optional_name
 from ckptbench.operator.spec.rules import RULES, memory_problem, no_crd_default
 from ckptbench.operator.spec.schemas import (
     FREE_OBJECT,
@@ -172,12 +172,10 @@ class CheckpointBenchmarkSpec(BaseModel):
         "absolute path for file (under a shared volumeMount when worldSize > 1). Each run writes "
         "under <checkpointPath>/<name>-<uid>/ (the reference's CKPT_DIR_PATH).",
     )
-    project: str | None = Field(
-        None,
-        min_length=1,
-        max_length=100,
+    project: str | None = optional_name(
+        100,
+        "GCP project of the storage clients; default: the one of the credentials.",
         pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]*$",
-        description="GCP project of the storage clients; default: the one of the credentials.",
     )
     async_save: bool = Field(
         False,
@@ -204,12 +202,10 @@ class CheckpointBenchmarkSpec(BaseModel):
     )
 
     # -- the pods ---------------------------------------------------------------------------------
-    image: str | None = Field(
-        None,
-        min_length=1,
-        max_length=1024,
+    image: str | None = optional_name(
+        1024,
+        "Workload container image; default: the operator's --default-image.",
         pattern=r"^\S+$",
-        description="Workload container image; default: the operator's --default-image.",
     )
     image_pull_policy: ImagePullPolicy | None = Field(
         None, description="Image pull policy; default: the operator's --default-image-pull-policy."
@@ -222,21 +218,21 @@ class CheckpointBenchmarkSpec(BaseModel):
         "transfer buffers: request memory accordingly.",
         json_schema_extra=crd_schema(RESOURCES_SCHEMA),
     )
-    service_account_name: str | None = object_name(
+    service_account_name: str | None = optional_name(
         253,
         "Service account of the pods; bind it to a Google service account with "
         "Workload Identity for GCS access (no keys in the spec).",
     )
-    queue_name: str | None = object_name(
+    queue_name: str | None = optional_name(
         63,
         "Kueue LocalQueue: the JobSet is created suspended with the label "
         "kueue.x-k8s.io/queue-name and runs when Kueue admits it.",
     )
-    workload_priority_class_name: str | None = object_name(
+    workload_priority_class_name: str | None = optional_name(
         63,
         "Kueue WorkloadPriorityClass (label kueue.x-k8s.io/priority-class); requires queueName.",
     )
-    priority_class_name: str | None = object_name(
+    priority_class_name: str | None = optional_name(
         253,
         "PriorityClass of the pods (scheduling and preemption). system-* classes are "
         "refused, and the operator admits only the classes its chart value "

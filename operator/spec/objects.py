@@ -35,10 +35,10 @@ _MOUNT_TYPES = {
 _TOLERATION_TEXT = {"key": (str, "a string"), "value": (str, "a string")}
 
 
-def object_name(max_length: int, description: str) -> Any:
-    """An optional name of a Kubernetes object the pods refer to (a DNS subdomain)."""
+def optional_name(max_length: int, description: str, pattern: str = DNS_SUBDOMAIN) -> Any:
+    """An optional name: by default of a Kubernetes object the pods refer to (a DNS subdomain)."""
     return Field(
-        None, min_length=1, max_length=max_length, pattern=DNS_SUBDOMAIN, description=description
+        None, min_length=1, max_length=max_length, pattern=pattern, description=description
     )
 
 
