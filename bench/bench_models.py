@@ -60,10 +60,11 @@ def _run_once(
             "--json", str(out)]  # fmt: skip
     if backend == "file":
         argv += ["--storage", str(root / "ckpt")]
-    with contextlib.redirect_stdout(io.StringIO()):  # the table; the JSON holds the figures
+    said = io.StringIO()  # the table and the ranks' progress: the JSON holds the figures
+    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
         code = run_cli.main(argv)
     if code != 0:
-        raise SystemExit(f"ckptbench run {' '.join(argv)} exited {code}")
+        raise SystemExit(f"ckptbench run {' '.join(argv)} exited {code}:\n{said.getvalue()}")
     [run] = json.loads(out.read_text())["runs"]
     assert run["total_bytes"] == total, run["total_bytes"]
     return {
