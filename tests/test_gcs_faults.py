@@ -61,25 +61,35 @@ def run_through(proxy: FaultProxy, config: WorkloadConfig, tmp_path: Path) -> li
 
 
 @pytest.mark.parametrize(
-    "rule",
+    ("rule", "retried_because"),
     [
-        pytest.param(Rule("reset_response", "GET", DOWNLOAD), id="reset-download"),
-        pytest.param(Rule("reset_request", "POST", UPLOAD), id="reset-upload"),
-        pytest.param(Rule("status", times=None, probability=0.2), id="20pct-503-429"),
+        pytest.param(
+            Rule("reset_response", "GET", DOWNLOAD), "Connection broken", id="reset-download"
+        ),
+        pytest.param(Rule("reset_request", "POST", UPLOAD), "Connection", id="reset-upload"),
+        pytest.param(Rule("status", times=None, probability=0.2), "HTTP 5", id="20pct-503-429"),
         pytest.param(
             # Silent far longer than the test may run: only the no-progress limit (2 s) ends it.
             Rule("stall_response", "GET", ".distcp?alt=media", seconds=600.0),
+            "timed out",
             id="stall-longer-than-limit",
         ),
-        pytest.param(Rule("corrupt_request", "POST", ".parts%2F"), id="part-corrupted-in-flight"),
+        pytest.param(
+            Rule("corrupt_request", "POST", ".parts%2F"),
+            "corrupted in flight",
+            id="part-corrupted-in-flight",
+        ),
     ],
 )
 def test_transient_faults_on_two_ranks_are_survived(
-    rule: Rule, gcs_emulator: GcsEmulator, gcs_bucket: str, tmp_path: Path
+    rule: Rule, retried_because: str, gcs_emulator: GcsEmulator, gcs_bucket: str, tmp_path: Path
 ) -> None:
     proxy = FaultProxy(gcs_emulator.url, [rule], seed=7)
     ranks = run_through(proxy, two_ranks(gcs_bucket), tmp_path)
     assert rule.fired >= 1, proxy.fired
+    # The fault took effect and was seen as what it is: the retry it caused names its cause.
+    retries = [line for w in ranks for line in w.stderr.splitlines() if "retrying in" in line]
+    assert any(retried_because in line for line in retries), workers.logs(ranks)
     for w in ranks:
         assert w.proc.returncode == 0, workers.logs(ranks)
         assert w.result.error is None and w.result.verified is True, workers.logs(ranks)
@@ -101,6 +111,7 @@ def test_a_permanent_stall_fails_within_the_deadline_naming_the_object_and_leave
     error = ranks[1].result.error or ""
     assert f"gs://{gcs_bucket}/faults/run/checkpoints/ckpt_0.ckpt/__1_0.distcp" in error, error
     assert "deadline reached" in error and "attempts" in error, error
+    assert "timed out" in error, error  # the stall, not some other fault, ended each attempt
     assert ranks[1].proc.returncode != 0 and ranks[0].proc.returncode != 0
     assert elapsed < 60, elapsed  # a deadline of 6 s per read, not 6 x 300 s
     assert checkpoint_names(gcs_emulator, gcs_bucket) == []

@@ -9,12 +9,14 @@ Three bounds stop a request that will not succeed: ``attempts``; ``deadline_seco
 time one operation (all its attempts and waits) may take; and ``stall_seconds``, the longest a
 transfer may go without moving a byte before the attempt is abandoned and retried (the socket
 timeout of every request). The final error names the operation and object, the attempts made, the
-time spent and the last cause.
+time spent and the last cause. Each retry is logged as a warning with its cause, so a figure that
+includes retries says so on the rank's stderr.
 """
 
 from __future__ import annotations
 
 import http.client
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -25,6 +27,8 @@ import requests
 import urllib3.exceptions
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # Every connect waits at most this long, a little more than a SYN retransmission or two.
@@ -176,6 +180,14 @@ def call_with_retry(
                     f"last cause: {_cause(exc)}",
                     status_of(exc),
                 ) from exc
+            log.warning(
+                "%s: attempt %d of %d failed (%s); retrying in %.2f s",
+                what,
+                attempt,
+                policy.attempts,
+                _cause(exc),
+                wait,
+            )
             sleep(wait)
     raise AssertionError("unreachable")  # pragma: no cover
 
