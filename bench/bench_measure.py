@@ -21,10 +21,10 @@
 Run: ``.venv/bin/python bench/bench_measure.py``. Measured with the defaults on a 2-core VM: 5
 minutes when quiet (parts 32 s, 95 s, 180 s), 17 while five other sessions loaded it (load average
 8-17; part 2 is disk-bound, part 3 CPU-bound); part 2's 1 GiB x 5 rounds and part 3's 3 rounds are
-what the figures need. Everything printed also goes to ``--out`` (default ``bench-measure.txt``), line by line, so
-a run outlives a lost terminal (SIGHUP is noted and the run goes on). Exit codes: 0 every
-target met, 1 a target missed, 2 the bench failed (the cause is printed: which step, its exit
-code or signal, its last output), 3 stopped by SIGINT/SIGTERM.
+what the figures need. Everything printed also goes to ``--out`` (default ``bench-measure.txt``),
+line by line, so a run outlives a lost terminal (SIGHUP is noted and the run goes on). Exit codes:
+0 every target met, 1 a target missed, 2 the bench failed (the cause is printed: which step, its
+exit code or signal, its last output), 3 stopped by SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
