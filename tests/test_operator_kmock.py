@@ -208,6 +208,23 @@ def test_spec_edit_after_start_is_refused(client: Client, operator: Operator) ->
     assert status_of(client, "edited")["ranksExpected"] == WORLD  # the status follows what runs
 
 
+def test_an_edit_that_fixes_an_invalid_spec_starts_the_run(
+    client: Client, operator: Operator
+) -> None:
+    # No JobSet and no pods exist for an invalid spec, so no other event can wake the operator:
+    # only the registered update handler (the resync is minutes away) acts on the edit.
+    client.create(CKB, spec_names.PLURAL, benchmark("fixed", worldSize=0))
+    wait_for("status Failed", phase_is(client, "fixed", "Failed"))
+    assert client.get(JOBSET, "jobsets", NS, "fixed") is None
+    client.patch(CKB, spec_names.PLURAL, NS, "fixed", {"spec": {"worldSize": WORLD}})
+
+    jobset = wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "fixed"))
+    assert jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == WORLD
+    status = wait_for("status Pending", phase_is(client, "fixed", "Pending"))
+    assert status["ranksExpected"] == WORLD
+    assert 'ckptbench_operator_reconciles_total{handler="update"}' in operator.metrics()
+
+
 def test_restart_creates_no_second_jobset(
     client: Client, operator: Operator, emulator: EmulatorThread
 ) -> None:

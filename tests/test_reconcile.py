@@ -161,3 +161,26 @@ def test_events_follow_the_status_once_per_change() -> None:
     assert [reason for _, reason, _ in api.events] == ["JobSetCreated", "Admitted"]
     reconcile_once(api, DEFAULTS, NS, NAME, NOW)
     assert len(api.events) == 2  # nothing new, nothing said
+
+
+async def test_a_deleted_benchmark_is_forgotten_and_one_recreated_starts_fresh() -> None:
+    api = FakeApi(None)
+    reconciler = Reconciler(api=api, defaults=DEFAULTS, clock=lambda: NOW)
+    key = (NS, NAME)
+    await reconciler.reconcile(NS, NAME, "create")
+    first_lock = reconciler.lock(key)
+    await reconciler.forget(NS, NAME)
+    assert key not in reconciler._locks
+    # Re-created under the same name: a JobSet of its own and a status computed anew.
+    again = FakeApi(None)
+    reconciler.api = again
+    outcome = await reconciler.reconcile(NS, NAME, "create")
+    assert outcome is not None and outcome.created_jobset
+    assert [reason for _, reason, _ in again.events] == ["JobSetCreated", "Admitted"]
+    assert reconciler.lock(key) is not first_lock
+    await reconciler.forget(NS, NAME)
+    # Objects come and go for the operator's lifetime: what it keeps must not grow with them.
+    for i in range(50):
+        await reconciler.reconcile(NS, f"{NAME}-{i}", "create")
+        await reconciler.forget(NS, f"{NAME}-{i}")
+    assert reconciler._locks == {}
