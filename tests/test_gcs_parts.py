@@ -172,3 +172,37 @@ def test_small_items_are_coalesced_into_as_few_reads_as_the_part_size_allows() -
     # A gap starts a new read.
     gap = [*items[:3], _Item(cast(Any, None), StorageInfo("__0_0.distcp", 5000, 100), None)]
     assert [len(g) for g in reader._coalesce(gap)] == [3, 1]
+
+
+def test_many_small_items_cost_a_request_per_part_and_a_buffer_append_per_write(
+    client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 2,000 tensors of 64 bytes: torch.save hands the stream dozens of writes per tensor (zip
+    # records, padding, payload). All of them fit in one 1 MiB part: a handful of requests, and
+    # almost every write only appended to the part buffer, never reaching the slow path that
+    # decides about parts (an equivalent of each write on the request count, but its CPU cost).
+    sd = {f"t{i}": torch.arange(i, i + 16, dtype=torch.float32) for i in range(2000)}
+    uploads: list[int] = []
+    _spy(monkeypatch, "upload", uploads)
+    calls = {"write": 0, "slow": 0}
+    write, slow = CompositeUploadStream.write, CompositeUploadStream._write
+
+    def counted_write(self: CompositeUploadStream, b: Any) -> int:
+        calls["write"] += 1
+        return write(self, b)
+
+    def counted_slow(self: CompositeUploadStream, b: Any) -> int:
+        calls["slow"] += 1
+        return slow(self, b)
+
+    monkeypatch.setattr(CompositeUploadStream, "write", counted_write)
+    monkeypatch.setattr(CompositeUploadStream, "_write", counted_slow)
+    cid = f"gs://{gcs_bucket}/tiny"
+    dcp_save(sd, storage_writer=GcsStorageWriter(cid, threads=4, part_size_bytes=MiB))
+    assert calls["write"] > 10 * len(sd), calls  # the premise: many writes per item
+    assert 1 <= len(uploads) <= 4, uploads  # the data object's parts, not one per item
+    # Only a stream's first write and the writes that fill a part take the slow path.
+    assert calls["slow"] <= len(uploads) + 2, calls
+    loaded = {k: torch.zeros_like(v) for k, v in sd.items()}
+    dcp_load(loaded, storage_reader=GcsStorageReader(cid, threads=4, part_size_bytes=MiB))
+    assert all(torch.equal(loaded[k], v) for k, v in sd.items())
