@@ -114,6 +114,8 @@ def test_a_wrong_part_etag_or_order_is_refused_and_a_right_list_completes(
         xml = f"<CompleteMultipartUpload>{listed}</CompleteMultipartUpload>".encode()
         return request(shim.url, "POST", f"{base}?uploadId={upload_id}", xml)
 
+    status, body = complete([])  # GCS's reference: every element of the body is required
+    assert (status, b"<Code>MalformedXML</Code>" in body) == (400, True)
     status, body = complete([(1, etags[0]), (2, etags[0]), (3, etags[2])])
     assert (status, b"<Code>InvalidPart</Code>" in body) == (400, True)
     status, body = complete([(2, etags[1]), (1, etags[0])])
