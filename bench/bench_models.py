@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_models.py items [--reps 3] [--backends file,gcs]
                                                  [--sizes representative,small]
+                                                 [--gc manual,automatic]
     .venv/bin/python bench/bench_models.py planning [--reps 3] [--world-sizes 2,4,8]
 
 ``items``: one rank saves and loads the same bytes as 8 tensors and as 1,500 tensors, through
@@ -12,12 +13,15 @@ against the embedded emulator), at two totals:
   on 8 ranks holds 11.2 GiB in 4,661 items, about 2.5 MB an item. The 0.8 target is judged here.
 - ``small``: 192 MB (1,500 tensors of 128 KB), where fixed per-item costs dominate.
 
-Runs alternate few/many, repeated; for each backend and size it prints the median save and load
+Runs alternate few/many and the garbage collection modes (``--gc``: the ranks' ``manual``
+collection, automatic collection off as torchtitan trains, against Python's ``automatic``),
+repeated; for each backend, size and mode it prints the median save and load
 throughput of each (min..max over repetitions), the ratio many/few and the per-item cost in
 microseconds, (median many seconds - median few seconds) / 1,492 extra items, split into
-planning and I/O, so the result carries to other item sizes. Last, what DCP's file format costs
-per item on this machine: one ``torch.save`` (what FileSystemWriter does per item) and one
-``torch.load(weights_only=True)`` (FileSystemReader) of a 128 KB tensor in memory, no I/O.
+planning, garbage collection and I/O, so the result carries to other item sizes. Last, what DCP's
+file format costs per item on this machine: one ``torch.save`` (what FileSystemWriter does per
+item) and one ``torch.load(weights_only=True)`` (FileSystemReader) of a 128 KB tensor in memory,
+no I/O.
 
 ``planning``: N real processes over gloo save llama3-8b's key set (291 parameters with AdamW:
 873 DTensors sharded over N ranks, 291 steps, 3,492 pickled scalars, torchtitan's 5 small items)
@@ -50,14 +54,14 @@ EXTRA_ITEMS = 1500 - 8
 
 
 def _run_once(
-    backend: str, padding: int, layer: int, samples: int, root: Path, total: int
+    backend: str, padding: int, layer: int, samples: int, root: Path, total: int, gc: str
 ) -> dict[str, Any]:
     from ckptbench.workload.local import cli as run_cli
 
     out = root / f"{backend}-{padding}-{time.monotonic_ns()}.json"
     argv = ["--world-size", "1", "--backend", backend, "--padding-size", str(padding),
             "--layer-size", str(layer), "--samples", str(samples), "--warmup", "1",
-            "--json", str(out)]  # fmt: skip
+            "--gc", gc, "--json", str(out)]  # fmt: skip
     if backend == "file":
         argv += ["--storage", str(root / "ckpt")]
     said = io.StringIO()  # the table and the ranks' progress: the JSON holds the figures
@@ -72,6 +76,7 @@ def _run_once(
             "rate": run[op]["throughput_bytes_per_second"] / MIB,
             "seconds": run[op]["mean_seconds"],
             "planning": run[op]["planning_mean_seconds"],
+            "gc": run[op].get("gc_mean_seconds") or 0.0,
         }
         for op in ("save", "load")
     }
@@ -87,7 +92,9 @@ def _per_item(few: list[dict[str, float]], many: list[dict[str, float]], key: st
     return float(extra) / EXTRA_ITEMS * 1e6
 
 
-def bench_items(reps: int, backends: list[str], samples: int, sizes: list[str]) -> None:
+def bench_items(
+    reps: int, backends: list[str], samples: int, sizes: list[str], gcs: list[str]
+) -> None:
     threads = os.environ.get("OMP_NUM_THREADS") or f"{os.cpu_count()} (one rank: all cores)"
     print("per-item overhead: one rank, float32 tensors of 1,000 columns, 8 against 1,500")
     print(
@@ -99,29 +106,33 @@ def bench_items(reps: int, backends: list[str], samples: int, sizes: list[str]) 
         for backend in backends:
             for size in sizes:
                 total, layouts = SIZES[size]
-                got: dict[str, list[dict[str, Any]]] = {"few": [], "many": []}
+                got: dict[tuple[str, str], list[dict[str, Any]]] = {
+                    (gc, name): [] for gc in gcs for name in ("few", "many")
+                }
                 for rep in range(reps):
                     order = ("few", "many") if rep % 2 == 0 else ("many", "few")
-                    for name in order:
-                        padding, layer = layouts[name]
-                        got[name].append(
-                            _run_once(backend, padding, layer, samples, Path(tmp), total)
-                        )
+                    for gc in gcs if rep % 2 == 0 else gcs[::-1]:
+                        for name in order:
+                            padding, layer = layouts[name]
+                            got[gc, name].append(
+                                _run_once(backend, padding, layer, samples, Path(tmp), total, gc)
+                            )
                 item_kb = total / 1500 / 1000
                 print(f"  {backend} {size}: {total / 1e6:,.0f} MB, {item_kb:,.0f} KB an item")
-                for op in ("save", "load"):
-                    few = [r[op] for r in got["few"]]
-                    many = [r[op] for r in got["many"]]
+                for gc, op in ((gc, op) for gc in gcs for op in ("save", "load")):
+                    few = [r[op] for r in got[gc, "few"]]
+                    many = [r[op] for r in got[gc, "many"]]
                     rate_few, rate_many = [x["rate"] for x in few], [x["rate"] for x in many]
                     ratio = statistics.median(rate_many) / statistics.median(rate_few)
 
                     verdict = "meets" if ratio >= 0.8 else "misses"
                     judged = " the 0.8 target" if size == "representative" else " 0.8"
                     print(
-                        f"    {op}: few {_spread(rate_few)} MiB/s, many {_spread(rate_many)} "
-                        f"MiB/s, many/few {ratio:.2f} ({verdict}{judged}); per extra item "
-                        f"{_per_item(few, many, 'seconds'):.0f} us, of which planning "
-                        f"{_per_item(few, many, 'planning'):.0f} us"
+                        f"    gc {gc} {op}: few {_spread(rate_few)} MiB/s, many "
+                        f"{_spread(rate_many)} MiB/s, many/few {ratio:.2f} ({verdict}{judged}); "
+                        f"per extra item {_per_item(few, many, 'seconds'):.0f} us, of which "
+                        f"planning {_per_item(few, many, 'planning'):.0f} us, garbage "
+                        f"collection {_per_item(few, many, 'gc'):.0f} us"
                     )
     _format_costs()
 
@@ -264,6 +275,7 @@ def main(argv: list[str]) -> int:
     items.add_argument("--backends", default="file,gcs")
     items.add_argument("--samples", type=int, default=3)
     items.add_argument("--sizes", default="representative,small")
+    items.add_argument("--gc", default="manual,automatic", help="garbage collection modes")
     planning = sub.add_parser("planning")
     planning.add_argument("--reps", type=int, default=3)
     planning.add_argument("--world-sizes", default="2,4,8")
@@ -273,7 +285,10 @@ def main(argv: list[str]) -> int:
         unknown = [x for x in sizes if x not in SIZES]
         if unknown:
             p.error(f"--sizes: unknown {unknown}; known: {', '.join(SIZES)}")
-        bench_items(args.reps, args.backends.split(","), args.samples, sizes)
+        modes = args.gc.split(",")
+        if any(m not in ("manual", "automatic") for m in modes):
+            p.error(f"--gc: {args.gc!r}: each mode must be manual or automatic")
+        bench_items(args.reps, args.backends.split(","), args.samples, sizes, args.gc.split(","))
     else:
         bench_planning(args.reps, [int(w) for w in args.world_sizes.split(",")])
     return 0

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ckptbench.workload.contract.config import Backend, Procedure
+from ckptbench.workload.contract.config import Backend, GarbageCollection, Procedure
 from ckptbench.workload.local import options
 from ckptbench.workload.local.plan import MAX_CELLS, Plan, plan
 
@@ -69,6 +69,7 @@ def test_every_value_option_that_sets_the_config_takes_a_list() -> None:
         (["--procedure", "mlperf", "--samples", "3"], ["--samples", "10 writes"]),
         (["--procedure", "reference", "--warmup", "1"], ["--warmup", "no warm-up"]),
         (["--procedure", "fast"], ["--procedure", "'fast'", "mlperf"]),
+        (["--gc", "never"], ["--gc", "'never'", "manual, automatic"]),
         (["--storage", "gs://"], ["--storage", "no bucket"]),
     ],
 )
@@ -98,6 +99,7 @@ def test_error_names_come_from_the_table() -> None:
     [
         (options.parse_backend, "GCSfs", Backend.GCSFS, "file, gcs, gcsfs"),
         (options.parse_procedure, "MLPerf", Procedure.MLPERF, "ckptbench, reference, mlperf"),
+        (options.parse_gc, "Automatic", GarbageCollection.AUTOMATIC, "manual, automatic"),
     ],
 )
 def test_named_values_are_read_in_any_case_and_a_bad_one_lists_the_valid(

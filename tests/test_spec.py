@@ -235,3 +235,15 @@ def test_procedure_reaches_the_workload_with_its_own_counts(
     assert config.procedure.value == fields.get("procedure", "ckptbench")
     assert config.to_env()["CKPTBENCH_PROCEDURE"] == config.procedure.value
     assert config.to_env()["CKPTBENCH_DROP_CACHE"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("fields", "mode"), [({}, "manual"), ({"garbageCollection": "automatic"}, "automatic")]
+)
+def test_garbage_collection_reaches_the_ranks(fields: dict[str, object], mode: str) -> None:
+    spec = CheckpointBenchmarkSpec.model_validate(
+        {"checkpointPath": "gs://bucket/ckpt", "worldSize": 2, **fields}
+    )
+    env = spec.to_workload_config("run", "rank0.host").to_env()
+    assert env["CKPTBENCH_GARBAGE_COLLECTION"] == mode
+    assert WorkloadConfig.from_env({**env, "CKPTBENCH_RANK": "1"}).garbage_collection.value == mode

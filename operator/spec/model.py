@@ -52,6 +52,7 @@ from ckptbench.workload.contract.config import (
     MIB,
     MLPERF_CHECKPOINTS,
     Backend,
+    GarbageCollection,
     Procedure,
     WorkloadConfig,
 )
@@ -62,9 +63,9 @@ _RESOURCE_KEYS = frozenset({"limits", "requests", "claims"})
 
 DEFAULT_SAMPLES = 8  # the reference's SAMPLE_COUNT
 # Settings the workload configuration holds under the same name, type and meaning.
-_SAME_IN_CONFIG = (  # noqa: SIM905 (twelve names read better as words than as a column)
+_SAME_IN_CONFIG = (  # noqa: SIM905 (thirteen names read better as words than as a column)
     "world_size memory_check procedure drop_cache backend checkpoint_path project async_save "
-    "verify keep_checkpoints threads part_size_bytes"
+    "verify keep_checkpoints threads part_size_bytes garbage_collection"
 ).split()
 
 
@@ -148,6 +149,13 @@ class CheckpointBenchmarkSpec(BaseModel):
         "load into one reused template, no warm-up; rank 0's mean and stdev reported beside ours) "
         "or mlperf (MLPerf Storage's: 10 writes then 10 reads; duration = latest rank end minus "
         "earliest rank start, under MLPerf's metric names).",
+    )
+    garbage_collection: GarbageCollection = enum_field(
+        GarbageCollection.MANUAL,
+        "Python's garbage collector in each rank: manual (automatic collection off, a full "
+        "collection before each timed operation, untimed, as torchtitan runs training; the "
+        "default) or automatic (Python's default, as a training loop that never touches the "
+        "collector runs). Collection time inside an operation is reported either way.",
     )
     drop_cache: bool = Field(
         True,

@@ -59,6 +59,11 @@ class Operation(_Schema):
     blocked_mean_seconds: float | None = Field(
         None, description="Async save: mean seconds the caller was blocked (includes staging)."
     )
+    gc_seconds: float | None = Field(
+        None,
+        description="Largest per-rank mean seconds of automatic garbage collection inside the "
+        "operation (absent when none ran).",
+    )
 
 
 class RankErrorEntry(_Schema):

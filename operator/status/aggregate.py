@@ -71,6 +71,8 @@ def op_status(op: OpSummary, result_pods: Mapping[int, str]) -> dict[str, Any]:
         out["slowestRankPod"] = result_pods[op.slowest_rank]
     if op.blocked_mean_seconds is not None:
         out["blockedMeanSeconds"] = op.blocked_mean_seconds
+    if op.gc_mean_seconds is not None:
+        out["gcSeconds"] = op.gc_mean_seconds
     return out
 
 

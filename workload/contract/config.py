@@ -51,6 +51,15 @@ class CacheMode(enum.StrEnum):
     KEPT = "kept"
 
 
+class GarbageCollection(enum.StrEnum):
+    """How a rank runs Python's cyclic garbage collector (docs/measurement.md)."""
+
+    # torchtitan's way (Megatron-LM's --manual-gc, NeMo's gc_interval): automatic collection off,
+    # a collection between checkpoints, outside the timings.
+    MANUAL = "manual"
+    AUTOMATIC = "automatic"  # Python's default: collections whenever allocations trigger them
+
+
 class ConfigError(ValueError):
     """A configuration value is missing or wrong; the message names the variable and the reason."""
 
@@ -146,6 +155,11 @@ class WorkloadConfig(BaseModel):
         ),
     )
     seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of the synthetic tensor content.")
+    garbage_collection: GarbageCollection = Field(
+        GarbageCollection.MANUAL,
+        description="manual (automatic collection off, a full collection before each timed "
+        "operation, untimed, as torchtitan runs training) or automatic (Python's default).",
+    )
     procedure: Procedure = Field(
         Procedure.CKPTBENCH,
         description="ckptbench (warm-up, save/load interleaved), reference (no warm-up, all "

@@ -61,7 +61,9 @@ class OpTiming(BaseModel):
     the start of data I/O (it includes exchanging plans). For an async save, ``seconds`` runs until
     the checkpoint is durable and ``blocked`` is how long the caller was blocked (which includes
     DCP's staging copy of the shard). ``started_at``/``ended_at`` are each sample's wall-clock
-    start and end on this rank (Unix seconds), for the mlperf procedure's durations.
+    start and end on this rank (Unix seconds), for the mlperf procedure's durations. ``gc`` is
+    the time automatic garbage collections took inside the operation on this rank (absent when
+    none ran: the ``manual`` garbage collection setting keeps them out).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -71,11 +73,13 @@ class OpTiming(BaseModel):
     planning: OpStats
     finish: OpStats | None = None
     blocked: OpStats | None = None
+    gc: OpStats | None = None
     seconds: list[float] | None = None
     io_seconds: list[float] | None = None
     planning_seconds: list[float] | None = None
     finish_seconds: list[float] | None = None
     blocked_seconds: list[float] | None = None
+    gc_seconds: list[float] | None = None
     started_at: list[float] | None = None
     ended_at: list[float] | None = None
 
@@ -88,22 +92,26 @@ class OpTiming(BaseModel):
         *,
         finish_seconds: Sequence[float] | None = None,
         blocked_seconds: Sequence[float] | None = None,
+        gc_seconds: Sequence[float] | None = None,
         started_at: Sequence[float] | None = None,
         ended_at: Sequence[float] | None = None,
     ) -> OpTiming:
         planning = planning_seconds if planning_seconds else [0.0] * len(seconds)
         finish = finish_seconds if finish_seconds and any(finish_seconds) else None
+        collected = gc_seconds if gc_seconds and any(gc_seconds) else None
         return cls(
             stats=OpStats.of(seconds),
             io=OpStats.of(io_seconds),
             planning=OpStats.of(planning),
             finish=OpStats.of(finish) if finish else None,
             blocked=OpStats.of(blocked_seconds) if blocked_seconds else None,
+            gc=OpStats.of(collected) if collected else None,
             seconds=_rounded(seconds),
             io_seconds=_rounded(io_seconds),
             planning_seconds=_rounded(planning),
             finish_seconds=_rounded(finish) if finish else None,
             blocked_seconds=_rounded(blocked_seconds) if blocked_seconds else None,
+            gc_seconds=_rounded(collected) if collected else None,
             started_at=_rounded(started_at) if started_at else None,
             ended_at=_rounded(ended_at) if ended_at else None,
         )
@@ -118,6 +126,7 @@ _SAMPLE_LISTS = (
     "planning_seconds",
     "finish_seconds",
     "blocked_seconds",
+    "gc_seconds",
     "started_at",
     "ended_at",
 )
@@ -242,6 +251,11 @@ class OpSummary(BaseModel):
         description="Mean over samples of the latest rank end minus the earliest rank start "
         "(MLPerf Storage's duration).",
     )
+    gc_mean_seconds: float | None = Field(
+        None,
+        description="Largest per-rank mean seconds of automatic garbage collection inside the "
+        "operation (absent when no rank collected).",
+    )
     seconds: list[float] | None = Field(
         None, description="Per-sample collective durations, when every rank reported them."
     )
@@ -354,6 +368,7 @@ def summarize_op(
     rank_tp = [stats.throughput(b, t.io.mean) for _, b, t in timings]
     own = max(t.planning.mean + t.io.mean for _, _, t in timings)
     blocked = [t.blocked.mean for _, _, t in timings if t.blocked]
+    collected = [t.gc.mean for _, _, t in timings if t.gc]
     rank0 = next((t.stats for rank, _, t in timings if rank == 0), None)
     return OpSummary(
         samples=collective.n,
@@ -378,6 +393,7 @@ def summarize_op(
         rank0_stdev_seconds=rank0.stdev if rank0 else None,
         blocked_mean_seconds=max(blocked) if blocked else None,
         span_mean_seconds=_span_mean(timings),
+        gc_mean_seconds=max(collected) if collected else None,
         seconds=seconds,
     )
 

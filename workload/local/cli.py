@@ -52,6 +52,7 @@ def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
         "async_save": config.async_save,
         "verify": config.verify,
         "procedure": config.procedure.value,
+        "garbage_collection": config.garbage_collection.value,
     }
     if config.cache_mode is not None:
         s["cache"] = config.cache_mode.value

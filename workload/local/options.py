@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from ckptbench.workload.contract import models
-from ckptbench.workload.contract.config import Backend, Procedure, field_errors
+from ckptbench.workload.contract.config import Backend, GarbageCollection, Procedure, field_errors
 
 DEFAULT_TIMEOUT_SECONDS = 3600.0
 
@@ -100,6 +100,7 @@ parse_backend = _one_of(Backend, "backend")
 parse_optimizer = _one_of(models.Optimizer, "optimizer")
 parse_dtype = _one_of(models.DtypeProfile, "dtype profile")
 parse_procedure = _one_of(Procedure, "procedure")
+parse_gc = _one_of(GarbageCollection, "garbage collection")
 
 
 def parse_model(text: str) -> str:
@@ -239,6 +240,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("--no-verify", "skip verifying loaded tensors", "verify", const=False),
     Option("--keep", "keep the checkpoint objects", "keep_checkpoints"),
     Option("--seed", "seed of the synthetic tensor content (default 0)", "seed", parse_int, 0),
+    Option(
+        "--gc",
+        "manual (default: automatic garbage collection off, a collection before each timed "
+        "operation, untimed, as torchtitan trains) or automatic (Python's default)",
+        "garbage_collection",
+        parse_gc,
+        metavar="MODE",
+    ),
     Option(
         "--project",
         "GCP project for the storage clients",

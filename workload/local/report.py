@@ -109,6 +109,8 @@ _OP_ROWS = (
     _Figure("I/O slowest rank (s)", lambda o: o.slowest_rank_seconds, "seconds", ratio=True),
     _Figure("I/O fastest rank (s)", lambda o: o.fastest_rank_seconds, "seconds", ratio=True),
     _Figure("collective overhead (s)", lambda o: o.collective_overhead_seconds, "seconds"),
+    # Inside the figures above: automatic garbage collections (none with manual collection).
+    _Figure("garbage collection (s)", lambda o: o.gc_mean_seconds or 0.0, "seconds"),
 )
 # The reference's own figures: rank 0's barrier-to-barrier mean and stdev.
 _REFERENCE_ROWS = (

@@ -39,6 +39,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from ckptbench.workload.contract.config import CacheMode, Procedure, WorkloadConfig
 from ckptbench.workload.contract.results import OpTiming, RankResult
 from ckptbench.workload.rank import state
+from ckptbench.workload.rank.collector import Collector
 from ckptbench.workload.storage import cache, timing
 from ckptbench.workload.storage import factory as backends
 
@@ -89,6 +90,7 @@ class _Op:
     started_at: float  # wall clock (Unix seconds), for spans across ranks
     ended_at: float
     blocked_seconds: float | None = None
+    gc_seconds: float = 0.0  # automatic garbage collections inside the operation
 
 
 @dataclass
@@ -107,6 +109,7 @@ class _Series:
             [op.phases.planning or 0.0 for op in self.ops],
             finish_seconds=[op.phases.finish for op in self.ops],
             blocked_seconds=blocked or None,
+            gc_seconds=[op.gc_seconds for op in self.ops],
             started_at=[op.started_at for op in self.ops],
             ended_at=[op.ended_at for op in self.ops],
         )
@@ -142,6 +145,7 @@ class _Loop:
         # Checkpoints saved (or being saved) and not yet cleaned up: what a failure leaves.
         self.pending: list[str] = []
         self.left_behind: str | None = None
+        self.collector = Collector(config.garbage_collection)
 
     # -- the procedures ----------------------------------------------------------------------------
 
@@ -172,6 +176,8 @@ class _Loop:
             if not isinstance(exc, PeerFailure):
                 self.say(f"[rank {config.rank}] error: {RankResult.error_text(exc)}")
             self._discard_failed_samples()
+        finally:
+            self.collector.close()
         result = self._result(error)
         if self.session is not None:
             self.session.close()
@@ -316,20 +322,24 @@ class _Loop:
 
         The closing barrier is :meth:`_agree`, so a failure on any rank stops every rank here.
         """
+        self.collector.tidy()
         self._barrier()
         started_at = time.time()
         t0 = time.perf_counter()
         error: BaseException | None = None
         phases = timing.Phases()
-        try:
-            phases = operation()
-        except CheckpointException as exc:  # a BaseException: `except Exception` misses it
-            error = CheckpointFailure.of(what, exc, where)
-        except Exception as exc:
-            error = exc
+        with self.collector.timed() as collected:
+            try:
+                phases = operation()
+            except CheckpointException as exc:  # a BaseException: `except Exception` misses it
+                error = CheckpointFailure.of(what, exc, where)
+            except Exception as exc:
+                error = exc
         ended_at = time.time()
         self._agree(error, what)
-        return _Op(time.perf_counter() - t0, phases, started_at, ended_at)
+        return _Op(
+            time.perf_counter() - t0, phases, started_at, ended_at, gc_seconds=collected.seconds
+        )
 
     def _await_durable(self, future: Any) -> None:
         # The reference never looks at the future: a failed upload would pass as a fast save.

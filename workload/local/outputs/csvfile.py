@@ -36,6 +36,7 @@ _OP_FIGURES: list[tuple[str, Callable[[OpSummary], float | int | None]]] = [
     ("max_seconds", lambda o: o.max_seconds),
     ("throughput_gib_per_second", lambda o: o.throughput_bytes_per_second / GIB),
     ("min_rank_gib_per_second", lambda o: o.min_rank_throughput_bytes_per_second / GIB),
+    ("gc_mean_seconds", lambda o: o.gc_mean_seconds or 0.0),
 ]
 
 _MLPERF_OP = {"save": "write", "load": "read"}
