@@ -296,8 +296,8 @@ class _Loop:
 
     def _discard(self, checkpoint_id: str) -> None:
         """After a failed save, remove this rank's partial shards (a full disk stays full else)."""
-        with contextlib.suppress(Exception):
-            self._session().delete_prefix(checkpoint_id, f"__{self.config.rank}_")
+        with contextlib.suppress(Exception):  # bounded, best effort: the final cleanup reports
+            self._session().discard(checkpoint_id, f"__{self.config.rank}_")
 
     def _load(self, checkpoint_id: str, template: dict[str, torch.Tensor]) -> _Op:
         session = self._session()

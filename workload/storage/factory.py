@@ -22,10 +22,12 @@ from ckptbench.workload.contract.config import Backend, WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
 from ckptbench.workload.storage.objects import DeleteOutcome
 from ckptbench.workload.storage.paths import local_path
-from ckptbench.workload.storage.retry import RetryPolicy, call_with_retry
-
-# How long a failed sample's cleanup may take on one rank before the failure is reported.
-DISCARD_SECONDS = 60.0
+from ckptbench.workload.storage.retry import (
+    DISCARD_SECONDS,
+    RetryPolicy,
+    call_with_retry,
+    discard_policy,
+)
 
 
 class StorageSession:
@@ -90,18 +92,15 @@ class StorageSession:
         ``file``)."""
         return self._gcs if self._gcs is not None else self._gcsfs
 
-    def discard(self, url: str, name_prefix: str, seconds: float) -> DeleteOutcome:
+    def discard(
+        self, url: str, name_prefix: str, seconds: float = DISCARD_SECONDS
+    ) -> DeleteOutcome:
         """Best-effort deletion after a failure, each request bounded so the whole stays near
         ``seconds``: what could not be removed is named in the outcome, never raised."""
         from ckptbench.workload.storage import objects
 
         client = self._gcs.client if self._gcs is not None else None
-        quick = RetryPolicy(
-            attempts=3,
-            max_delay=1.0,
-            stall_seconds=min(self.config.stall_seconds, seconds / 4),
-            deadline_seconds=seconds / 2,
-        )
+        quick = discard_policy(seconds, self.config.stall_seconds)
         return objects.delete_all(
             url,
             name_prefix=name_prefix,

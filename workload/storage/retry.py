@@ -87,6 +87,23 @@ class RetryPolicy:
 
 DEFAULT_POLICY = RetryPolicy()
 
+# How long one step of a failed sample's cleanup may take on one rank (an aborted upload deleting
+# its parts, the deletion of the sample's objects) before the failure is reported with what is
+# left. Under the ordinary policy a storage that sits on deletes would hold the failed rank for
+# the full request deadline (900 s by default) per object.
+DISCARD_SECONDS = 60.0
+
+
+def discard_policy(seconds: float, stall_seconds: float) -> RetryPolicy:
+    """Best-effort deletion after a failure: a few quick attempts, each bounded so that one
+    object's deletion takes half of ``seconds`` at most and the whole stays near ``seconds``."""
+    return RetryPolicy(
+        attempts=3,
+        max_delay=1.0,
+        stall_seconds=min(stall_seconds, seconds / 4),
+        deadline_seconds=seconds / 2,
+    )
+
 
 class Operation:
     """One operation's clock: how long its next attempt may wait on the network."""

@@ -45,7 +45,7 @@ from ckptbench.workload.storage.gcs.upload import (
     CompositeUploadStream,
     require_positive,
 )
-from ckptbench.workload.storage.retry import DEFAULT_POLICY, RetryPolicy
+from ckptbench.workload.storage.retry import DEFAULT_POLICY, DISCARD_SECONDS, RetryPolicy
 
 DEFAULT_THREADS = 8
 DEFAULT_PART_SIZE = 32 * 1024 * 1024
@@ -109,6 +109,7 @@ class GcsFileSystem(FileSystemBase):
         part_size_bytes: int,
         policy: RetryPolicy = DEFAULT_POLICY,
         checksums: bool = True,
+        discard_seconds: float = DISCARD_SECONDS,
     ) -> None:
         require_positive(threads=threads, part_size_bytes=part_size_bytes)
         self.client = client
@@ -116,6 +117,8 @@ class GcsFileSystem(FileSystemBase):
         self.part_size = part_size_bytes
         self.policy = policy
         self.checksums = checksums
+        # How long an aborted upload may take to delete its parts.
+        self.discard_seconds = discard_seconds
         # Set by the writer before the data stream opens: the bytes the stream will carry.
         self.expected_bytes = 0
         self.pins: PinnedTensors | None = None
@@ -152,6 +155,7 @@ class GcsFileSystem(FileSystemBase):
                 part_size=part,
                 keepalive=self.pins.owner if self.pins is not None else None,
                 expected_bytes=self.expected_bytes,
+                discard_seconds=self.discard_seconds,
             )
             try:
                 yield stream

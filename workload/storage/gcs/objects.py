@@ -193,9 +193,13 @@ class GcsObjects:
                     f"combined {crc.to_gcs(expected_crc)}"
                 )
 
-    def delete(self, name: str, *, missing_ok: bool = False) -> None:
+    def delete(
+        self, name: str, *, missing_ok: bool = False, policy: RetryPolicy | None = None
+    ) -> None:
+        """Delete ``name`` under ``policy`` (default: this bucket's)."""
         what = f"delete {self.url(name)}"
-        op = self.policy.start()
+        policy = policy or self.policy
+        op = policy.start()
 
         def attempt() -> None:
             try:
@@ -205,7 +209,7 @@ class GcsObjects:
                     return
                 raise
 
-        call_with_retry(attempt, what, self.policy, operation=op)
+        call_with_retry(attempt, what, policy, operation=op)
 
     def exists(self, name: str) -> bool:
         what = f"stat {self.url(name)}"

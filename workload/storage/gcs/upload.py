@@ -26,6 +26,7 @@ from typing import Any
 
 from ckptbench.workload.storage.gcs import crc
 from ckptbench.workload.storage.gcs.objects import GcsObjects
+from ckptbench.workload.storage.retry import DISCARD_SECONDS, discard_policy
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,10 @@ class CompositeUploadStream(io.RawIOBase):
     """A write-only stream whose bytes become the object ``name`` when it is closed.
 
     Close composes the object (or, if everything fit in one part, uploads it in one request);
-    :meth:`abort` discards it. Both delete the temporary parts. An upload error fails the next
-    ``write`` or ``close``, so a save stops early instead of serializing the rest of the shard.
+    :meth:`abort` discards it. Both delete the temporary parts; after a failure, within
+    ``discard_seconds`` (what is left then is the failed sample's cleanup's to remove or report).
+    An upload error fails the next ``write`` or ``close``, so a save stops early instead of
+    serializing the rest of the shard.
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class CompositeUploadStream(io.RawIOBase):
         part_size: int,
         keepalive: Callable[[memoryview], object | None] | None = None,
         expected_bytes: int = 0,
+        discard_seconds: float = DISCARD_SECONDS,
     ) -> None:
         """``keepalive(view)`` may return an object whose life keeps ``view``'s memory valid
         (e.g. the tensor that owns it); such writes are uploaded without blocking ``write``.
@@ -96,6 +100,9 @@ class CompositeUploadStream(io.RawIOBase):
         short parts are sent only while full parts for the rest still fit under the limit."""
         super().__init__()
         require_positive(threads=threads, part_size=part_size)
+        if not discard_seconds > 0:
+            raise ValueError(f"discard_seconds must be > 0, got {discard_seconds}")
+        self._discard_seconds = discard_seconds
         self._objects = objects
         self._name = name
         self._part_size = part_size
@@ -368,20 +375,31 @@ class CompositeUploadStream(io.RawIOBase):
         wait(self._pending)
         self._pending.clear()
         leftovers = self._parts + self._temps
+        late: set[Future[None]] = set()
         if leftovers:
-            futures = {
-                self._pool.submit(self._objects.delete, n, missing_ok=True): n for n in leftovers
-            }
-            wait(futures)
-            errors = [f.exception() for f in futures if f.exception() is not None]
-            if errors:
+            # After a success the parts are deleted like any object; after a failure, quickly
+            # and within the discard bound: a storage that sits on deletes must not hold a
+            # failed rank for the request deadline per part.
+            policy, timeout = None, None
+            if failed:
+                policy = discard_policy(self._discard_seconds, self._objects.policy.stall_seconds)
+                timeout = self._discard_seconds
+            futures = [
+                self._pool.submit(self._objects.delete, n, missing_ok=True, policy=policy)
+                for n in leftovers
+            ]
+            _, late = wait(futures, timeout=timeout)
+            errors = [f.exception() for f in futures if f not in late and f.exception()]
+            if errors or late:
                 log.warning(
-                    "could not delete %d temporary parts of %s (first error: %s)",
-                    len(errors),
+                    "could not delete %d temporary parts of %s%s (first error: %s)",
+                    len(errors) + len(late),
                     self._objects.url(self._name),
-                    errors[0],
+                    f", {len(late)} not done in {timeout} s" if late else "",
+                    errors[0] if errors else "none",
                 )
-        self._pool.shutdown(wait=True)
+        # Deletes still running end within their policy's deadline; queued ones are dropped.
+        self._pool.shutdown(wait=not late, cancel_futures=True)
         self._buf = None
         super().close()
         if failed:
