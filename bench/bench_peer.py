@@ -13,10 +13,13 @@ systems go through the same chain: emulator <- ``harness/xml_multipart.py`` shim
 Each cell (regime, system, round) is fresh rank processes (``peer_rank.py``) with a fresh prefix:
 a barrier, a timed ``dcp.save``, a barrier, a timed cold ``dcp.load`` into a fresh template,
 every tensor verified bit for bit, then the prefix deleted. Rounds interleave the systems, the
-order alternating (ours, peer; peer, ours; ...). Printed per regime: median save and load seconds
-and GB/s (total tensor bytes over the slowest rank's seconds) with min-max, ratios ours/peer of
-the medians' throughput, and peak RSS per rank above its RSS once state and template are built,
-over its shard bytes. A cell has a time bound (``--timeout``); a failure names the cell.
+order alternating (ours, peer; peer, ours; ...). Printed per regime: median save and load
+seconds and GB/s (total tensor bytes over the slowest rank's seconds) with min-max, ratios
+ours/peer of the medians' throughput, and peak RSS per rank above its RSS once state and template
+are built, over its shard bytes. Last, the cost of each system's final assembly of one shard on
+the bare chain, which GCS charges neither: the emulator's compose (ours) against the shim's
+completion of a multipart upload (the peer's). A cell has a time bound (``--timeout``); a
+failure names the cell.
 
 Run: ``.venv/bin/python bench/bench_peer.py`` (about 10 minutes on a quiet 2-core machine).
 """
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import http.client
 import json
 import os
 import signal
@@ -33,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,7 @@ from peer_seam import peer_classes
 
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.local.emulator import GcsEmulator, free_port
+from ckptbench.workload.storage.gcs.backend import part_size_for
 from harness.xml_multipart import XmlMultipartShim
 
 GB = 1e9
@@ -140,6 +147,69 @@ def delete_prefix(cid: str) -> None:
     client.close()
 
 
+def probe_bytes(chosen: list[Regime]) -> int:
+    """The assembly probe's object: a rank's shard in the first multi-rank regime chosen."""
+    regime = next((r for r in chosen if r.ranks > 1), chosen[0])
+    return regime.total() // regime.ranks
+
+
+def request(url: str, method: str, path: str, body: bytes = b"") -> bytes:
+    parsed = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parsed.hostname or "", parsed.port, timeout=600)
+    try:
+        conn.request(method, path, body=body)
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.status not in (200, 204):
+            raise BenchFailure(f"assembly probe: {method} {path}: {resp.status} {data[:300]!r}")
+        return data
+    finally:
+        conn.close()
+
+
+def assembly_seconds(
+    shim_url: str, nbytes: int, ours_parts: int, peer_part: int
+) -> tuple[float, float]:
+    """Seconds each system's final assembly of one ``nbytes`` object takes on the bare chain,
+    which GCS charges neither: ours, the emulator's compose of ``ours_parts`` parts (it copies
+    every byte); the peer's, the shim's completion of ``peer_part``-byte parts (it sends every
+    byte to the emulator again)."""
+    from ckptbench.workload.storage.gcs.client import make_client
+    from ckptbench.workload.storage.gcs.objects import GcsObjects
+
+    data = os.urandom(nbytes)
+    emulator = os.environ["STORAGE_EMULATOR_HOST"]
+    os.environ["STORAGE_EMULATOR_HOST"] = shim_url
+    try:
+        objects = GcsObjects(make_client(pool_size=4), BUCKET)
+        step = -(-nbytes // ours_parts)
+        names = [f"assembly/ours-{i:03d}" for i in range(ours_parts)]
+        for i, name in enumerate(names):
+            objects.upload(name, memoryview(data)[i * step : (i + 1) * step])
+        t0 = time.perf_counter()
+        objects.compose("assembly/ours", names)
+        ours = time.perf_counter() - t0
+        for name in [*names, "assembly/ours"]:
+            objects.delete(name)
+    finally:
+        os.environ["STORAGE_EMULATOR_HOST"] = emulator
+    path = f"/{BUCKET}/assembly/peer"
+    answer = request(shim_url, "POST", path + "?uploads").decode()
+    upload_id = answer.split("<UploadId>")[1].split("</UploadId>")[0]
+    listed = []
+    for n, lo in enumerate(range(0, nbytes, peer_part), 1):
+        part = data[lo : lo + peer_part]
+        request(shim_url, "PUT", f"{path}?partNumber={n}&uploadId={upload_id}", part)
+        etag = hashlib.md5(part).hexdigest()
+        listed.append(f"<Part><PartNumber>{n}</PartNumber><ETag>{etag}</ETag></Part>")
+    body = f"<CompleteMultipartUpload>{''.join(listed)}</CompleteMultipartUpload>".encode()
+    t0 = time.perf_counter()
+    request(shim_url, "POST", f"{path}?uploadId={upload_id}", body)
+    peer = time.perf_counter() - t0
+    request(shim_url, "DELETE", f"/storage/v1/b/{BUCKET}/o/assembly%2Fpeer")
+    return ours, peer
+
+
 def med(xs: list[float]) -> str:
     return f"{statistics.median(xs):6.3f} [{min(xs):.3f}-{max(xs):.3f}]"
 
@@ -182,9 +252,21 @@ def main() -> int:
             model = NetModel(shim.url, a.rate, a.rtt)
             with model.running():
                 run_rounds(chosen, a, shim.url, model.url, seconds, peaks, t_start)
+            probe = probe_bytes(chosen)
+            parts = -(-probe // part_size_for(32 * MIB, probe, a.threads))
+            assembly = [assembly_seconds(shim.url, probe, parts, 32 * MIB) for _ in range(a.rounds)]
             if shim.uploads_open or shim.part_files():
                 raise BenchFailure(f"the shim holds {shim.uploads_open} open upload(s)")
     report(chosen, seconds, peaks, a)
+    ours_s = [x[0] for x in assembly]
+    peer_s = [x[1] for x in assembly]
+    print(
+        f"\nassembly of one {probe / MIB:.0f} MiB object on the bare chain (GCS charges neither), "
+        f"median [min-max] s over {a.rounds}: ours, the emulator composing {parts} parts: "
+        f"{med(ours_s)} ({probe / statistics.median(ours_s) / GB:.3f} GB/s); the peer's, the shim "
+        f"completing 32 MiB parts: {med(peer_s)} ({probe / statistics.median(peer_s) / GB:.3f} "
+        "GB/s)"
+    )
     print(f"\nbench took {time.monotonic() - t_start:.0f} s")
     return 0
 
