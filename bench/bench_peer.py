@@ -239,6 +239,7 @@ def main() -> int:
     )
     seconds: dict[tuple[str, str, str], list[float]] = {}
     peaks: dict[tuple[str, str], list[float]] = {}
+    phases: dict[str, list[dict[str, Any]]] = {}
     t_start = time.monotonic()
     scratch = "/dev/shm" if Path("/dev/shm").is_dir() else None
     with (
@@ -251,13 +252,14 @@ def main() -> int:
         with shim.running():
             model = NetModel(shim.url, a.rate, a.rtt)
             with model.running():
-                run_rounds(chosen, a, shim.url, model.url, seconds, peaks, t_start)
+                run_rounds(chosen, a, shim.url, model.url, seconds, peaks, phases, t_start)
             probe = probe_bytes(chosen)
             parts = -(-probe // part_size_for(32 * MIB, probe, a.threads))
             assembly = [assembly_seconds(shim.url, probe, parts, 32 * MIB) for _ in range(a.rounds)]
             if shim.uploads_open or shim.part_files():
                 raise BenchFailure(f"the shim holds {shim.uploads_open} open upload(s)")
     report(chosen, seconds, peaks, a)
+    report_phases(chosen, phases)
     ours_s = [x[0] for x in assembly]
     peer_s = [x[1] for x in assembly]
     print(
@@ -278,6 +280,7 @@ def run_rounds(
     model: str,
     seconds: dict[tuple[str, str, str], list[float]],
     peaks: dict[tuple[str, str], list[float]],
+    phases: dict[str, list[dict[str, Any]]],
     t_start: float,
 ) -> None:
     """Every cell, the systems interleaved and their order alternating from round to round."""
@@ -294,12 +297,42 @@ def run_rounds(
                 peaks.setdefault((regime.name, system), []).extend(
                     float(x["peak_above"]) / float(x["shard"]) for x in ranks
                 )
+                if system == "ours":  # where the slowest rank's save went
+                    slowest_rank = max(ranks, key=lambda x: float(x["save"]))
+                    phases.setdefault(regime.name, []).append(
+                        {"save": (0.0, float(slowest_rank["save"])), **slowest_rank["phases"]}
+                    )
                 got = [seconds[(regime.name, system, op)][-1] for op in ("save", "load")]
                 print(
                     f"  {step}: save {got[0]:.2f} s, load {got[1]:.2f} s "
                     f"({time.monotonic() - t_start:.0f} s in)",
                     flush=True,
                 )
+
+
+def report_phases(chosen: list[Regime], phases: dict[str, list[dict[str, Any]]]) -> None:
+    """Where our save's time went, on its slowest rank: spans from the save's start."""
+    print("\nours' save on its slowest rank, median [min-max] s from the save's start:")
+    for regime in chosen:
+        rows = phases[regime.name]
+
+        def end(kind: str, rows: list[dict[str, Any]] = rows) -> str:
+            return med([float(r[kind][1]) for r in rows if kind in r] or [float("nan")])
+
+        def lasts(kind: str, rows: list[dict[str, Any]] = rows) -> str:
+            spans = [float(r[kind][1]) - float(r[kind][0]) for r in rows if kind in r]
+            return med(spans or [float("nan")])
+
+        share = [
+            (float(r["compose"][1]) - float(r["compose"][0])) / float(r["save"][1])
+            for r in rows
+            if "compose" in r
+        ]
+        print(
+            f"  {regime.name}: save {end('save')}; parts all uploaded at {end('upload')}; "
+            f"composing {lasts('compose')} ({med(share or [float('nan')])} of the save); "
+            f"deleting parts {lasts('delete')}"
+        )
 
 
 def report(

@@ -9,7 +9,9 @@ session, the peer's with as many pooled connections as its writer can use at onc
 queues for one). The load goes into a fresh template through a fresh reader after the save, in the
 same process: neither system caches object bytes in process, so every byte comes from the
 emulator. Prints one JSON line: the seconds of ``dcp.save`` and ``dcp.load`` on this rank, its
-shard bytes, and its peak RSS above its RSS once the state and the load template are built.
+shard bytes, its peak RSS above its RSS once the state and the load template are built, and for
+ours where the save's time went: the wall-clock span of its part uploads, composes and part
+deletes (timers around our ``GcsObjects`` calls, from the save's start).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 import warnings
 from datetime import timedelta
@@ -33,6 +36,31 @@ def vm(field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
     raise SystemExit(f"no {field} in /proc/self/status")
+
+
+def time_our_calls(spans: dict[str, tuple[float, float]]) -> None:
+    """Timers around our GcsObjects' part uploads, composes and deletes: each kind's span
+    (first start, last end) goes into ``spans``."""
+    from ckptbench.workload.storage.gcs.objects import GcsObjects
+
+    lock = threading.Lock()
+
+    def timed(kind: str, call: Any) -> Any:
+        def wrapper(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return call(self, name, *args, **kwargs)
+            finally:
+                t1 = time.perf_counter()
+                if kind == "compose" or ".parts/" in name:
+                    with lock:
+                        lo, hi = spans.get(kind, (t0, t1))
+                        spans[kind] = (min(lo, t0), max(hi, t1))
+
+        return wrapper
+
+    for kind in ("upload", "compose", "delete"):
+        setattr(GcsObjects, kind, timed(kind, getattr(GcsObjects, kind)))
 
 
 def writer_and_reader(
@@ -97,6 +125,9 @@ def main() -> int:
         "gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank, world_size=a.world,
         timeout=timedelta(minutes=10),
     )  # fmt: skip
+    spans: dict[str, tuple[float, float]] = {}
+    if a.system == "ours":
+        time_our_calls(spans)
     sd = state.build_state(config)
     make_writer, make_reader = writer_and_reader(a.system, a.cid, a.threads, config, len(sd))
     template = state.empty_template(config)
@@ -104,9 +135,9 @@ def main() -> int:
     base = vm("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts afresh from here
     dist.barrier()
-    t0 = time.perf_counter()
+    t_save = time.perf_counter()
     dcp_save(sd, storage_writer=make_writer())
-    save = time.perf_counter() - t0
+    save = time.perf_counter() - t_save
     dist.barrier()
     t0 = time.perf_counter()
     dcp_load(template, storage_reader=make_reader())
@@ -116,7 +147,9 @@ def main() -> int:
     dist.barrier()
     dist.destroy_process_group()
     shard = sizes.shard_bytes(a.rank, a.world, a.layer_size, a.padding_size)
-    print(json.dumps({"save": save, "load": load, "shard": shard, "peak_above": peak}))
+    phases = {kind: (lo - t_save, hi - t_save) for kind, (lo, hi) in spans.items()}
+    print(json.dumps({"save": save, "load": load, "shard": shard, "peak_above": peak,
+                      "phases": phases}))  # fmt: skip
     return 0
 
 
