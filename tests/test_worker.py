@@ -82,6 +82,7 @@ def test_ranks_save_load_verify_report_and_clean_up(
     assert summary.save is not None and summary.save.samples == 2
     assert summary.extra["settings"]["backend"] == backend
     assert summary.extra["versions"]["torch"].startswith("2.13")
+    assert summary.extra["torch_threads"] == 1  # the OMP_NUM_THREADS the ranks were given
 
     names = objectio.list_names(config.results_path)
     assert names == [f"rank-{r:05d}.json" for r in range(world_size)] + ["summary.json"]

@@ -8,6 +8,7 @@ JobSet gives every pod the hostname ``<name>-rank-0-<index>`` under the headless
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,10 +36,13 @@ from ckptbench.operator.render.security import (
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
 from ckptbench.operator.spec.names import REPLICATED_JOB, validate_name
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.quantity import cpu_threads
 
 CONTAINER_NAME = "worker"
 WORKER_COMMAND = ("ckptbench", "worker")
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+# Read by OpenMP and by torch when it sizes its intra-op thread pool.
+THREADS_ENV = "OMP_NUM_THREADS"
 
 
 class RenderError(ValueError):
@@ -173,6 +177,9 @@ def _pod_spec(
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_NAMESPACE", "metadata.namespace"),
     ]
+    threads = intra_op_threads(spec.resources)
+    if threads is not None:
+        env.append({"name": THREADS_ENV, "value": str(threads)})
     container: dict[str, Any] = {
         "name": CONTAINER_NAME,
         "image": image,
@@ -206,6 +213,20 @@ def _pod_spec(
         "affinity": spec.affinity,
     }
     return {**pod, **{key: value for key, value in optional.items() if value is not None}}
+
+
+def intra_op_threads(resources: Mapping[str, Any] | None) -> int | None:
+    """The intra-op (OpenMP) threads of a rank with these resources: its CPU limit rounded up,
+    at least 1; None without a CPU limit. torch sizes its pool from the node's cores, not the
+    container's limit, so a rank limited to 2 CPUs on a 64-core node would run 64 threads that
+    contend for 2 CPUs."""
+    limit = ((resources or {}).get("limits") or {}).get("cpu")
+    if limit is None:
+        return None
+    try:
+        return cpu_threads(limit)
+    except ValueError as exc:
+        raise RenderError(f"spec.resources.limits.cpu: {exc}") from None
 
 
 def _field_env(name: str, field_path: str) -> dict[str, Any]:

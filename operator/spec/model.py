@@ -56,6 +56,7 @@ from ckptbench.workload.contract.config import (
     Procedure,
     WorkloadConfig,
 )
+from ckptbench.workload.contract.quantity import cpu_threads
 
 _CRD_RULES: list[JsonValue] = [cast("JsonValue", rule.to_crd()) for rule in RULES]
 _RESOURCE_KEYS = frozenset({"limits", "requests", "claims"})
@@ -310,6 +311,11 @@ class CheckpointBenchmarkSpec(BaseModel):
             for resource, quantity in amounts.items():
                 if isinstance(quantity, bool) or not isinstance(quantity, str | int | float):
                     raise ValueError(f"{key}.{resource}: quantity must be a string or a number")
+                if resource == "cpu":  # the rank's thread count is rendered from it
+                    try:
+                        cpu_threads(quantity)
+                    except ValueError as exc:
+                        raise ValueError(f"{key}.cpu: {exc}") from None
         return value
 
     @field_validator("volumes", "volume_mounts", "tolerations")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ckptbench.workload.contract.quantity import quantity
 from ckptbench.workload.contract.sizes import format_bytes
 
 MIB = 1024**2
@@ -78,30 +79,7 @@ def refusal(
 
 def parse_quantity(text: str) -> int:
     """A Kubernetes memory quantity (``64Gi``, ``500M``, ``1e9``, ``128974848``) in bytes."""
-    s = text.strip()
-    suffixes = {
-        "Ki": 1024,
-        "Mi": 1024**2,
-        "Gi": 1024**3,
-        "Ti": 1024**4,
-        "Pi": 1024**5,
-        "Ei": 1024**6,
-        "k": 1000,
-        "K": 1000,
-        "M": 1000**2,
-        "G": 1000**3,
-        "T": 1000**4,
-        "P": 1000**5,
-        "E": 1000**6,
-        "m": 0,  # milli-bytes: allowed by the grammar, divided below
-    }
-    for suffix in sorted(suffixes, key=len, reverse=True):
-        if s.endswith(suffix) and s[: -len(suffix)]:
-            number = float(s[: -len(suffix)])
-            if suffix == "m":
-                return int(number / 1000)
-            return int(number * suffixes[suffix])
     try:
-        return int(float(s))
+        return int(quantity(text))
     except ValueError:
         raise ValueError(f"not a memory quantity: {text!r}") from None

@@ -56,5 +56,11 @@ def machine() -> dict[str, Any]:
     }
 
 
-def describe(config: WorkloadConfig) -> dict[str, Any]:
-    return {**machine(), "settings": config.model_dump(mode="json", exclude={"rank"})}
+def describe(config: WorkloadConfig, torch_threads: int | None = None) -> dict[str, Any]:
+    """What one rank ran on and with: the machine, the intra-op threads torch used (from
+    ``OMP_NUM_THREADS`` or the CPU quota, see :mod:`~ckptbench.workload.rank.cpus`) and the
+    settings."""
+    facts = {**machine(), "settings": config.model_dump(mode="json", exclude={"rank"})}
+    if torch_threads is not None:
+        facts["torch_threads"] = torch_threads
+    return facts

@@ -71,8 +71,9 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
 
     backends.prepare_gcsfs()
 
-    from ckptbench.workload.rank import environment, loop, rendezvous
+    from ckptbench.workload.rank import cpus, environment, loop, rendezvous
 
+    threads = cpus.limit_torch_threads()
     say = _logger(config.rank)
     refused = _memory_refusal(config)
     if refused is not None:
@@ -109,7 +110,7 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
         )
 
     write_termination_log(config, result, say)
-    env = environment.describe(config)
+    env = environment.describe(config, torch_threads=threads)
     # After a failure the storage is often what failed: the termination log already holds the
     # essentials, so do not keep a failed pod alive for a full retry budget per results file.
     attempts = objectio.ATTEMPTS if result.error is None else 2
