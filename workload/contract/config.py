@@ -16,6 +16,11 @@ from typing import Annotated, Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ckptbench.workload.contract import memory_plan, models, sizes
+from ckptbench.workload.contract.modes import MLPERF_CHECKPOINTS as MLPERF_CHECKPOINTS
+from ckptbench.workload.contract.modes import Backend as Backend
+from ckptbench.workload.contract.modes import CacheMode as CacheMode
+from ckptbench.workload.contract.modes import GarbageCollection as GarbageCollection
+from ckptbench.workload.contract.modes import Procedure as Procedure
 from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV
 
 ENV_PREFIX = "CKPTBENCH_"
@@ -25,39 +30,6 @@ MIB = 1024**2
 # A preset's shape overridden for a scaled-down run, bounded alike in the operator's spec.
 LayersOverride = Annotated[int, Field(ge=1, le=1000)]
 VocabOverride = Annotated[int, Field(ge=1, le=10_000_000)]
-
-
-class Backend(enum.StrEnum):
-    FILE = "file"
-    GCS = "gcs"
-    GCSFS = "gcsfs"
-
-
-class Procedure(enum.StrEnum):
-    """How samples are run and figures computed (docs/measurement.md)."""
-
-    CKPTBENCH = "ckptbench"  # warm-up, then save/load interleaved, each load on a fresh template
-    REFERENCE = "reference"  # the reference's: all saves then all loads into one template
-    MLPERF = "mlperf"  # MLPerf Storage's: 10 writes then 10 reads, span durations
-
-
-MLPERF_CHECKPOINTS = 10
-
-
-class CacheMode(enum.StrEnum):
-    """Whether the ``file`` backend's written files were evicted from the page cache."""
-
-    DROPPED = "dropped"
-    KEPT = "kept"
-
-
-class GarbageCollection(enum.StrEnum):
-    """How a rank runs Python's cyclic garbage collector (docs/measurement.md)."""
-
-    # torchtitan's way (Megatron-LM's --manual-gc, NeMo's gc_interval): automatic collection off,
-    # a collection between checkpoints, outside the timings.
-    MANUAL = "manual"
-    AUTOMATIC = "automatic"  # Python's default: collections whenever allocations trigger them
 
 
 class ConfigError(ValueError):

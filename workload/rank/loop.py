@@ -26,7 +26,6 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -37,9 +36,10 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.contract.config import CacheMode, Procedure, WorkloadConfig
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.results import RankResult
 from ckptbench.workload.rank import state
 from ckptbench.workload.rank.collector import Collector
+from ckptbench.workload.rank.samples import Op, Series
 from ckptbench.workload.storage import cache, timing
 from ckptbench.workload.storage import factory as backends
 
@@ -81,40 +81,6 @@ class AsyncSaveError(RuntimeError):
     """An async save's future did not deliver the checkpoint's metadata."""
 
 
-@dataclass
-class _Op:
-    """One timed operation on this rank."""
-
-    seconds: float  # barrier to barrier: the collective as this rank saw it
-    phases: timing.Phases  # planning, I/O and finish, timed inside the storage layer
-    started_at: float  # wall clock (Unix seconds), for spans across ranks
-    ended_at: float
-    blocked_seconds: float | None = None
-    gc_seconds: float = 0.0  # automatic garbage collections inside the operation
-
-
-@dataclass
-class _Series:
-    """One operation's timed samples on this rank."""
-
-    ops: list[_Op] = field(default_factory=list)
-
-    def timing(self) -> OpTiming | None:
-        if not self.ops:
-            return None
-        blocked = [op.blocked_seconds for op in self.ops if op.blocked_seconds is not None]
-        return OpTiming.of(
-            [op.seconds for op in self.ops],
-            [op.phases.own_io or 0.0 for op in self.ops],
-            [op.phases.planning or 0.0 for op in self.ops],
-            finish_seconds=[op.phases.finish for op in self.ops],
-            blocked_seconds=blocked or None,
-            gc_seconds=[op.gc_seconds for op in self.ops],
-            started_at=[op.started_at for op in self.ops],
-            ended_at=[op.ended_at for op in self.ops],
-        )
-
-
 def run(
     config: WorkloadConfig,
     *,
@@ -137,8 +103,8 @@ class _Loop:
         self.after_save = after_save
         self.say: Callable[[str], None] = say
         self.distributed = dist.is_available() and dist.is_initialized()
-        self.saves = _Series()
-        self.loads = _Series()
+        self.saves = Series()
+        self.loads = Series()
         self.verified: bool | None = None
         self.save_group: Any = None
         self.session: backends.StorageSession | None = None
@@ -265,7 +231,7 @@ class _Loop:
 
     # -- operations --------------------------------------------------------------------------------
 
-    def _save(self, checkpoint_id: str, shard: dict[str, torch.Tensor]) -> _Op:
+    def _save(self, checkpoint_id: str, shard: dict[str, torch.Tensor]) -> Op:
         session = self._session()
         if checkpoint_id not in self.pending:
             self.pending.append(checkpoint_id)
@@ -299,7 +265,7 @@ class _Loop:
         with contextlib.suppress(Exception):  # bounded, best effort: the final cleanup reports
             self._session().discard(checkpoint_id, f"__{self.config.rank}_")
 
-    def _load(self, checkpoint_id: str, template: dict[str, torch.Tensor]) -> _Op:
+    def _load(self, checkpoint_id: str, template: dict[str, torch.Tensor]) -> Op:
         session = self._session()
 
         def prepare() -> timing.TimedReader:
@@ -317,7 +283,7 @@ class _Loop:
 
         return self._timed("load", load, checkpoint_id)
 
-    def _timed(self, what: str, operation: Callable[[], timing.Phases], where: str) -> _Op:
+    def _timed(self, what: str, operation: Callable[[], timing.Phases], where: str) -> Op:
         """``barrier; t0; operation; barrier; t1``: the collective, with the storage phases.
 
         The closing barrier is :meth:`_agree`, so a failure on any rank stops every rank here.
@@ -337,7 +303,7 @@ class _Loop:
                 error = exc
         ended_at = time.time()
         self._agree(error, what)
-        return _Op(
+        return Op(
             time.perf_counter() - t0, phases, started_at, ended_at, gc_seconds=collected.seconds
         )
 
@@ -421,7 +387,7 @@ class _Loop:
 
     # -- reporting -------------------------------------------------------------------------------
 
-    def _report(self, op: str, label: str, timed: _Op) -> None:
+    def _report(self, op: str, label: str, timed: Op) -> None:
         if self.config.rank != 0:
             return
         line = f"[rank 0] {op} {label}: {timed.seconds:.3f} s"
