@@ -16,9 +16,10 @@ every tensor verified bit for bit, then the prefix deleted. Rounds interleave th
 order alternating (ours, peer; peer, ours; ...). Printed per regime: median save and load
 seconds and GB/s (total tensor bytes over the slowest rank's seconds) with min-max, ratios
 ours/peer of the medians' throughput, and peak RSS per rank above its RSS once state and template
-are built, over its shard bytes. Last, the cost of each system's final assembly of one shard on
-the bare chain, which GCS charges neither: the emulator's compose (ours) against the shim's
-completion of a multipart upload (the peer's). A cell has a time bound (``--timeout``); a
+are built, over its shard bytes; where our save's time went on its slowest rank. Last, the cost
+of each system's final assembly of each regime's shard on the bare chain, which GCS charges
+neither: the emulator's compose (ours) against the shim's completion of a multipart upload (the
+peer's). A cell has a time bound (``--timeout``); a
 failure names the cell.
 
 Run: ``.venv/bin/python bench/bench_peer.py`` (about 10 minutes on a quiet 2-core machine).
@@ -147,10 +148,15 @@ def delete_prefix(cid: str) -> None:
     client.close()
 
 
-def probe_bytes(chosen: list[Regime]) -> int:
-    """The assembly probe's object: a rank's shard in the first multi-rank regime chosen."""
-    regime = next((r for r in chosen if r.ranks > 1), chosen[0])
-    return regime.total() // regime.ranks
+def probe_sizes(chosen: list[Regime]) -> list[int]:
+    """The assembly probe's objects: one rank's shard of each regime chosen, once each."""
+    return sorted({r.total() // r.ranks for r in chosen})
+
+
+def parts_of(shard: int, threads: int) -> int:
+    """How many full parts our upload cuts a ``shard``-byte stream into (its short parts, a
+    tensor's tail and the framing, left out)."""
+    return -(-shard // part_size_for(32 * MIB, shard, threads))
 
 
 def request(url: str, method: str, path: str, body: bytes = b"") -> bytes:
@@ -253,22 +259,27 @@ def main() -> int:
             model = NetModel(shim.url, a.rate, a.rtt)
             with model.running():
                 run_rounds(chosen, a, shim.url, model.url, seconds, peaks, phases, t_start)
-            probe = probe_bytes(chosen)
-            parts = -(-probe // part_size_for(32 * MIB, probe, a.threads))
-            assembly = [assembly_seconds(shim.url, probe, parts, 32 * MIB) for _ in range(a.rounds)]
+            assembly = {
+                size: [assembly_seconds(shim.url, size, parts_of(size, a.threads), 32 * MIB)
+                       for _ in range(a.rounds)]
+                for size in probe_sizes(chosen)
+            }  # fmt: skip
             if shim.uploads_open or shim.part_files():
                 raise BenchFailure(f"the shim holds {shim.uploads_open} open upload(s)")
     report(chosen, seconds, peaks, a)
     report_phases(chosen, phases)
-    ours_s = [x[0] for x in assembly]
-    peer_s = [x[1] for x in assembly]
     print(
-        f"\nassembly of one {probe / MIB:.0f} MiB object on the bare chain (GCS charges neither), "
-        f"median [min-max] s over {a.rounds}: ours, the emulator composing {parts} parts: "
-        f"{med(ours_s)} ({probe / statistics.median(ours_s) / GB:.3f} GB/s); the peer's, the shim "
-        f"completing 32 MiB parts: {med(peer_s)} ({probe / statistics.median(peer_s) / GB:.3f} "
-        "GB/s)"
+        "\nassembly of one shard on the bare chain, which GCS charges neither, median [min-max] s "
+        f"over {a.rounds}: ours, the emulator composing our parts; the peer's, the shim "
+        "completing 32 MiB parts"
     )
+    for size, runs in assembly.items():
+        ours_s, peer_s = [x[0] for x in runs], [x[1] for x in runs]
+        print(
+            f"  {size / MIB:.0f} MiB: ours ({parts_of(size, a.threads)} parts) {med(ours_s)} "
+            f"({size / statistics.median(ours_s) / GB:.3f} GB/s); the peer's {med(peer_s)} "
+            f"({size / statistics.median(peer_s) / GB:.3f} GB/s)"
+        )
     print(f"\nbench took {time.monotonic() - t_start:.0f} s")
     return 0
 
