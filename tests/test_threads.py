@@ -14,12 +14,12 @@ from pydantic import ValidationError
 
 from ckptbench.operator.render.jobset import RenderDefaults, intra_op_threads, render_jobset
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
-from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.quantity import cpu_threads
 from ckptbench.workload.local.emulator import free_port
 from ckptbench.workload.rank import cpus, worker
 from ckptbench.workload.storage import objects as objectio
 from tests.k8s_schemas import validate
+from tests.workers import one_rank
 
 UID = "5f0c2a9e-1b7d-4c1e-9a51-0d4c7b3e2f10"
 DEFAULTS = RenderDefaults(image="registry.example/ckptbench-workload:1.0")
@@ -185,14 +185,11 @@ def test_a_rank_started_without_omp_num_threads_uses_its_quota_and_records_it(
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(cpus, "CGROUP_ROOT", _cgroup(tmp_path / "cgroup", {"cpu.max": "1 1"}))
     torch.set_num_threads(2)
-    config = WorkloadConfig(
-        checkpoint_path=str(tmp_path / "ckpt"),
-        backend="file",
-        world_size=1,
+    config = one_rank(
+        tmp_path,
         layer_size=100,
         padding_size=2,
         sample_count=1,
-        warmup_samples=0,
         master_port=free_port(),
         rendezvous_timeout_seconds=20,
         termination_log="",
