@@ -28,8 +28,10 @@ from ckptbench.workload.storage.gcs.backend import (
     part_size_for,
     spread_size,
 )
+from ckptbench.workload.storage.gcs.blobs import BlobLayouts
+from ckptbench.workload.storage.gcs.blobs import Item as _Item
 from ckptbench.workload.storage.gcs.client import make_client
-from ckptbench.workload.storage.gcs.download import BlobLayouts, ParallelReader, _Item
+from ckptbench.workload.storage.gcs.download import ParallelReader
 from ckptbench.workload.storage.gcs.objects import GcsObjects
 from ckptbench.workload.storage.gcs.upload import CompositeUploadStream
 from ckptbench.workload.storage.torch_seam import StorageInfo

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import warnings
 from pathlib import Path
@@ -21,6 +22,7 @@ from ckptbench.workload.storage.gcs.backend import (
     PinnedTensors,
     part_size_for,
 )
+from ckptbench.workload.storage.gcs.blobs import BlobLayouts
 from ckptbench.workload.storage.gcs.download import tensor_memory
 from ckptbench.workload.storage.gcs.objects import GcsObjects
 from ckptbench.workload.storage.gcs.upload import first_level_groups
@@ -317,6 +319,7 @@ def test_plain_tensors_take_the_fast_path_and_no_deprecation_warning_is_shown(
     # And the one data object, read whole, was checked against its stored crc32c.
     assert paths.as_dict() == {
         "direct": 8,
+        "scattered": 0,
         "copied": 2,
         "generic": 1,
         "bytes": 2,
@@ -342,3 +345,51 @@ def test_a_corrupted_blob_names_the_object_and_never_suggests_weights_only_false
     assert f"gs://{gcs_bucket}/bad/ckpt.ckpt/__0_0.distcp" in text
     assert "corrupted" in text
     assert "weights_only" not in text
+
+
+def _same_shape_state() -> dict[str, Any]:
+    gen = torch.Generator().manual_seed(11)
+    return {f"w{i:02d}": torch.rand((100, 1000), generator=gen) for i in range(24)}
+
+
+def test_small_tensors_of_one_shape_land_straight_in_their_memory(
+    gcs_client: storage.Client, gcs_bucket: str
+) -> None:
+    # 24 tensors of 400 KB, below the direct path's 1 MiB: read coalesced, yet each payload
+    # goes into its tensor from the response, not through a buffer copy.
+    sd = _same_shape_state()
+    cid = saved(sd, gcs_bucket, "scatter")
+    reader = our_reader(cid)
+    loaded = template(sd)
+    dcp_load(loaded, storage_reader=reader)
+    assert_same(sd, loaded)
+    paths = reader.gcs.read_paths.as_dict()
+    assert (paths["scattered"], paths["copied"], paths["generic"]) == (24, 0, 0)
+    assert (paths["checked"], paths["mismatched"]) == (1, 0)
+
+
+def test_a_blob_unlike_its_predicted_layout_is_read_again_the_buffered_way(
+    gcs_client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A prediction 64 bytes off: the payload would land shifted. The bytes read before it are
+    # not the predicted ones, so the item is read again into a buffer and copied out.
+    sd = _same_shape_state()
+    cid = saved(sd, gcs_bucket, "mispredicted")
+    real = BlobLayouts.predict
+
+    def off_by_64(self: BlobLayouts, item: Any) -> tuple[bytes, Any] | None:
+        known = real(self, item)
+        if known is None:
+            return None
+        prefix, record = known
+        shifted = dataclasses.replace(record, data_offset=record.data_offset + 64)
+        return prefix + bytes(64), shifted
+
+    monkeypatch.setattr(BlobLayouts, "predict", off_by_64)
+    reader = our_reader(cid)
+    loaded = template(sd)
+    dcp_load(loaded, storage_reader=reader)
+    assert_same(sd, loaded)
+    paths = reader.gcs.read_paths.as_dict()
+    assert (paths["scattered"], paths["copied"]) == (0, 24)
+    assert (paths["checked"], paths["mismatched"]) == (1, 0)

@@ -46,6 +46,7 @@ def test_gcs_session_makes_one_client_and_counts_read_paths(
         assert all(torch.equal(out[k], sd[k]) for k in sd)
     assert session.read_paths == {
         "direct": 2,
+        "scattered": 0,
         "copied": 2,
         "generic": 0,
         "bytes": 0,

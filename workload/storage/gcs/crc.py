@@ -151,6 +151,13 @@ class Coverage:
         with self._lock:
             self._ranges.setdefault(name, []).append((offset, length, c))
 
+    def add_value(self, name: str, offset: int, length: int, c: int) -> None:
+        """A range whose crc32c the caller computed (over bytes that lay in several places)."""
+        if length == 0:
+            return
+        with self._lock:
+            self._ranges.setdefault(name, []).append((offset, length, c))
+
     def names(self) -> list[str]:
         with self._lock:
             return sorted(self._ranges)

@@ -12,18 +12,30 @@ takes DCP's generic path, with small neighbouring items coalesced into one range
 
 from __future__ import annotations
 
-import ctypes
 import io
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, as_completed, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import IO, Any, cast
 
 import torch
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, ReadItem
 
 from ckptbench.workload.storage.gcs import crc
+from ckptbench.workload.storage.gcs.blobs import (
+    HEAD_BYTES as HEAD_BYTES,
+)
+from ckptbench.workload.storage.gcs.blobs import (
+    TAIL_BYTES,
+    BlobLayouts,
+    Item,
+    Slot,
+    fits_directly,
+)
+from ckptbench.workload.storage.gcs.blobs import (
+    tensor_memory as tensor_memory,
+)
 from ckptbench.workload.storage.gcs.objects import GcsObjects
 from ckptbench.workload.storage.retry import IntegrityError
 from ckptbench.workload.storage.torch_seam import (
@@ -34,10 +46,6 @@ from ckptbench.workload.storage.torch_seam import (
     parse_tensor_blob,
 )
 
-# Enough for the zip records before a tensor's payload (the pickled layout among them), and
-# for the records and central directory after it.
-HEAD_BYTES = 16 * 1024
-TAIL_BYTES = 16 * 1024
 # Tensors at least this large are read straight into their destination after a look at the
 # blob's ends (two small requests); smaller ones are coalesced with their neighbours.
 DIRECT_MIN_BYTES = 1 << 20
@@ -46,10 +54,12 @@ DIRECT_MIN_BYTES = 1 << 20
 @dataclass
 class ReadPaths:
     """How many items took each path: ``direct`` (ranged reads straight into the tensor),
-    ``copied`` (payload copied from a coalesced read, no ``torch.load``), ``generic``
+    ``scattered`` (payload read straight into the tensor within a coalesced read), ``copied``
+    (payload copied from a coalesced read, no ``torch.load``), ``generic``
     (``torch.load`` then a copy: DCP's own way) and ``bytes`` (non-tensor items)."""
 
     direct: int = 0
+    scattered: int = 0
     copied: int = 0
     generic: int = 0
     bytes: int = 0
@@ -63,71 +73,7 @@ class ReadPaths:
             setattr(self, path, getattr(self, path) + 1)
 
     def as_dict(self) -> dict[str, int]:
-        return {"direct": self.direct, "copied": self.copied, "generic": self.generic,
-                "bytes": self.bytes, "checked": self.checked, "unchecked": self.unchecked,
-                "mismatched": self.mismatched}  # fmt: skip
-
-
-def tensor_memory(t: torch.Tensor) -> memoryview:
-    """A writable byte view of a contiguous CPU tensor's memory (numpy is not required)."""
-    if t.device.type != "cpu" or not t.is_contiguous():
-        raise ValueError("tensor_memory needs a contiguous CPU tensor")
-    nbytes = t.numel() * t.element_size()
-    if nbytes == 0:
-        return memoryview(bytearray())
-    array = (ctypes.c_ubyte * nbytes).from_address(t.data_ptr())
-    return memoryview(array).cast("B")
-
-
-class BlobLayouts:
-    """Where the payload lies in ``torch.save`` blobs, remembered across the blobs of a load.
-
-    Parsing a blob's zip records and pickle costs about 0.2 ms of Python (holding the GIL): for a
-    rank of 1,500 small tensors that is most of the load. Blobs of tensors of one shape and dtype
-    are byte for byte the same up to the payload (zip local headers carry no sizes or crc32s, and
-    the pickled layout comes first), and their length is the same. So a blob whose length and
-    bytes before the payload match a blob already parsed has that blob's layout; anything else is
-    parsed."""
-
-    def __init__(self) -> None:
-        self._known: dict[int, list[tuple[bytes, TensorRecord]]] = {}
-        self._lock = threading.Lock()
-        self.parsed = 0
-
-    def parse(self, blob: memoryview) -> TensorRecord | None:
-        n = blob.nbytes
-        for prefix, known in self._known.get(n, ()):
-            if blob[: len(prefix)] == prefix:
-                return known
-        record = parse_tensor_blob(blob[: min(n, HEAD_BYTES)], blob[max(0, n - TAIL_BYTES) :], n)
-        with self._lock:
-            self.parsed += 1
-            if record is not None:
-                layouts = self._known.setdefault(n, [])
-                if len(layouts) < 16:  # a few shapes share a length; more is not worth a scan
-                    layouts.append((bytes(blob[: record.data_offset]), record))
-        return record
-
-
-@dataclass
-class _Item:
-    req: ReadItem
-    info: StorageInfo
-    target: torch.Tensor | None  # None for BYTE_IO
-
-
-def _fits_directly(item: _Item, record: TensorRecord) -> bool:
-    target = item.target
-    if target is None or not record.is_dense():
-        return False
-    return (
-        target.device.type == "cpu"
-        and target.is_contiguous()
-        and target.dtype == record.dtype
-        and tuple(target.shape) == record.size
-        and all(o == 0 for o in item.req.storage_offsets)
-        and tuple(item.req.lengths) == record.size
-    )
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
 
 
 class ParallelReader:
@@ -158,13 +104,13 @@ class ParallelReader:
         storage_data: dict[Any, StorageInfo],
         planner: LoadPlanner,
     ) -> None:
-        items: list[_Item] = []
+        items: list[Item] = []
         for req in reqs:
             info = storage_data[req.storage_index]
             target = (
                 planner.resolve_tensor(req).detach() if req.type != LoadItemType.BYTE_IO else None
             )
-            items.append(_Item(req, info, target))
+            items.append(Item(req, info, target))
 
         direct = [
             i
@@ -180,6 +126,7 @@ class ParallelReader:
         with ThreadPoolExecutor(self._threads, thread_name_prefix="gcs-read") as pool:
             futures: list[Future[Any]] = []
             try:
+                self._learn_layouts(pool, small)
                 for group in self._coalesce(small):
                     futures.append(pool.submit(self._read_group, group))
                 heads = {pool.submit(self._read_ends, i): i for i in direct}
@@ -188,7 +135,7 @@ class ParallelReader:
                     item = heads[fut]
                     head, tail = fut.result()
                     record = parse_tensor_blob(head, tail, item.info.length)
-                    if record is not None and _fits_directly(item, record):
+                    if record is not None and fits_directly(item, record):
                         self.paths.count("direct")
                         self._record_ends(item, record, head, tail)
                         futures.extend(self._submit_direct(pool, item, record))
@@ -214,6 +161,33 @@ class ParallelReader:
             if item.target is not None:
                 planner.commit_tensor(item.req, item.target)
 
+    def _learn_layouts(self, pool: ThreadPoolExecutor, small: list[Item]) -> None:
+        """Parse one blob of each length that several small tensors share and no blob parsed
+        so far explains, so that the coalesced reads can put those tensors' payloads straight
+        into their memory: one small extra read per such length, not a copy of every byte."""
+        by_length: dict[int, list[Item]] = {}
+        for item in small:
+            if item.target is not None and not item.info.transform_descriptors:
+                by_length.setdefault(item.info.length, []).append(item)
+        # Copying less than this costs less than the extra request that learning would.
+        unknown = {
+            n: items[0]
+            for n, items in by_length.items()
+            if len(items) > 1
+            and n * len(items) >= DIRECT_MIN_BYTES
+            and self._layouts.predict(items[0]) is None
+        }
+        if not unknown:
+            return
+
+        def learn(item: Item) -> None:
+            name = self._object_name(item.info.relative_path)
+            self._layouts.parse(memoryview(self._objects.read_range(name, item.info.offset,
+                                                                    item.info.length)))  # fmt: skip
+
+        for fut in [pool.submit(learn, item) for item in unknown.values()]:
+            fut.result()
+
     def _check_coverage(self) -> None:
         """Every object this load read whole is checked against its stored crc32c: a byte
         damaged at rest or in flight fails the load, naming the object."""
@@ -236,19 +210,19 @@ class ParallelReader:
         if self._coverage is not None:
             self._coverage.add(relative, offset, data)
 
-    def _coalesce(self, items: list[_Item]) -> list[list[_Item]]:
+    def _coalesce(self, items: list[Item]) -> list[list[Item]]:
         """Group items of one object that lie back to back into reads of about equal size, as
         few as reads of at most ``part_size`` allow (a group may pass it by one small item):
         17 reads where 16 would do would leave all threads but one idle for the last."""
-        by_object: dict[str, list[_Item]] = {}
+        by_object: dict[str, list[Item]] = {}
         for item in items:
             by_object.setdefault(item.info.relative_path, []).append(item)
-        groups: list[list[_Item]] = []
+        groups: list[list[Item]] = []
         for members in by_object.values():
             members.sort(key=lambda i: i.info.offset)
             total = sum(i.info.length for i in members)
             target = -(-total // -(-total // self._part_size)) if total else 1
-            current: list[_Item] = []
+            current: list[Item] = []
             for item in members:
                 if current:
                     last = current[-1].info
@@ -263,69 +237,87 @@ class ParallelReader:
                 groups.append(current)
         return groups
 
-    def _read_group(self, group: list[_Item]) -> list[tuple[ReadItem, bytes]]:
+    def _read_group(self, group: list[Item]) -> list[tuple[ReadItem, bytes]]:
+        """One ranged read for items lying back to back. A plain tensor whose blob layout is
+        known from a blob of the same length takes its payload straight into its memory (the
+        zip records around it go to scratch); anything else is read into a buffer."""
+        relative = group[0].info.relative_path
         start = group[0].info.offset
-        end = group[-1].info.offset + group[-1].info.length
-        buf = self._objects.read_range(
-            self._object_name(group[0].info.relative_path), start, end - start
-        )
-        self._record(group[0].info.relative_path, start, buf)
-        view = memoryview(buf)
+        slots = [Slot.of(item, self._layouts.predict(item)) for item in group]
+        segments = [view for slot in slots for view in slot.segments()]
+        self._objects.read_range_scattered(self._object_name(relative), start, segments)
+        if self._coverage is not None:
+            c = 0
+            for view in segments:
+                c = crc.value(view, c)
+            self._coverage.add_value(relative, start, sum(v.nbytes for v in segments), c)
         out: list[tuple[ReadItem, bytes]] = []
-        for item in group:
-            lo = item.info.offset - start
-            blob = view[lo : lo + item.info.length]
-            if self._copy_payload(item, blob):
-                self.paths.count("copied")
-                continue
-            raw = cast(IO[bytes], io.BytesIO(blob))
-            stream = self._transforms.transform_load_stream(
-                item.req, item.info.transform_descriptors or (), raw
-            )
-            if item.target is None:
-                self.paths.count("bytes")
-                out.append((item.req, stream.read()))
-                continue
-            seekable = stream if stream.seekable() else io.BytesIO(stream.read())
-            try:
-                loaded = torch.load(seekable, map_location="cpu", weights_only=True)
-            except Exception as exc:
-                # torch's own message would advise weights_only=False, which is never the cure
-                # for a damaged object and would run its pickle: name the object instead.
-                raise IntegrityError(
-                    f"{self._objects.url(self._object_name(item.info.relative_path))}: the "
-                    f"blob of {item.req.storage_index.fqn} at offset {item.info.offset} "
-                    f"({item.info.length} bytes) is not a readable tensor "
-                    f"({type(exc).__name__}): the object is corrupted"
-                ) from None
-            if not isinstance(loaded, torch.Tensor):
-                raise TypeError(
-                    f"{self._objects.url(self._object_name(item.info.relative_path))} at "
-                    f"offset {item.info.offset}: expected a tensor, found {type(loaded).__name__}"
-                )
-            loaded = narrow_tensor_by_index(loaded, item.req.storage_offsets, item.req.lengths)
-            if item.target.size() != loaded.size():
-                raise ValueError(
-                    f"{item.req.storage_index}: stored size {tuple(loaded.size())} does not "
-                    f"match the destination's {tuple(item.target.size())}"
-                )
-            item.target.copy_(loaded)
-            self.paths.count("generic")
+        for slot in slots:
+            if slot.blob is not None:
+                out.extend(self._process_blob(slot.item, memoryview(slot.blob)))
+            elif slot.landed():
+                self.paths.count("scattered")
+            else:
+                # Not the layout its length suggested: read it again, the buffered way.
+                item = slot.item
+                name = self._object_name(item.info.relative_path)
+                blob = self._objects.read_range(name, item.info.offset, item.info.length)
+                out.extend(self._process_blob(item, memoryview(blob)))
         return out
 
-    def _copy_payload(self, item: _Item, blob: memoryview) -> bool:
+    def _process_blob(self, item: Item, blob: memoryview) -> list[tuple[ReadItem, bytes]]:
+        """One item from its whole blob in memory: a copy of the payload, DCP's generic load,
+        or the bytes of a non-tensor item for the planner."""
+        if self._copy_payload(item, blob):
+            self.paths.count("copied")
+            return []
+        raw = cast(IO[bytes], io.BytesIO(blob))
+        stream = self._transforms.transform_load_stream(
+            item.req, item.info.transform_descriptors or (), raw
+        )
+        if item.target is None:
+            self.paths.count("bytes")
+            return [(item.req, stream.read())]
+        seekable = stream if stream.seekable() else io.BytesIO(stream.read())
+        try:
+            loaded = torch.load(seekable, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            # torch's own message would advise weights_only=False, which is never the cure
+            # for a damaged object and would run its pickle: name the object instead.
+            raise IntegrityError(
+                f"{self._objects.url(self._object_name(item.info.relative_path))}: the "
+                f"blob of {item.req.storage_index.fqn} at offset {item.info.offset} "
+                f"({item.info.length} bytes) is not a readable tensor "
+                f"({type(exc).__name__}): the object is corrupted"
+            ) from None
+        if not isinstance(loaded, torch.Tensor):
+            raise TypeError(
+                f"{self._objects.url(self._object_name(item.info.relative_path))} at "
+                f"offset {item.info.offset}: expected a tensor, found {type(loaded).__name__}"
+            )
+        loaded = narrow_tensor_by_index(loaded, item.req.storage_offsets, item.req.lengths)
+        if item.target.size() != loaded.size():
+            raise ValueError(
+                f"{item.req.storage_index}: stored size {tuple(loaded.size())} does not "
+                f"match the destination's {tuple(item.target.size())}"
+            )
+        item.target.copy_(loaded)
+        self.paths.count("generic")
+        return []
+
+    def _copy_payload(self, item: Item, blob: memoryview) -> bool:
         """Copy a plain tensor's payload from its fetched blob into the destination, skipping
         torch.load's intermediate tensor. False when the generic path is needed."""
         if item.target is None or item.info.transform_descriptors:
             return False
         record = self._layouts.parse(blob)
-        if record is None or not _fits_directly(item, record):
+        if record is None or not fits_directly(item, record):
             return False
         dest = tensor_memory(item.target)
         dest[:] = blob[record.data_offset : record.data_offset + record.data_length]
         return True
 
-    def _read_ends(self, item: _Item) -> tuple[bytearray, bytearray]:
+    def _read_ends(self, item: Item) -> tuple[bytearray, bytearray]:
         name = self._object_name(item.info.relative_path)
         off, length = item.info.offset, item.info.length
         head = self._objects.read_range(name, off, min(HEAD_BYTES, length))
@@ -334,7 +326,7 @@ class ParallelReader:
         return head, tail
 
     def _record_ends(
-        self, item: _Item, record: TensorRecord, head: bytearray, tail: bytearray
+        self, item: Item, record: TensorRecord, head: bytearray, tail: bytearray
     ) -> None:
         """The blob's bytes before and after the payload, from its fetched ends."""
         off, length = item.info.offset, item.info.length
@@ -351,7 +343,7 @@ class ParallelReader:
         self._record(relative, start, dest)
 
     def _submit_direct(
-        self, pool: ThreadPoolExecutor, item: _Item, record: TensorRecord
+        self, pool: ThreadPoolExecutor, item: Item, record: TensorRecord
     ) -> list[Future[None]]:
         assert item.target is not None
         dest = tensor_memory(item.target)

@@ -9,7 +9,9 @@ and a range is received straight into the destination tensor.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from typing import Any
 
 import requests
@@ -99,9 +101,18 @@ class GcsObjects:
         """Fill ``dest`` with the object's bytes [start, start + len(dest)).
 
         A body cut short is retried from the byte reached, not from ``start``."""
-        what = f"read {self.url(name)} bytes {start}+{dest.nbytes}"
-        dest = dest.cast("B") if dest.format != "B" else dest
-        end = start + dest.nbytes - 1
+        self.read_range_scattered(name, start, [dest])
+
+    def read_range_scattered(self, name: str, start: int, segments: Sequence[memoryview]) -> None:
+        """Fill ``segments``, taken back to back, with the object's bytes from ``start``: one
+        request for bytes that belong in several places (each blob's zip records in scratch,
+        its payload straight in its tensor). Retried like :meth:`read_range_into`."""
+        scatter = _Scatter(segments)
+        total = scatter.total
+        if total == 0:
+            return
+        what = f"read {self.url(name)} bytes {start}+{total}"
+        end = start + total - 1
         url = google_seam.download_url(self.client, self.bucket_name, name)
         got = 0
         op = self.policy.start()
@@ -119,12 +130,12 @@ class GcsObjects:
                 _check(resp, what, ok=(200, 206))
                 if resp.status_code == 200 and start + got != 0:
                     raise GcsHttpError(f"{what}: server ignored the Range header", 200)
-                for piece in _iter_raw(resp, dest.nbytes - got):
-                    dest[got : got + len(piece)] = piece
+                for piece in _iter_raw(resp, total - got):
+                    scatter.put(got, piece)
                     got += len(piece)
-                if got != dest.nbytes:
+                if got != total:
                     # The connection closed early: worth another try, from where it stopped.
-                    raise TransientError(f"{what}: body ended after {got} of {dest.nbytes} bytes")
+                    raise TransientError(f"{what}: body ended after {got} of {total} bytes")
 
         call_with_retry(attempt, what, self.policy, operation=op)
 
@@ -257,6 +268,27 @@ def _crc_of(resource: dict[str, Any], what: str) -> int:
     if not isinstance(text, str) or not text:
         raise IntegrityError(f"{what}: the server reported no crc32c to check against")
     return crc.from_gcs(text)
+
+
+class _Scatter:
+    """Byte views taken back to back as one range: where each received piece goes."""
+
+    def __init__(self, segments: Sequence[memoryview]) -> None:
+        self.views = [v.cast("B") if v.format != "B" else v for v in segments]
+        self.starts = list(accumulate((v.nbytes for v in self.views), initial=0))
+        self.total = self.starts[-1]
+
+    def put(self, at: int, piece: bytes) -> None:
+        data = memoryview(piece)
+        i = bisect_right(self.starts, at) - 1
+        pos = 0
+        while pos < data.nbytes:
+            view = self.views[i]
+            off = at + pos - self.starts[i]
+            n = min(view.nbytes - off, data.nbytes - pos)
+            view[off : off + n] = data[pos : pos + n]
+            pos += n
+            i += 1
 
 
 def _iter_raw(resp: requests.Response, expected: int) -> Iterator[bytes]:
