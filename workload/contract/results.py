@@ -150,8 +150,9 @@ class RankResult(BaseModel):
     read_paths: dict[str, int] | None = Field(
         None,
         description=(
-            "gcs: loaded items per read path: direct (ranged reads into the tensor), copied "
-            "(payload copied from a coalesced read), generic (torch.load), bytes (non-tensors)."
+            "gcs: loaded items per read path: direct (ranged reads into the tensor), scattered "
+            "(into the tensor within a coalesced read), copied (payload copied from a coalesced "
+            "read), generic (torch.load), bytes (non-tensors)."
         ),
     )
     left_behind: str | None = Field(
