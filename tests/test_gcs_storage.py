@@ -16,6 +16,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystem
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.storage.gcs.backend import (
     GcsStorageReader,
     GcsStorageWriter,
@@ -28,6 +29,7 @@ from ckptbench.workload.storage.gcs.objects import GcsObjects
 from ckptbench.workload.storage.gcs.upload import first_level_groups
 from ckptbench.workload.storage.retry import GcsHttpError, RetryPolicy
 from ckptbench.workload.storage.torch_seam import parse_tensor_blob
+from tests.fault_proxy import FaultProxy, Rule
 
 MiB = 1 << 20
 FAST_RETRY = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.0)
@@ -393,3 +395,27 @@ def test_a_blob_unlike_its_predicted_layout_is_read_again_the_buffered_way(
     paths = reader.gcs.read_paths.as_dict()
     assert (paths["scattered"], paths["copied"]) == (0, 24)
     assert (paths["checked"], paths["mismatched"]) == (1, 0)
+
+
+def test_scattered_reads_cut_short_resume_from_the_byte_reached(
+    gcs_client: storage.Client,
+    gcs_bucket: str,
+    gcs_emulator: GcsEmulator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sd = _same_shape_state()
+    cid = saved(sd, gcs_bucket, "scatter-reset")
+    # After the layout read (let through), three coalesced reads (about 3.2 MB each, so a whole
+    # 1 MiB slice has arrived when the connection drops halfway) lose their connection mid-body.
+    layout_read = Rule("delay", "GET", ".distcp?alt=media", times=1)
+    rule = Rule("reset_response", "GET", ".distcp?alt=media", times=3)
+    proxy = FaultProxy(gcs_emulator.url, [layout_read, rule], seed=3)
+    loaded = template(sd)
+    with proxy.running():
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
+        reader = GcsStorageReader(cid, project=None, threads=2, part_size_bytes=4 * MiB)
+        dcp_load(loaded, storage_reader=reader)
+    assert (layout_read.fired, rule.fired) == (1, 3)
+    assert_same(sd, loaded)
+    paths = reader.gcs.read_paths.as_dict()
+    assert (paths["scattered"], paths["checked"]) == (24, 1)
