@@ -3,9 +3,11 @@ whole world-size-1 run in this process."""
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.api_core import exceptions
@@ -14,9 +16,10 @@ from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV
 from ckptbench.workload.contract.results import RankResult, RunSummary
 from ckptbench.workload.local.emulator import GcsEmulator, free_port
-from ckptbench.workload.rank import environment, rendezvous, worker
+from ckptbench.workload.rank import environment, loop, rendezvous, worker
 from ckptbench.workload.storage import objects as objectio
 from ckptbench.workload.storage.retry import GcsError, RetryPolicy, call_with_retry
+from tests.workers import one_rank
 
 
 def _api_error(name: str) -> Exception:
@@ -170,3 +173,34 @@ def test_world_size_1_runs_end_to_end_in_this_process(tmp_path: Path) -> None:
         objectio.read_text(f"{config.results_path}/summary.json")
     )
     assert summary.succeeded and summary.world_size == 1 and summary.total_bytes == 1_600_000
+
+
+def test_a_rank_collects_its_garbage_before_it_leaves_its_process_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Manual collection leaves the run's cycles behind; freed after the group is gone, objects
+    # that use it (device meshes) are torn down during interpreter shutdown.
+    events: list[str] = []
+    real_collect, real_destroy = gc.collect, rendezvous.destroy
+
+    def collect(*args: int) -> int:
+        events.append("collect")
+        return real_collect(*args)
+
+    def destroy() -> None:
+        events.append("destroy")
+        real_destroy()
+
+    real_run = loop.run
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        result = real_run(*args, **kwargs)
+        events.append("loop done")
+        return result
+
+    config = one_rank(tmp_path, master_port=free_port(), termination_log="")
+    monkeypatch.setattr(gc, "collect", collect)
+    monkeypatch.setattr(rendezvous, "destroy", destroy)
+    monkeypatch.setattr(loop, "run", run)
+    assert worker.run(config) == 0
+    assert events[events.index("loop done") :] == ["loop done", "collect", "destroy"], events

@@ -9,6 +9,7 @@ summary. Exit codes: 0 success, 1 the benchmark failed, 2 the configuration is w
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import socket
@@ -119,6 +120,10 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     if config.rank == 0:
         _write_summary(config, results, {**env, "checkpoint": checkpoint_facts(config, stored)},
                        say, attempts)  # fmt: skip
+    # Manual collection leaves the last operation's reference cycles (DTensors and their device
+    # meshes among them) uncollected: free them while the process group they use still exists,
+    # not during interpreter shutdown after it is gone.
+    gc.collect()
     rendezvous.destroy()
 
     code = EXIT_OK if result.error is None and result.verified is not False else EXIT_FAILED
