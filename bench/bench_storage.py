@@ -46,6 +46,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from netmodel import NetModel
+from procstat import reset_peak, vm
 
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.local.emulator import GcsEmulator
@@ -211,18 +212,6 @@ def rss_probe(url: str, backend: str, shard: int, threads: int) -> None:
     assert all(torch.equal(template[k], v) for k, v in sd.items())
     print(json.dumps({"above": vm("VmHWM") - base, "shard": rows * 4000 * 4, "base": base}))
     session.delete_prefix(cid)
-
-
-def vm(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise SystemExit(f"no {field} in /proc/self/status")
-
-
-def reset_peak() -> None:
-    """Start VmHWM afresh from the current RSS (Linux >= 4.0: write 5 to clear_refs)."""
-    Path("/proc/self/clear_refs").write_text("5")
 
 
 def rss(url: str, backend: str, shard: int, threads: int) -> float:

@@ -28,14 +28,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from procstat import reset_peak, vm
+
 PEER_PARTS_PER_FILE = 8  # the peer's upload_chunks_concurrently_from_bytesio max_workers
-
-
-def vm(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise SystemExit(f"no {field} in /proc/self/status")
 
 
 def time_our_calls(spans: dict[str, tuple[float, float]]) -> None:
@@ -133,7 +128,7 @@ def main() -> int:
     template = state.empty_template(config)
     state.mark_unwritten(template)  # touches every page of the template before the baseline
     base = vm("VmRSS")
-    Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts afresh from here
+    reset_peak()  # VmHWM starts afresh from here
     dist.barrier()
     t_save = time.perf_counter()
     dcp_save(sd, storage_writer=make_writer())
