@@ -23,8 +23,7 @@ from ckptbench.workload.storage.gcs.backend import (
     PinnedTensors,
     part_size_for,
 )
-from ckptbench.workload.storage.gcs.blobs import BlobLayouts
-from ckptbench.workload.storage.gcs.download import tensor_memory
+from ckptbench.workload.storage.gcs.blobs import BlobLayouts, tensor_memory
 from ckptbench.workload.storage.gcs.objects import GcsObjects
 from ckptbench.workload.storage.gcs.upload import first_level_groups
 from ckptbench.workload.storage.retry import GcsHttpError, RetryPolicy

@@ -145,11 +145,8 @@ class Coverage:
 
     def add(self, name: str, offset: int, data: bytes | bytearray | memoryview) -> None:
         length = memoryview(data).nbytes
-        if length == 0:
-            return
-        c = value(data)
-        with self._lock:
-            self._ranges.setdefault(name, []).append((offset, length, c))
+        if length:
+            self.add_value(name, offset, length, value(data))
 
     def add_value(self, name: str, offset: int, length: int, c: int) -> None:
         """A range whose crc32c the caller computed (over bytes that lay in several places)."""

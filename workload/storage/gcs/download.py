@@ -24,17 +24,13 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlanner, Read
 
 from ckptbench.workload.storage.gcs import crc
 from ckptbench.workload.storage.gcs.blobs import (
-    HEAD_BYTES as HEAD_BYTES,
-)
-from ckptbench.workload.storage.gcs.blobs import (
+    HEAD_BYTES,
     TAIL_BYTES,
     BlobLayouts,
     Item,
     Slot,
     fits_directly,
-)
-from ckptbench.workload.storage.gcs.blobs import (
-    tensor_memory as tensor_memory,
+    tensor_memory,
 )
 from ckptbench.workload.storage.gcs.objects import GcsObjects
 from ckptbench.workload.storage.retry import IntegrityError
