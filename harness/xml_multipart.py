@@ -20,7 +20,8 @@ and forwards every other request to the emulator unchanged. What the clients sen
   ``Part`` (``PartNumber``, ``ETag``) in ascending order: the listed parts, streamed one after the
   other from their files, become the object through the emulator's JSON API media upload;
   answered 200 ``CompleteMultipartUploadResult``. A part not uploaded or with another ETag is
-  400 ``InvalidPart``, parts out of order 400 ``InvalidPartOrder``;
+  400 ``InvalidPart``, parts out of order 400 ``InvalidPartOrder``, a part but the last smaller
+  than GCS's minimum (5 MiB; ``min_part_bytes``) 400 ``EntityTooSmall``;
 - ``DELETE /{bucket}/{object}?uploadId=U``: aborts, 204;
 - an unknown upload id: 404 ``NoSuchUpload``.
 
@@ -81,8 +82,11 @@ class _Upload:
 class XmlMultipartShim(LoopbackProxy):
     """The shim; ``uploads_open`` and ``part_files`` say what it holds (the tests check both)."""
 
-    def __init__(self, upstream: str, *, timeout: float = 600) -> None:
+    def __init__(
+        self, upstream: str, *, timeout: float = 600, min_part_bytes: int = 5 * 1024 * 1024
+    ) -> None:
         super().__init__(upstream, self, name="xml-multipart", timeout=timeout)
+        self.min_part_bytes = min_part_bytes
         self._uploads: dict[str, _Upload] = {}
         self._state = threading.Lock()
         self._root: Path | None = None
@@ -303,6 +307,17 @@ class _Complete(Exchange):
             if part is None or etag.strip('"') != part.etag.strip('"'):
                 return error(400, "InvalidPart", f"part {number} with ETag {etag} was not uploaded")
             parts.append(part)
+        small = [
+            n
+            for (n, _), p in zip(listed[:-1], parts, strict=False)
+            if p.size < self.shim.min_part_bytes
+        ]
+        if small:
+            return error(
+                400,
+                "EntityTooSmall",
+                f"parts {small} are smaller than {self.shim.min_part_bytes} bytes and not last",
+            )
         made = self.shim.create_object(upload, parts)
         if made.status != 200:
             return made  # the emulator's refusal; the upload stays open for a retry or an abort

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from harness.kmock_cluster import Client, EmulatorThread
     from harness.operator_process import Operator
+    from harness.xml_multipart import XmlMultipartShim
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -64,6 +65,19 @@ def gcs_client(gcs_emulator: object, monkeypatch: pytest.MonkeyPatch) -> storage
     assert isinstance(gcs_emulator, GcsEmulator)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.url)
     return make_client(pool_size=8)
+
+
+@pytest.fixture
+def shim(gcs_emulator: object) -> Iterator[XmlMultipartShim]:
+    """The XML multipart upload shim in front of the session's emulator; it must leave no part
+    file behind when it stops."""
+    from ckptbench.workload.local.emulator import GcsEmulator
+    from harness.xml_multipart import XmlMultipartShim
+
+    assert isinstance(gcs_emulator, GcsEmulator)
+    with XmlMultipartShim(gcs_emulator.url, timeout=60).running() as running:
+        yield running
+    assert running.part_files() == [], "the stopped shim left part files behind"
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import hashlib
 import http.client
 import os
 import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +30,6 @@ pytestmark = pytest.mark.timeout(120)
 # (the package has no type hints).
 XMLMPUContainer: Any = _media.XMLMPUContainer
 XMLMPUPart: Any = _media.XMLMPUPart
-
-
-@pytest.fixture
-def shim(gcs_emulator: GcsEmulator) -> Iterator[XmlMultipartShim]:
-    with XmlMultipartShim(gcs_emulator.url, timeout=60).running() as running:
-        yield running
-    assert running.part_files() == [], "the stopped shim left part files behind"
 
 
 @pytest.fixture
@@ -81,12 +73,12 @@ def test_upload_chunks_concurrently_assembles_the_parts_in_order(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    data = os.urandom(5 * MiB + 12345)  # five whole chunks and a short last one
+    data = os.urandom(15 * MiB + 12345)  # three whole chunks of GCS's minimum and a short last
     source = tmp_path / "source"
     source.write_bytes(data)
     blob = via_shim.bucket(gcs_bucket).blob("dir/ob ject+1")  # a name that needs quoting
     transfer_manager.upload_chunks_concurrently(
-        str(source), blob, chunk_size=MiB, max_workers=4, checksum="crc32c"
+        str(source), blob, chunk_size=5 * MiB, max_workers=4, checksum="crc32c"
     )
     assert shim.uploads_open == 0
     assert shim.part_files() == []
@@ -115,6 +107,20 @@ def test_a_wrong_part_etag_or_order_is_refused_and_a_right_list_completes(
         return request(shim.url, "POST", f"{base}?uploadId={upload_id}", xml)
 
     status, body = complete([])  # GCS's reference: every element of the body is required
+    assert (status, b"<Code>MalformedXML</Code>" in body) == (400, True)
+    # Every part but the last must be at least 5 MiB, as on GCS.
+    status, body = complete([(1, etags[0]), (3, etags[2])])
+    assert (status, b"<Code>EntityTooSmall</Code>" in body) == (400, True)
+    assert shim.uploads_open == 1  # a refused completion leaves the upload open
+    status, body = complete([(3, etags[2])])  # a lone part is the last: any size
+    assert status == 200, body
+    status, body = request(shim.url, "POST", base + "?uploads")
+    upload_id = body.decode().split("<UploadId>")[1].split("</UploadId>")[0]
+    for n, piece in enumerate(pieces, 1):
+        status, _ = request(shim.url, "PUT", f"{base}?partNumber={n}&uploadId={upload_id}", piece)
+        assert status == 200
+    shim.min_part_bytes = 1  # the checks below are about ETags and order, with small parts
+    status, body = complete([])
     assert (status, b"<Code>MalformedXML</Code>" in body) == (400, True)
     status, body = complete([(1, etags[0]), (2, etags[0]), (3, etags[2])])
     assert (status, b"<Code>InvalidPart</Code>" in body) == (400, True)
