@@ -9,28 +9,34 @@ import torch
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.workload.contract.config import Procedure
+from ckptbench.workload.contract.modes import UploadScheme
 from ckptbench.workload.contract.results import OpSummary, mlperf_metrics
 from ckptbench.workload.rank import state
-from ckptbench.workload.storage.gcs import upload
+from ckptbench.workload.storage.gcs import multipart, upload
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_gcs_backend_is_described_as_the_upload_it_does() -> None:
-    # The upload module names its scheme first; change it there and these texts must follow.
-    scheme = (upload.__doc__ or "").strip().splitlines()[0].lower()
-    assert scheme.startswith("parallel composite upload"), scheme
-    description = CheckpointBenchmarkSpec.model_fields["backend"].description or ""
-    assert "parallel composite upload" in description
+def test_the_gcs_backend_is_described_as_the_uploads_it_does() -> None:
+    # Each scheme's module names it first; change it there and these texts must follow.
+    composite = (upload.__doc__ or "").strip().splitlines()[0].lower()
+    assert composite.startswith("parallel composite upload"), composite
+    xml = (multipart.__doc__ or "").strip().splitlines()[0]
+    assert xml.startswith("GCS's XML API multipart upload"), xml
+    fields = CheckpointBenchmarkSpec.model_fields
+    assert "uploadScheme" in (fields["backend"].description or "")
+    schemes = fields["upload_scheme"].description or ""
+    for words in ("XML multipart upload", "parallel composite upload", "auto (multipart on GCS"):
+        assert words in schemes, words
+    assert UploadScheme.AUTO.resolve(None) is UploadScheme.MULTIPART
     gcs_examples = [
         p for p in (ROOT / "examples").glob("*.yaml") if "Backend gcs:" in p.read_text()
     ]
     assert gcs_examples
     for path in gcs_examples:
-        text = path.read_text()
-        assert "parallel composite" in text.replace("\n# ", " "), path
-    for text in (description, *(p.read_text() for p in gcs_examples)):
-        assert "XML" not in text and "multipart" not in text
+        text = path.read_text().replace("\n# ", " ")
+        assert "XML multipart upload, uploadScheme auto" in text, path
+        assert "composed" not in text and "uploadScheme:" not in text, path
 
 
 def _op(seconds: float) -> OpSummary:

@@ -54,6 +54,7 @@ from ckptbench.workload.contract.config import (
     Backend,
     GarbageCollection,
     Procedure,
+    UploadScheme,
     WorkloadConfig,
 )
 from ckptbench.workload.contract.quantity import cpu_threads
@@ -64,9 +65,9 @@ _RESOURCE_KEYS = frozenset({"limits", "requests", "claims"})
 
 DEFAULT_SAMPLES = 8  # the reference's SAMPLE_COUNT
 # Settings the workload configuration holds under the same name, type and meaning.
-_SAME_IN_CONFIG = (  # noqa: SIM905 (thirteen names read better as words than as a column)
+_SAME_IN_CONFIG = (  # noqa: SIM905 (fourteen names read better as words than as a column)
     "world_size memory_check procedure drop_cache backend checkpoint_path project async_save "
-    "verify keep_checkpoints threads part_size_bytes garbage_collection"
+    "verify keep_checkpoints threads part_size_bytes garbage_collection upload_scheme"
 ).split()
 
 
@@ -167,8 +168,8 @@ class CheckpointBenchmarkSpec(BaseModel):
     backend: Backend = enum_field(
         Backend.GCS,
         "Storage backend: gcs (ckptbench's own writer and reader: each rank's file is "
-        "cut into partSizeBytes parts uploaded by `threads` workers as temporary objects, then "
-        "composed into one object (a parallel composite upload); loads are parallel ranged reads "
+        "cut into partSizeBytes parts uploaded by `threads` workers (see uploadScheme); loads "
+        "are parallel ranged reads "
         "straight into the tensors), gcsfs (DCP's fsspec writer/reader over gcsfs, the "
         "reference's USE_FSSPEC) or file (a local or mounted filesystem).",
     )
@@ -201,7 +202,16 @@ class CheckpointBenchmarkSpec(BaseModel):
         32 * MIB,
         ge=1 * MIB,
         le=5 * 1024 * MIB,
-        description="Multipart upload and ranged download part size in bytes (backend gcs).",
+        description="Upload part and ranged download size in bytes (backend gcs); the "
+        "multipart upload scheme raises it to GCS's 5 MiB minimum part.",
+    )
+    upload_scheme: UploadScheme = enum_field(
+        UploadScheme.AUTO,
+        "Backend gcs: how a rank's parts become its object: multipart (GCS's XML multipart "
+        "upload: no compose, no part deletes, what Google recommends for parallel uploads), "
+        "compose (a parallel composite upload: parts as temporary objects, composed, then "
+        "deleted) or auto (multipart on GCS; compose against an emulator, since none "
+        "implements the XML multipart upload).",
     )
     rendezvous_timeout_seconds: int = Field(
         600,

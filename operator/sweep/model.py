@@ -36,6 +36,7 @@ AXIS_FIELDS: tuple[str, ...] = (
     "backend",
     "threads",
     "part_size_bytes",
+    "upload_scheme",
     "async_save",
     "world_size",
     "model",

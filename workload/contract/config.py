@@ -21,6 +21,7 @@ from ckptbench.workload.contract.modes import Backend as Backend
 from ckptbench.workload.contract.modes import CacheMode as CacheMode
 from ckptbench.workload.contract.modes import GarbageCollection as GarbageCollection
 from ckptbench.workload.contract.modes import Procedure as Procedure
+from ckptbench.workload.contract.modes import UploadScheme as UploadScheme
 from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV
 
 ENV_PREFIX = "CKPTBENCH_"
@@ -100,6 +101,12 @@ class WorkloadConfig(BaseModel):
     threads: int = Field(8, ge=1, le=256, description="Transfer threads per rank (gcs backend).")
     part_size_bytes: int = Field(
         32 * MIB, ge=1 * MIB, le=5 * 1024 * MIB, description="Upload/download part size (gcs)."
+    )
+    upload_scheme: UploadScheme = Field(
+        UploadScheme.AUTO,
+        description="gcs: how a rank's parts become its object: multipart (GCS's XML multipart "
+        "upload; parts of at least 5 MiB), compose (temporary objects composed, then deleted) or "
+        "auto (multipart on GCS, compose against an emulator, which has no XML multipart upload).",
     )
     stall_seconds: float = Field(
         60.0,

@@ -40,3 +40,22 @@ class GarbageCollection(enum.StrEnum):
     # a collection between checkpoints, outside the timings.
     MANUAL = "manual"
     AUTOMATIC = "automatic"  # Python's default: collections whenever allocations trigger them
+
+
+class UploadScheme(enum.StrEnum):
+    """How the gcs backend turns one rank's parts into its object (docs/storage.md)."""
+
+    # GCS's XML multipart upload on GCS itself, parallel composite upload against an emulator
+    # (STORAGE_EMULATOR_HOST set): no emulator implements the XML multipart upload.
+    AUTO = "auto"
+    COMPOSE = "compose"  # parts as temporary objects, composed, then deleted
+    MULTIPART = "multipart"  # GCS's XML API multipart upload: no compose, no part deletes
+
+    def resolve(self, emulator_host: str | None) -> UploadScheme:
+        """The scheme a run uses: ``auto`` is the XML multipart upload on GCS and a parallel
+        composite upload against an emulator (``STORAGE_EMULATOR_HOST``), since no emulator
+        implements the XML multipart upload. An explicit scheme is kept (a test shim gives an
+        emulator the multipart upload)."""
+        if self is not UploadScheme.AUTO:
+            return self
+        return UploadScheme.COMPOSE if emulator_host else UploadScheme.MULTIPART

@@ -60,6 +60,7 @@ def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
         s["threads"] = config.threads
         s["part_size"] = sizes.format_bytes(config.part_size_bytes)
         s["part_size_bytes"] = config.part_size_bytes
+        s["upload_scheme"] = config.upload_scheme.value
     if config.backend is Backend.GCSFS:
         s["sync_files"] = config.sync_files
     if emulator:

@@ -20,7 +20,13 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from ckptbench.workload.contract import models
-from ckptbench.workload.contract.config import Backend, GarbageCollection, Procedure, field_errors
+from ckptbench.workload.contract.config import (
+    Backend,
+    GarbageCollection,
+    Procedure,
+    UploadScheme,
+    field_errors,
+)
 
 DEFAULT_TIMEOUT_SECONDS = 3600.0
 
@@ -101,6 +107,7 @@ parse_optimizer = _one_of(models.Optimizer, "optimizer")
 parse_dtype = _one_of(models.DtypeProfile, "dtype profile")
 parse_procedure = _one_of(Procedure, "procedure")
 parse_gc = _one_of(GarbageCollection, "garbage collection")
+parse_upload_scheme = _one_of(UploadScheme, "upload scheme")
 
 
 def parse_model(text: str) -> str:
@@ -229,6 +236,14 @@ OPTIONS: tuple[Option, ...] = (
         parse_size,
         32 * 1024**2,
         metavar="SIZE",
+    ),
+    Option(
+        "--upload-scheme",
+        "gcs: multipart (GCS's XML multipart upload), compose (a parallel composite upload) or "
+        "auto (default: multipart on GCS, compose against an emulator)",
+        "upload_scheme",
+        parse_upload_scheme,
+        metavar="SCHEME",
     ),
     Option("--async-save", "save with dcp.async_save", "async_save"),
     Option(

@@ -8,7 +8,8 @@ import platform
 import socket
 from typing import Any
 
-from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.config import Backend, WorkloadConfig
+from ckptbench.workload.contract.names import EMULATOR_ENV
 
 _PACKAGES = (
     "torch",
@@ -61,6 +62,9 @@ def describe(config: WorkloadConfig, torch_threads: int | None = None) -> dict[s
     ``OMP_NUM_THREADS`` or the CPU quota, see :mod:`~ckptbench.workload.rank.cpus`) and the
     settings."""
     facts = {**machine(), "settings": config.model_dump(mode="json", exclude={"rank"})}
+    if config.backend is Backend.GCS:
+        # What ``auto`` became here: the settings keep what was asked for.
+        facts["upload_scheme"] = config.upload_scheme.resolve(os.environ.get(EMULATOR_ENV)).value
     if torch_threads is not None:
         facts["torch_threads"] = torch_threads
     return facts

@@ -178,6 +178,7 @@ def _gcs_filesystem(config: WorkloadConfig) -> Any:
         part_size_bytes=config.part_size_bytes,
         policy=policy_for(config),
         checksums=config.checksums,
+        upload_scheme=config.upload_scheme,
     )
 
 

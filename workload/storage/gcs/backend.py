@@ -4,8 +4,9 @@ They reuse DCP's own file layout and planning (``FileSystemWriter`` / ``FileSyst
 checkpoint is object for object what DCP's file and fsspec writers produce: one
 ``__{rank}_0.distcp`` per rank holding its tensors back to back as ``torch.save`` blobs, and a
 ``.metadata`` written by the coordinator. Only the byte movement differs: a rank's object is
-uploaded as parallel parts composed into one object (:mod:`.upload`), and loads are
-parallel ranged reads into the destination tensors (:mod:`.download`).
+uploaded as parallel parts, assembled by GCS's XML multipart upload (:mod:`.multipart`) or
+composed from temporary objects (:mod:`.upload`), and loads are parallel ranged reads into the
+destination tensors (:mod:`.download`).
 """
 
 from __future__ import annotations
@@ -35,15 +36,23 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
+from ckptbench.workload.contract.modes import UploadScheme
+from ckptbench.workload.contract.names import EMULATOR_ENV
 from ckptbench.workload.storage import torch_seam
 from ckptbench.workload.storage.gcs.client import make_client, split_gs_url
 from ckptbench.workload.storage.gcs.download import ParallelReader, ReadPaths
+from ckptbench.workload.storage.gcs.multipart import (
+    MAX_PARTS,
+    MIN_PART_BYTES,
+    RESERVED_PARTS,
+    MultipartUploadStream,
+)
 from ckptbench.workload.storage.gcs.objects import GcsObjects
+from ckptbench.workload.storage.gcs.parts import PartedUploadStream, require_positive
 from ckptbench.workload.storage.gcs.upload import (
     MAX_COMPONENTS,
     RESERVED_COMPONENTS,
     CompositeUploadStream,
-    require_positive,
 )
 from ckptbench.workload.storage.retry import DEFAULT_POLICY, DISCARD_SECONDS, RetryPolicy
 
@@ -81,19 +90,29 @@ def spread_size(requested: int, total_bytes: int, threads: int) -> int:
     return min(requested, max(MIN_SPREAD_BYTES, spread))
 
 
-def part_size_for(requested: int, expected_bytes: int, threads: int = 1) -> int:
+def part_size_for(
+    requested: int,
+    expected_bytes: int,
+    threads: int = 1,
+    scheme: UploadScheme = UploadScheme.COMPOSE,
+) -> int:
     """The upload part size for a stream of ``expected_bytes``: :func:`spread_size`, raised if
-    needed so that the full parts stay within a composite object's component limit. Short
-    parts (a tensor's tail, the zip framing between tensors) are sent only while the budget
-    allows and gathered otherwise, so the number of tensors does not matter. Refused, with the
-    numbers, when even the largest part size allowed would not do."""
-    room = MAX_COMPONENTS - RESERVED_COMPONENTS - 1
-    needed = max(spread_size(requested, expected_bytes, threads), -(-expected_bytes // room))
+    needed so that the full parts stay within the scheme's part limit (a composite object's
+    1,024 components, a multipart upload's 10,000 parts), and for a multipart upload to GCS's
+    5 MiB minimum part. Short parts (a tensor's tail, the zip framing between tensors) are sent
+    only while the budget allows and gathered otherwise, so the number of tensors does not
+    matter. Refused, with the numbers, when even the largest part size allowed would not do."""
+    if scheme is UploadScheme.MULTIPART:
+        limit, what, floor = MAX_PARTS, "part limit of a multipart upload", MIN_PART_BYTES
+        room = MAX_PARTS - RESERVED_PARTS - 1
+    else:
+        limit, what, floor = MAX_COMPONENTS, "component limit of a composite object", 1
+        room = MAX_COMPONENTS - RESERVED_COMPONENTS - 1
+    needed = max(floor, spread_size(requested, expected_bytes, threads), -(-expected_bytes // room))
     if needed > MAX_PART_BYTES:
         raise ValueError(
             f"{expected_bytes} bytes in one object need parts of {needed} bytes to stay within "
-            f"the {MAX_COMPONENTS}-component limit of a composite object; parts are at most "
-            f"{MAX_PART_BYTES} bytes"
+            f"the {limit}-{what}; parts are at most {MAX_PART_BYTES} bytes"
         )
     return needed
 
@@ -110,8 +129,11 @@ class GcsFileSystem(FileSystemBase):
         policy: RetryPolicy = DEFAULT_POLICY,
         checksums: bool = True,
         discard_seconds: float = DISCARD_SECONDS,
+        upload_scheme: UploadScheme = UploadScheme.AUTO,
     ) -> None:
         require_positive(threads=threads, part_size_bytes=part_size_bytes)
+        # Resolved once: every object of the run goes up the same way.
+        self.upload_scheme = upload_scheme.resolve(os.environ.get(EMULATOR_ENV))
         self.client = client
         self.threads = threads
         self.part_size = part_size_bytes
@@ -147,8 +169,12 @@ class GcsFileSystem(FileSystemBase):
         if mode == "rb":
             yield io.BytesIO(objects.read_all(name))
         elif mode == "wb":
-            part = part_size_for(self.part_size, self.expected_bytes, self.threads)
-            stream = CompositeUploadStream(
+            scheme = self.upload_scheme
+            part = part_size_for(self.part_size, self.expected_bytes, self.threads, scheme)
+            kind: type[PartedUploadStream] = (
+                MultipartUploadStream if scheme is UploadScheme.MULTIPART else CompositeUploadStream
+            )
+            stream = kind(
                 objects,
                 name,
                 threads=self.threads,
@@ -265,6 +291,7 @@ class GcsOptions(TypedDict, total=False):
     part_size_bytes: int
     client: storage.Client | None
     retry_policy: RetryPolicy
+    upload_scheme: UploadScheme
     filesystem: GcsFileSystem | None
 
 
@@ -287,6 +314,7 @@ class _OnGcs:
                 threads=threads,
                 part_size_bytes=options.get("part_size_bytes", DEFAULT_PART_SIZE),
                 policy=options.get("retry_policy", DEFAULT_POLICY),
+                upload_scheme=options.get("upload_scheme", UploadScheme.AUTO),
             )
         self.gcs = fs
         torch_seam.use_filesystem(self, fs, os.fspath(fs.init_path(checkpoint_id)))
@@ -297,7 +325,7 @@ class _OnGcs:
 
 
 class GcsStorageWriter(_OnGcs, FileSystemWriter):
-    """Writes a DCP checkpoint under ``gs://bucket/prefix`` with parallel composite uploads.
+    """Writes a DCP checkpoint under ``gs://bucket/prefix``, each rank's object in parallel parts.
 
     ``threads`` parts of at most ``part_size_bytes`` are in flight at once per rank.
     """

@@ -90,6 +90,12 @@ def download_url(client: storage.Client, bucket: str, name: str) -> str:
     return f"{api_base(client)}/download/storage/v1/b/{_quote(bucket)}/o/{_quote(name)}"
 
 
+def xml_object_url(client: storage.Client, bucket: str, name: str) -> str:
+    """The XML API's URL of one object (the multipart upload's requests go there); the
+    library's own ``transfer_manager`` builds it the same way, on the connection's base URL."""
+    return f"{api_base(client)}/{_quote(bucket)}/{_quote(name)}"
+
+
 def object_url(client: storage.Client, bucket: str, name: str) -> str:
     """The JSON API's metadata URL of one object."""
     return f"{api_base(client)}/storage/v1/b/{_quote(bucket)}/o/{_quote(name)}"

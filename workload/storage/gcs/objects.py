@@ -32,7 +32,7 @@ from ckptbench.workload.storage.retry import (
 _READ_SLICE = 1 << 20
 
 
-def _check(resp: requests.Response, what: str, ok: Sequence[int] = (200,)) -> None:
+def check_response(resp: requests.Response, what: str, ok: Sequence[int] = (200,)) -> None:
     if resp.status_code not in ok:
         detail = resp.text[:300]
         raise GcsHttpError(f"{what}: HTTP {resp.status_code}: {detail}", resp.status_code)
@@ -60,6 +60,11 @@ class GcsObjects:
     def url(self, name: str) -> str:
         return f"gs://{self.bucket_name}/{name}"
 
+    @property
+    def session(self) -> Any:
+        """The client's authorized ``requests`` session, for requests built by hand."""
+        return self._session
+
     def upload(self, name: str, data: bytes | bytearray | memoryview) -> int | None:
         """Write one object in a single request (media upload); its crc32c when checked.
 
@@ -85,9 +90,9 @@ class GcsObjects:
                 timeout=op.timeout(),
             )
             with resp:
-                _check(resp, what)
+                check_response(resp, what)
                 if sent is not None:
-                    stored = _crc_of(resp.json(), what)
+                    stored = stored_crc(resp.json(), what)
                     if stored != sent:
                         raise TransientError(
                             f"{what}: stored crc32c {crc.to_gcs(stored)} differs from the "
@@ -127,7 +132,7 @@ class GcsObjects:
                 timeout=op.timeout(),
             )
             with resp:
-                _check(resp, what, ok=(200, 206))
+                check_response(resp, what, ok=(200, 206))
                 if resp.status_code == 200 and start + got != 0:
                     raise GcsHttpError(f"{what}: server ignored the Range header", 200)
                 for piece in _iter_raw(resp, total - got):
@@ -158,7 +163,7 @@ class GcsObjects:
             if self.checksums:
                 if blob.crc32c is None:  # no X-Goog-Hash in the answer: ask for it
                     blob.reload(retry=None, timeout=op.timeout())
-                stored = _crc_of({"crc32c": blob.crc32c}, what)
+                stored = stored_crc({"crc32c": blob.crc32c}, what)
                 if crc.value(data) != stored:
                     raise TransientError(
                         f"{what}: crc32c of the {len(data)} bytes read differs from the "
@@ -176,7 +181,7 @@ class GcsObjects:
         def attempt() -> tuple[int, int]:
             blob = self.bucket.blob(name)
             blob.reload(retry=None, timeout=op.timeout())
-            return int(blob.size or 0), _crc_of({"crc32c": blob.crc32c}, what)
+            return int(blob.size or 0), stored_crc({"crc32c": blob.crc32c}, what)
 
         return call_with_retry(attempt, what, self.policy, operation=op)
 
@@ -197,7 +202,7 @@ class GcsObjects:
             operation=op,
         )
         if expected_crc is not None and self.checksums:
-            stored = _crc_of({"crc32c": target.crc32c}, what)
+            stored = stored_crc({"crc32c": target.crc32c}, what)
             if stored != expected_crc:
                 raise IntegrityError(
                     f"{what}: composed crc32c {crc.to_gcs(stored)} differs from the parts' "
@@ -263,7 +268,7 @@ class GcsObjects:
         )
 
 
-def _crc_of(resource: dict[str, Any], what: str) -> int:
+def stored_crc(resource: dict[str, Any], what: str) -> int:
     text = resource.get("crc32c")
     if not isinstance(text, str) or not text:
         raise IntegrityError(f"{what}: the server reported no crc32c to check against")
