@@ -12,15 +12,16 @@ systems go through the same chain: emulator <- ``harness/xml_multipart.py`` shim
 
 Each cell (regime, system, round) is fresh rank processes (``peer_rank.py``) with a fresh prefix:
 a barrier, a timed ``dcp.save``, a barrier, a timed cold ``dcp.load`` into a fresh template,
-every tensor verified bit for bit, then the prefix deleted. Rounds interleave the systems, the
-order alternating (ours, peer; peer, ours; ...). Printed per regime: median save and load
-seconds and GB/s (total tensor bytes over the slowest rank's seconds) with min-max, ratios
-ours/peer of the medians' throughput, and peak RSS per rank above its RSS once state and template
-are built, over its shard bytes; where our save's time went on its slowest rank. Last, the cost
-of each system's final assembly of each regime's shard on the bare chain, which GCS charges
+every tensor verified bit for bit, then the prefix deleted. The systems are ours with each upload
+scheme (``compose``: parts composed; ``multipart``: GCS's XML multipart upload, through the shim
+as the peer's) and the peer. Rounds interleave the systems, the order rotating from round to
+round. Printed per regime: median save and load seconds and GB/s (total tensor bytes over the
+slowest rank's seconds) with min-max, ratios of the medians' throughput (each of ours over the
+peer, multipart over compose), and peak RSS per rank above its RSS once state and template are
+built, over its shard bytes; where each of our saves' time went on its slowest rank. Last, the
+cost of each system's final assembly of each regime's shard on the bare chain, which GCS charges
 neither: the emulator's compose (ours) against the shim's completion of a multipart upload (the
-peer's). A cell has a time bound (``--timeout``); a
-failure names the cell.
+peer's). A cell has a time bound (``--timeout``); a failure names the cell.
 
 Run: ``.venv/bin/python bench/bench_peer.py`` (about 10 minutes on a quiet 2-core machine).
 """
@@ -59,7 +60,9 @@ GB = 1e9
 MIB = 1 << 20
 BUCKET = "bench"
 HERE = Path(__file__).resolve().parent
-SYSTEMS = ("ours", "peer")
+# Ours with each upload scheme, and the peer.
+SYSTEMS = ("compose", "multipart", "peer")
+OURS = SYSTEMS[:2]
 
 
 class BenchFailure(RuntimeError):
@@ -296,7 +299,7 @@ def run_rounds(
 ) -> None:
     """Every cell, the systems interleaved and their order alternating from round to round."""
     for r in range(a.rounds):
-        order = SYSTEMS if r % 2 == 0 else SYSTEMS[::-1]
+        order = SYSTEMS[r % len(SYSTEMS) :] + SYSTEMS[: r % len(SYSTEMS)]
         for regime in chosen:
             for system in order:
                 step = f"round {r + 1} {regime.name} {system}"
@@ -308,9 +311,9 @@ def run_rounds(
                 peaks.setdefault((regime.name, system), []).extend(
                     float(x["peak_above"]) / float(x["shard"]) for x in ranks
                 )
-                if system == "ours":  # where the slowest rank's save went
+                if system in OURS:  # where the slowest rank's save went
                     slowest_rank = max(ranks, key=lambda x: float(x["save"]))
-                    phases.setdefault(regime.name, []).append(
+                    phases.setdefault(f"{regime.name} {system}", []).append(
                         {"save": (0.0, float(slowest_rank["save"])), **slowest_rank["phases"]}
                     )
                 got = [seconds[(regime.name, system, op)][-1] for op in ("save", "load")]
@@ -323,9 +326,9 @@ def run_rounds(
 
 def report_phases(chosen: list[Regime], phases: dict[str, list[dict[str, Any]]]) -> None:
     """Where our save's time went, on its slowest rank: spans from the save's start."""
-    print("\nours' save on its slowest rank, median [min-max] s from the save's start:")
-    for regime in chosen:
-        rows = phases[regime.name]
+    print("\nour saves on their slowest rank, median [min-max] s from the save's start:")
+    for cell in (f"{regime.name} {system}" for regime in chosen for system in OURS):
+        rows = phases[cell]
 
         def end(kind: str, rows: list[dict[str, Any]] = rows) -> str:
             return med([float(r[kind][1]) for r in rows if kind in r] or [float("nan")])
@@ -339,8 +342,14 @@ def report_phases(chosen: list[Regime], phases: dict[str, list[dict[str, Any]]])
             for r in rows
             if "compose" in r
         ]
+        if cell.endswith("multipart"):
+            print(
+                f"  {cell}: save {end('save')}; parts all uploaded at {end('upload')}; "
+                f"completing {lasts('complete')}"
+            )
+            continue
         print(
-            f"  {regime.name}: save {end('save')}; parts all uploaded at {end('upload')}; "
+            f"  {cell}: save {end('save')}; parts all uploaded at {end('upload')}; "
             f"composing {lasts('compose')} ({med(share or [float('nan')])} of the save); "
             f"deleting parts {lasts('delete')}"
         )
@@ -364,12 +373,16 @@ def report(
             for system in SYSTEMS:
                 secs = seconds[(regime.name, system, op)]
                 tput[system] = [total / s / GB for s in secs]
-                print(f"  {op} {system:4}: {med(secs)} s   {med(tput[system])} GB/s")
-            x = statistics.median(tput["ours"]) / statistics.median(tput["peer"])
-            print(f"  {op} ours/peer throughput: {x:.2f}")
+                print(f"  {op} {system:9}: {med(secs)} s   {med(tput[system])} GB/s")
+            m = {s: statistics.median(tput[s]) for s in SYSTEMS}
+            print(
+                f"  {op} throughput ratios: compose/peer {m['compose'] / m['peer']:.2f}, "
+                f"multipart/peer {m['multipart'] / m['peer']:.2f}, "
+                f"multipart/compose {m['multipart'] / m['compose']:.2f}"
+            )
         for system in SYSTEMS:
             ratios = peaks[(regime.name, system)]
-            print(f"  peak RSS per rank / shard, {system:4}: {med(ratios)}")
+            print(f"  peak RSS per rank / shard, {system:9}: {med(ratios)}")
 
 
 if __name__ == "__main__":

@@ -34,28 +34,36 @@ PEER_PARTS_PER_FILE = 8  # the peer's upload_chunks_concurrently_from_bytesio ma
 
 
 def time_our_calls(spans: dict[str, tuple[float, float]]) -> None:
-    """Timers around our GcsObjects' part uploads, composes and deletes: each kind's span
-    (first start, last end) goes into ``spans``."""
+    """Timers around our part uploads and assembly: each kind's span (first start, last end)
+    goes into ``spans``. Composite: ``upload`` (parts), ``compose``, ``delete`` (parts);
+    multipart: ``upload`` (parts), ``complete``."""
+    from ckptbench.workload.storage.gcs.multipart import XmlMultipartUpload
     from ckptbench.workload.storage.gcs.objects import GcsObjects
 
     lock = threading.Lock()
 
-    def timed(kind: str, call: Any) -> Any:
-        def wrapper(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    def timed(kind: str, call: Any, counts: Any) -> Any:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
             try:
-                return call(self, name, *args, **kwargs)
+                return call(self, *args, **kwargs)
             finally:
                 t1 = time.perf_counter()
-                if kind == "compose" or ".parts/" in name:
+                if counts(args):
                     with lock:
                         lo, hi = spans.get(kind, (t0, t1))
                         spans[kind] = (min(lo, t0), max(hi, t1))
 
         return wrapper
 
-    for kind in ("upload", "compose", "delete"):
-        setattr(GcsObjects, kind, timed(kind, getattr(GcsObjects, kind)))
+    def is_part(args: Any) -> bool:
+        return ".parts/" in args[0]
+
+    for kind, counts in (("upload", is_part), ("compose", bool), ("delete", is_part)):
+        setattr(GcsObjects, kind, timed(kind, getattr(GcsObjects, kind), counts))
+    for kind, method in (("upload", "put_part"), ("complete", "complete")):
+        call = getattr(XmlMultipartUpload, method)
+        setattr(XmlMultipartUpload, method, timed(kind, call, bool))
 
 
 def writer_and_reader(
@@ -68,7 +76,7 @@ def writer_and_reader(
     cannot be uploaded by the XML multipart upload (completing one needs at least one part: GCS's
     reference, and the shim, refuse it), so the published peer fails the save. The extra threads
     would have had nothing to write: the peer's transfers are the same either way."""
-    if system == "ours":
+    if system != "peer":
         from ckptbench.workload.storage.factory import open_session
 
         session = open_session(config)
@@ -91,7 +99,8 @@ def writer_and_reader(
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--system", choices=("ours", "peer"), required=True)
+    p.add_argument("--system", choices=("compose", "multipart", "peer"), required=True,
+                   help="ours with that upload scheme, or the peer")  # fmt: skip
     p.add_argument("--cid", required=True, help="gs://bucket/prefix of this cell's checkpoint")
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--world", type=int, required=True)
@@ -115,13 +124,14 @@ def main() -> int:
     config = WorkloadConfig(
         checkpoint_path=a.cid, backend=Backend.GCS, threads=a.threads, rank=a.rank,
         world_size=a.world, layer_size=a.layer_size, padding_size=a.padding_size,
+        upload_scheme="compose" if a.system == "peer" else a.system,
     )  # fmt: skip
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank, world_size=a.world,
         timeout=timedelta(minutes=10),
     )  # fmt: skip
     spans: dict[str, tuple[float, float]] = {}
-    if a.system == "ours":
+    if a.system != "peer":
         time_our_calls(spans)
     sd = state.build_state(config)
     make_writer, make_reader = writer_and_reader(a.system, a.cid, a.threads, config, len(sd))
