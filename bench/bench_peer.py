@@ -257,7 +257,7 @@ def main() -> int:
     ):
         emu.create_bucket(BUCKET)
         os.environ["STORAGE_EMULATOR_HOST"] = emu.url
-        shim = XmlMultipartShim(emu.url)
+        shim = XmlMultipartShim(emu.url, scratch=tmp)
         with shim.running():
             model = NetModel(shim.url, a.rate, a.rtt)
             with model.running():

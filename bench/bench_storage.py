@@ -6,10 +6,12 @@ Prints, in one run, with the systems interleaved (A B A B ...) over ``--rounds``
    ranks, on the bare emulator and through :mod:`netmodel` (each connection capped at ``--rate``
    bytes/s each way, default 5 MB/s; ``--rtt`` s added per request, default 20 ms); medians,
    spread (min-max) and gcs/gcsfs ratios;
-2. under the model, at a larger shard (``--limit-layer-size``): gcs against the model's limit
-   (ranks x threads streams x rate) and against a single stream (one request carrying a shard's
-   bytes up, one down, through the model); beside it, the rate at which the emulator composes
-   (it copies every byte, which GCS does not) and what the save would reach without that time;
+2. under the model, at a larger shard (``--limit-layer-size``): gcs with each upload scheme
+   (``compose`` on the emulator; ``multipart`` through ``harness/xml_multipart.py``, the model in
+   front of it) against the model's limit (ranks x threads streams x rate) and against a single
+   stream (one request carrying a shard's bytes up, one down, through the model); beside it, the
+   rate at which the emulator composes (it copies every byte, which GCS does not) and what the
+   compose save would reach without that time;
 3. the CPU the emulator and the model's proxy (threads of this process) spent per second of the
    ranks' timed I/O, from ``/proc`` and ``os.times``;
 4. crc32c's cost: an in-process save and load of one shard on the bare emulator with checksums on
@@ -43,6 +45,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from netmodel import NetModel
@@ -50,13 +53,16 @@ from procstat import reset_peak, vm
 
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.local.emulator import GcsEmulator
+from harness.xml_multipart import XmlMultipartShim
 
 MB = 1e6
 BUCKET = "bench"
+# The gcs backend's upload schemes, each judged against the model's limit.
+SCHEMES = ("compose", "multipart")
 
 
-def run(url: str, backend: str, ranks: int, layer: int, padding: int, samples: int,
-        threads: int, out: Path, emulator: int) -> dict[str, Any]:  # fmt: skip
+def run(url: str, backend: str, ranks: int, layer: int, padding: int, samples: int, threads: int,
+        out: Path, emulator: int, scheme: str = "auto") -> dict[str, Any]:  # fmt: skip
     """One ``ckptbench run`` cell; ``cpu`` adds the CPU seconds the emulator and this process (the
     model's proxy threads) spent during it, and ``io_seconds`` the ranks' timed save and load."""
     env = dict(os.environ, STORAGE_EMULATOR_HOST=url, OMP_NUM_THREADS="1")
@@ -66,7 +72,7 @@ def run(url: str, backend: str, ranks: int, layer: int, padding: int, samples: i
         "--backend", backend, "--world-size", str(ranks),
         "--layer-size", str(layer), "--padding-size", str(padding),
         "--samples", str(samples), "--warmup", "0", "--threads", str(threads),
-        "--json", str(out),
+        "--upload-scheme", scheme, "--json", str(out),
     ]  # fmt: skip
     emu0, own0 = cpu_seconds(emulator), own_cpu()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -278,7 +284,10 @@ def main() -> int:
         emu.create_bucket(BUCKET)
         emulator = emulator_pid()
         model = NetModel(emu.url, a.rate, a.rtt)
-        with model.running():
+        shim = XmlMultipartShim(emu.url, scratch=tmp)
+        # The multipart scheme needs the XML API: the model in front of the shim.
+        shim_model = NetModel(shim.url, a.rate, a.rtt)
+        with model.running(), shim.running(), shim_model.running():
             conditions: dict[str, str] = {"bare": emu.url, "model": model.url}
             out = Path(tmp) / "r.json"
             for r in range(a.rounds):
@@ -301,21 +310,28 @@ def main() -> int:
                                 "MB/s",
                                 flush=True,
                             )
-                # The limit: gcs under the model at a larger shard, beside one stream's yardstick.
+                # The limit: gcs under the model at a larger shard, each upload scheme, beside
+                # one stream's yardstick.
+                schemes = SCHEMES if r % 2 == 0 else SCHEMES[::-1]
                 for ranks in ranks_list:
-                    cell = run(model.url, "gcs", ranks, a.limit_layer_size, a.padding_size,
-                               a.samples, a.threads, out, emulator)  # fmt: skip
-                    for op in ("save", "load"):
-                        tp = float(cell[op]["throughput_bytes_per_second"])
-                        limit_runs.setdefault((ranks, op), []).append(tp)
-                    cpu.setdefault(("limit", "gcs"), []).append((cell["io_seconds"], *cell["cpu"]))
+                    for scheme in schemes:
+                        url = shim_model.url if scheme == "multipart" else model.url
+                        cell = run(url, "gcs", ranks, a.limit_layer_size, a.padding_size,
+                                   a.samples, a.threads, out, emulator, scheme)  # fmt: skip
+                        for op in ("save", "load"):
+                            tp = float(cell[op]["throughput_bytes_per_second"])
+                            limit_runs.setdefault((scheme, ranks, op), []).append(tp)
+                        cpu.setdefault(("limit", scheme), []).append(
+                            (cell["io_seconds"], *cell["cpu"])
+                        )
                 yard.append(single_stream(model.url, limit_shard))
                 print(
                     f"  round {r + 1} limit runs: "
                     + ", ".join(
-                        f"{n} rank(s) save {limit_runs[(n, 'save')][-1] / MB:.1f} load "
-                        f"{limit_runs[(n, 'load')][-1] / MB:.1f}"
+                        f"{n} rank(s) {s} save {limit_runs[(s, n, 'save')][-1] / MB:.1f} load "
+                        f"{limit_runs[(s, n, 'load')][-1] / MB:.1f}"
                         for n in ranks_list
+                        for s in SCHEMES
                     )
                     + f" MB/s; one stream {yard[-1][0] / MB:.1f} up {yard[-1][1] / MB:.1f} down",
                     flush=True,
@@ -345,13 +361,13 @@ def main() -> int:
         f"(one request of {limit_shard / MB:.0f} MB, the largest rank count's shard) moved "
         f"{up / MB:.1f} MB/s up, {down / MB:.1f} down"
     )
-    for ranks in ranks_list:
+    for ranks, scheme in ((n, s) for n in ranks_list for s in SCHEMES):
         limit = ranks * a.threads * a.rate
         for op, single in (("save", up), ("load", down)):
-            got = limit_runs[(ranks, op)]
+            got = limit_runs[(scheme, ranks, op)]
             frac, times = statistics.median(got) / limit, statistics.median(got) / (single * ranks)
             print(
-                f"  {ranks} rank(s) gcs {op}: {med(got)} = {frac:.2f} of the model's limit "
+                f"  {ranks} rank(s) gcs {scheme} {op}: {med(got)} = {frac:.2f} of the limit "
                 f"{limit / MB:.0f} MB/s ({ranks} x {a.threads} streams; target >= 0.67: "
                 f"{'met' if frac >= 0.67 else 'MISSED'}), {times:.1f} x a single stream per rank "
                 f"(target >= 3: {'met' if times >= 3 else 'MISSED'})"
@@ -360,12 +376,12 @@ def main() -> int:
     print(
         f"  the emulator composes at {rate / MB:.0f} MB/s [{min(composes) / MB:.0f}-"
         f"{max(composes) / MB:.0f}] (it copies every byte; GCS composes without copying): with "
-        "that time taken out of each save, gcs save would reach"
+        "that time taken out of each save, gcs compose save would reach"
     )
     for ranks in ranks_list:
         limit = ranks * a.threads * a.rate
         total = sizes.total_bytes(a.limit_layer_size, a.padding_size)
-        seconds = total / statistics.median(limit_runs[(ranks, "save")])
+        seconds = total / statistics.median(limit_runs[("compose", ranks, "save")])
         # Counted as serial: fake-gcs-server creates objects under one global lock.
         rest = seconds - total / rate
         print(

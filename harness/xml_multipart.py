@@ -23,6 +23,10 @@ and forwards every other request to the emulator unchanged. What the clients sen
   400 ``InvalidPart``, parts out of order 400 ``InvalidPartOrder``, a part but the last smaller
   than GCS's minimum (5 MiB; ``min_part_bytes``) 400 ``EntityTooSmall``;
 - ``DELETE /{bucket}/{object}?uploadId=U``: aborts, 204;
+- ``GET /{bucket}?uploads`` (``prefix``, ``max-uploads``, ``key-marker``, ``upload-id-marker``):
+  the open uploads under the prefix, ``ListMultipartUploadsResult`` with ``Upload`` (``Key``,
+  ``UploadId``), sorted by key then id, in pages (``IsTruncated``, ``NextKeyMarker``,
+  ``NextUploadIdMarker``);
 - an unknown upload id: 404 ``NoSuchUpload``.
 
 Assembling costs a copy: every byte of the parts is sent again to the emulator, which writes the
@@ -83,9 +87,18 @@ class XmlMultipartShim(LoopbackProxy):
     """The shim; ``uploads_open`` and ``part_files`` say what it holds (the tests check both)."""
 
     def __init__(
-        self, upstream: str, *, timeout: float = 600, min_part_bytes: int = 5 * 1024 * 1024
+        self,
+        upstream: str,
+        *,
+        timeout: float = 600,
+        min_part_bytes: int = 5 * 1024 * 1024,
+        scratch: str | None = None,
     ) -> None:
+        """``scratch``: the folder the parts' files go under (default: the temporary folder);
+        a benchmark puts them in memory, where the emulator keeps its objects, so that writing
+        them back to a disk is not what it measures."""
         super().__init__(upstream, self, name="xml-multipart", timeout=timeout)
+        self._scratch = scratch
         self.min_part_bytes = min_part_bytes
         self._uploads: dict[str, _Upload] = {}
         self._state = threading.Lock()
@@ -95,6 +108,8 @@ class XmlMultipartShim(LoopbackProxy):
         parsed = urllib.parse.urlsplit(url)
         query = urllib.parse.parse_qs(parsed.query, keep_blank_values=True)
         bucket, _, key = parsed.path.lstrip("/").partition("/")
+        if bucket and not key and method == "GET" and "uploads" in query:
+            return _List(self, bucket, {k: v[0] for k, v in query.items()})
         if not bucket or not key:
             return Exchange()
         key = urllib.parse.unquote(key)
@@ -113,7 +128,7 @@ class XmlMultipartShim(LoopbackProxy):
 
     @contextmanager
     def running(self) -> Iterator[Self]:
-        self._root = Path(tempfile.mkdtemp(prefix="xml-multipart-"))
+        self._root = Path(tempfile.mkdtemp(prefix="xml-multipart-", dir=self._scratch))
         try:
             with super().running():
                 yield self
@@ -139,6 +154,11 @@ class XmlMultipartShim(LoopbackProxy):
         with self._state:
             self._uploads[upload_id] = _Upload(bucket, key, content_type, folder)
         return upload_id
+
+    def open_in(self, bucket: str) -> list[tuple[str, str]]:
+        """``(key, upload id)`` of the bucket's open uploads, sorted."""
+        with self._state:
+            return sorted((u.key, i) for i, u in self._uploads.items() if u.bucket == bucket)
 
     def upload(self, upload_id: str) -> _Upload | None:
         with self._state:
@@ -342,6 +362,36 @@ def _listed_parts(body: bytes) -> list[tuple[int, str]]:
             raise ValueError("a Part needs PartNumber and ETag")
         out.append((int(got["PartNumber"]), got["ETag"]))
     return out
+
+
+class _List(Exchange):
+    def __init__(self, shim: XmlMultipartShim, bucket: str, query: dict[str, str]) -> None:
+        self.shim, self.bucket, self.query = shim, bucket, query
+
+    def answer_here(self, body: bytes) -> Answer | None:
+        prefix = self.query.get("prefix", "")
+        limit = int(self.query.get("max-uploads") or 1000)
+        after = (self.query.get("key-marker", ""), self.query.get("upload-id-marker", ""))
+        listed = [u for u in self.shim.open_in(self.bucket) if u[0].startswith(prefix)]
+        listed = [u for u in listed if u > after] if after != ("", "") else listed
+        page, more = listed[:limit], len(listed) > limit
+        uploads = "".join(
+            f"<Upload><Key>{escape(key)}</Key><UploadId>{upload_id}</UploadId></Upload>"
+            for key, upload_id in page
+        )
+        tail = (
+            f"<NextKeyMarker>{escape(page[-1][0])}</NextKeyMarker>"
+            f"<NextUploadIdMarker>{page[-1][1]}</NextUploadIdMarker>"
+            if more
+            else ""
+        )
+        text = (
+            f"<?xml version='1.0' encoding='UTF-8'?><ListMultipartUploadsResult xmlns=\"{_NS}\">"
+            f"<Bucket>{escape(self.bucket)}</Bucket><Prefix>{escape(prefix)}</Prefix>"
+            f"<IsTruncated>{str(more).lower()}</IsTruncated>{tail}{uploads}"
+            "</ListMultipartUploadsResult>"
+        )
+        return _xml_answer(200, text.encode())
 
 
 class _Abort(Exchange):

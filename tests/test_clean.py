@@ -11,6 +11,9 @@ from ckptbench.cli import COMMANDS
 from ckptbench.cli import main as ckptbench
 from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.storage.gcs.client import make_client
+from ckptbench.workload.storage.gcs.multipart import XmlMultipartUpload, unfinished_uploads
+from ckptbench.workload.storage.gcs.objects import GcsObjects
+from harness.xml_multipart import XmlMultipartShim
 from tests.fault_proxy import FaultProxy, Rule
 
 pytestmark = pytest.mark.timeout(60)
@@ -85,3 +88,31 @@ def test_clean_names_what_it_could_not_delete(
     assert "could not delete 1 object(s): b (first error: GcsError" in captured.err
     assert "403" in captured.err
     assert [b.name for b in client.list_blobs(gcs_bucket)] == ["dead/b"]
+
+
+def test_clean_aborts_the_unfinished_multipart_uploads_under_the_prefix_only(
+    shim: XmlMultipartShim, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    # A run killed mid-save under the multipart scheme: uploads begun, never completed.
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", shim.url)
+    gcs = GcsObjects(make_client(), gcs_bucket)
+    dead = [f"runs/dead/checkpoints/ckpt_{i}.ckpt/__0_0.distcp" for i in (3, 1, 2, 0, 4)]
+    for name in [*dead, "runs/deadline/x", dead[0]]:  # two uploads of one name
+        upload = XmlMultipartUpload(gcs, name)
+        upload.initiate()
+        upload.put_part(0, memoryview(b"part"))
+    listed = unfinished_uploads(gcs, "runs/dead/", page_size=2)  # three pages
+    assert listed is not None and [n for n, _ in listed] == sorted([*dead, dead[0]])
+    assert ckptbench(["clean", "--dry-run", f"gs://{gcs_bucket}/runs/dead"]) == 0
+    assert "6 unfinished multipart upload(s) would be aborted" in capsys.readouterr().out
+    assert len(shim.open_in(gcs_bucket)) == 7
+    assert ckptbench(["clean", f"gs://{gcs_bucket}/runs/dead"]) == 0
+    assert "aborted 6 unfinished multipart upload(s)" in capsys.readouterr().out
+    assert [key for key, _ in shim.open_in(gcs_bucket)] == ["runs/deadline/x"]
+
+
+def test_an_emulator_without_the_xml_api_has_no_unfinished_uploads_to_list(
+    client: storage.Client, gcs_bucket: str
+) -> None:
+    assert unfinished_uploads(GcsObjects(client, gcs_bucket), "runs/") is None

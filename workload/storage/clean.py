@@ -1,8 +1,10 @@
 """``ckptbench clean URL``: remove what dead runs left under a ``gs://`` or ``file://`` prefix.
 
-A run that was killed mid-save leaves its checkpoint objects and the temporary parts of its
-composite uploads (``*.distcp.parts/...``); nothing else ever removes them. This deletes every
-object (or file) under the prefix, says how many, and names those it could not remove.
+A run that was killed mid-save leaves its checkpoint objects, the temporary parts of its
+composite uploads (``*.distcp.parts/...``) and, with the multipart upload scheme, unfinished XML
+multipart uploads (parts no object listing shows, billed until aborted); nothing else ever removes
+them. This deletes every object (or file) under the prefix, aborts every unfinished multipart
+upload under it, says how many, and names those it could not remove.
 """
 
 from __future__ import annotations
@@ -10,8 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ckptbench.workload.storage import objects
+
+# How long aborting one unfinished multipart upload may take, retries included.
+ABORT_SECONDS = 60.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,16 +52,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         names = objects.list_names(url, project=args.project)
+        uploads = _unfinished(url, args.project) if url.startswith("gs://") else []
     except Exception as exc:
         print(f"ckptbench clean: cannot list {url}: {exc}", file=sys.stderr)
         return 1
     if args.dry_run:
         for name in names:
             print(f"{url}/{name}")
+        for name, upload_id in uploads:
+            print(f"unfinished multipart upload {upload_id} of {name}")
         print(f"{len(names)} object(s) under {url} would be deleted")
+        if uploads:
+            print(f"{len(uploads)} unfinished multipart upload(s) would be aborted")
         return 0
     outcome = objects.delete_all(url, project=args.project)
     print(f"deleted {outcome.deleted} object(s) under {url}")
+    status = 0
     if outcome.failed:
         shown = ", ".join(outcome.failed[:10]) + (" ..." if len(outcome.failed) > 10 else "")
         print(
@@ -63,8 +75,43 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(first error: {outcome.first_error})",
             file=sys.stderr,
         )
-        return 1
-    return 0
+        status = 1
+    if uploads:
+        left = _abort(url, args.project, uploads)
+        print(f"aborted {len(uploads) - len(left)} unfinished multipart upload(s)")
+        if left:
+            print(f"could not abort the multipart uploads of: {', '.join(left)}", file=sys.stderr)
+            status = 1
+    return status
+
+
+def _gcs(url: str, project: str | None) -> tuple[Any, str]:
+    from ckptbench.workload.storage.gcs.client import make_client, split_gs_url
+    from ckptbench.workload.storage.gcs.objects import GcsObjects
+
+    bucket, prefix = split_gs_url(url)
+    return GcsObjects(make_client(project), bucket), prefix + "/"
+
+
+def _unfinished(url: str, project: str | None) -> list[tuple[str, str]]:
+    """The unfinished multipart uploads under ``url`` (none where the server has no XML API,
+    as on an emulator)."""
+    from ckptbench.workload.storage.gcs.multipart import unfinished_uploads
+
+    gcs, prefix = _gcs(url, project)
+    return unfinished_uploads(gcs, prefix) or []
+
+
+def _abort(url: str, project: str | None, uploads: list[tuple[str, str]]) -> list[str]:
+    """Abort each upload; the names of those that could not be aborted."""
+    from ckptbench.workload.storage.gcs.multipart import XmlMultipartUpload
+
+    gcs, _ = _gcs(url, project)
+    return [
+        name
+        for name, upload_id in uploads
+        if not XmlMultipartUpload(gcs, name, upload_id).abort(ABORT_SECONDS)
+    ]
 
 
 if __name__ == "__main__":

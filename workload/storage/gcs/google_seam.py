@@ -96,6 +96,11 @@ def xml_object_url(client: storage.Client, bucket: str, name: str) -> str:
     return f"{api_base(client)}/{_quote(bucket)}/{_quote(name)}"
 
 
+def xml_bucket_url(client: storage.Client, bucket: str) -> str:
+    """The XML API's URL of one bucket (unfinished multipart uploads are listed there)."""
+    return f"{api_base(client)}/{_quote(bucket)}"
+
+
 def object_url(client: storage.Client, bucket: str, name: str) -> str:
     """The JSON API's metadata URL of one object."""
     return f"{api_base(client)}/storage/v1/b/{_quote(bucket)}/o/{_quote(name)}"

@@ -77,11 +77,12 @@ class XmlMultipartUpload:
     """The requests of one multipart upload of ``name``, each under the bucket's retry policy.
     Thread-safe for :meth:`put_part` (each part's ETag goes in its own slot)."""
 
-    def __init__(self, objects: GcsObjects, name: str) -> None:
+    def __init__(self, objects: GcsObjects, name: str, upload_id: str | None = None) -> None:
+        """``upload_id``: an upload begun elsewhere (to abort one a dead run left)."""
         self.objects = objects
         self.name = name
         self.url = google_seam.xml_object_url(objects.client, objects.bucket_name, name)
-        self.upload_id: str | None = None
+        self.upload_id = upload_id
         self.etags: list[str | None] = []
 
     def _what(self, action: str) -> str:
@@ -204,6 +205,67 @@ class XmlMultipartUpload:
             log.warning("could not abort: %s (its parts stay until aborted)", exc)
             return False
         return True
+
+
+def unfinished_uploads(
+    objects: GcsObjects, prefix: str, *, page_size: int = 1000
+) -> list[tuple[str, str]] | None:
+    """``(name, upload id)`` of every multipart upload under ``prefix`` begun and neither
+    completed nor aborted: a run killed mid-save leaves one, whose parts nobody sees in an object
+    listing and GCS bills as objects until it is aborted. None when the server has no XML API
+    (an emulator answers a plain 404)."""
+    what = f"list the unfinished multipart uploads under {objects.url(prefix)}"
+    url = google_seam.xml_bucket_url(objects.client, objects.bucket_name)
+    found: list[tuple[str, str]] = []
+    markers: dict[str, str] = {}
+    while True:
+
+        def attempt(markers: dict[str, str] = markers) -> bytes | None:
+            op_timeout = objects.policy.stall_seconds
+            params = {"uploads": "", "prefix": prefix, "max-uploads": str(page_size), **markers}
+            resp = objects.session.get(url, params=params, timeout=op_timeout)
+            with resp:
+                if resp.status_code == 404 and not resp.text.lstrip().startswith("<"):
+                    return None
+                check_response(resp, what)
+                return bytes(resp.content)
+
+        body = call_with_retry(attempt, what, objects.policy)
+        if body is None:
+            return None
+        page = _listed_uploads(body, what)
+        found.extend(page.uploads)
+        if not page.truncated:
+            return found
+        markers = {"key-marker": page.next_key, "upload-id-marker": page.next_upload_id}
+
+
+class _Page:
+    def __init__(self) -> None:
+        self.uploads: list[tuple[str, str]] = []
+        self.truncated = False
+        self.next_key = ""
+        self.next_upload_id = ""
+
+
+def _listed_uploads(body: bytes, what: str) -> _Page:
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError as exc:
+        raise GcsError(f"{what}: the answer is not XML ({exc})") from exc
+    page = _Page()
+    for node in root:
+        tag = _local(node.tag)
+        if tag == "Upload":
+            fields = {_local(c.tag): c.text or "" for c in node}
+            page.uploads.append((fields.get("Key", ""), fields.get("UploadId", "")))
+        elif tag == "IsTruncated":
+            page.truncated = (node.text or "").strip().lower() == "true"
+        elif tag == "NextKeyMarker":
+            page.next_key = node.text or ""
+        elif tag == "NextUploadIdMarker":
+            page.next_upload_id = node.text or ""
+    return page
 
 
 def _check_part_hash(resp: requests.Response, sent: int | None, what: str) -> None:
