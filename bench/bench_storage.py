@@ -32,6 +32,7 @@ Run: ``.venv/bin/python bench/bench_storage.py`` (about 6-8 minutes on a quiet 2
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -285,9 +286,10 @@ def main() -> int:
         emulator = emulator_pid()
         model = NetModel(emu.url, a.rate, a.rtt)
         shim = XmlMultipartShim(emu.url, scratch=tmp)
-        # The multipart scheme needs the XML API: the model in front of the shim.
-        shim_model = NetModel(shim.url, a.rate, a.rtt)
-        with model.running(), shim.running(), shim_model.running():
+        with model.running(), shim.running(), contextlib.ExitStack() as stack:
+            # The multipart scheme needs the XML API: the model in front of the shim.
+            shim_model = NetModel(shim.url, a.rate, a.rtt)
+            stack.enter_context(shim_model.running())
             conditions: dict[str, str] = {"bare": emu.url, "model": model.url}
             out = Path(tmp) / "r.json"
             for r in range(a.rounds):

@@ -91,6 +91,23 @@ def test_a_stream_becomes_one_object_with_every_part_but_the_last_at_least_5_mib
     assert stored(gcs_emulator, gcs_bucket, monkeypatch) == ["ckpt/__0_0.distcp"]
 
 
+def test_framing_before_a_payload_is_topped_up_to_5_mib_not_to_a_whole_part(
+    shim: XmlMultipartShim, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The zip records before a tensor cannot go out alone (under 5 MiB): 5 MiB of the payload
+    # joins them, the rest goes from the tensor's memory, and only its short tail is copied.
+    objects = objects_at(shim.url, gcs_bucket, monkeypatch)
+    stream = MultipartUploadStream(
+        objects, "topped", threads=2, part_size=32 * MiB, keepalive=owned
+    )
+    payload = os.urandom(40 * MiB)
+    stream.write(b"PK" + bytes(98))
+    stream.write(payload)
+    stream.close()
+    assert stream.part_sizes == [5 * MiB, 32 * MiB, 40 * MiB + 100 - 37 * MiB]
+    assert objects.read_all("topped") == b"PK" + bytes(98) + payload
+
+
 def test_an_abort_ends_the_upload_and_leaves_nothing(
     shim: XmlMultipartShim, gcs_emulator: GcsEmulator, gcs_bucket: str,
     monkeypatch: pytest.MonkeyPatch,

@@ -290,6 +290,7 @@ class MultipartUploadStream(PartedUploadStream):
 
     max_parts = MAX_PARTS
     scheme = "multipart"
+    min_short = MIN_PART_BYTES
 
     def __init__(self, objects: GcsObjects, name: str, **options: Unpack[StreamOptions]) -> None:
         part_size = options["part_size"]

@@ -64,6 +64,8 @@ class PartedUploadStream(io.RawIOBase):
 
     max_parts: int
     scheme: str
+    # The smallest part the scheme lets go out before the last (0: any size).
+    min_short: int = 0
 
     def __init__(
         self,
@@ -156,6 +158,15 @@ class PartedUploadStream(io.RawIOBase):
                 # a tensor smaller than a part is not gathered with its neighbours into one
                 # part (which would leave threads idle).
                 self._submit_buffer()
+            elif owner is not None and self._tops_up_to_min_short(n):
+                # Too little buffered to go out alone: top it up to the smallest part that may
+                # (not to a whole part), so the rest of this payload still goes without a copy.
+                take = self.min_short - self._fill
+                assert self._buf is not None
+                self._buf += mv[:take]
+                self._fill += take
+                mv = mv[take:]
+                self._submit_buffer()
             else:
                 # No short part allowed here (or a small write): gather into the buffer.
                 mv = self._copy_in(mv)
@@ -185,6 +196,11 @@ class PartedUploadStream(io.RawIOBase):
             self._copy_in(tail)
         self._raise_if_failed()
         return n
+
+    def _tops_up_to_min_short(self, n: int) -> bool:
+        return self._fill < self.min_short < min(
+            self._part_size, self._fill + n
+        ) and self._may_send_short(self.min_short)
 
     def _short_budget_allows(self, limit: int, reserved: int) -> bool:
         """Whether one more short part still leaves room, under ``limit`` parts in all (minus
