@@ -108,3 +108,12 @@ def test_named_values_are_read_in_any_case_and_a_bad_one_lists_the_valid(
     assert parse(text) is member
     with pytest.raises(argparse.ArgumentTypeError, match=f"{text}x.*choose from {valid}"):
         parse(text + "x")
+
+
+def test_multipart_against_the_embedded_emulator_is_refused_before_anything_starts() -> None:
+    with pytest.raises(options.UsageError, match="--upload-scheme multipart: the embedded"):
+        _plan("--upload-scheme", "compose,multipart")
+    # On a bucket the user names (GCS, or an emulator of theirs with the XML API), it is theirs.
+    cells = _plan("--storage", "gs://b/x", "--upload-scheme", "compose,multipart").cells
+    assert [c.config.upload_scheme.value for c in cells] == ["compose", "multipart"]
+    assert [c.config.upload_scheme.value for c in _plan().cells] == ["auto"]

@@ -21,6 +21,7 @@ from ckptbench.workload.contract.config import (
     MLPERF_CHECKPOINTS,
     Backend,
     Procedure,
+    UploadScheme,
     WorkloadConfig,
 )
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
@@ -158,8 +159,21 @@ def plan(args: argparse.Namespace) -> Plan:
         raise UsageError(f"{varied}: {count} cells, more than the {MAX_CELLS} a run may hold")
     cells = _cells(fixed, [(o, v) for o, v in axes if v], several=count > 1, given=given)
     for cell in cells:
+        if emulator_bucket is not None:
+            check_emulator_can(cell)
         check_memory(cell, memory.available_bytes())
     return Plan(cells, emulator_bucket, storage, timeout)
+
+
+def check_emulator_can(cell: Cell) -> None:
+    """Refuse, before anything starts, what the embedded emulator cannot serve."""
+    c = cell.config
+    if c.backend is Backend.GCS and c.upload_scheme is UploadScheme.MULTIPART:
+        raise UsageError(
+            "--upload-scheme multipart: the embedded emulator (fake-gcs-server) has no XML "
+            "multipart upload; use compose, or auto (compose against an emulator, multipart on "
+            "GCS)"
+        )
 
 
 def check_memory(cell: Cell, available: int | None) -> None:
