@@ -272,7 +272,7 @@ def main() -> int:
     )
     t_start = time.monotonic()
     figures: dict[tuple[str, int, str, str], list[float]] = {}
-    limit_runs: dict[tuple[int, str], list[float]] = {}
+    limit_runs: dict[tuple[str, int, str], list[float]] = {}
     cpu: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     peaks: dict[str, list[float]] = {}
     yard: list[tuple[float, float]] = []

@@ -75,7 +75,7 @@ def completion_body(etags: Sequence[str]) -> bytes:
 
 class XmlMultipartUpload:
     """The requests of one multipart upload of ``name``, each under the bucket's retry policy.
-    Thread-safe for :meth:`put_part` (each part's ETag goes in its own slot)."""
+    Thread-safe for :meth:`put_part` (each part's ETag goes under its own key)."""
 
     def __init__(self, objects: GcsObjects, name: str, upload_id: str | None = None) -> None:
         """``upload_id``: an upload begun elsewhere (to abort one a dead run left)."""
@@ -83,7 +83,7 @@ class XmlMultipartUpload:
         self.name = name
         self.url = google_seam.xml_object_url(objects.client, objects.bucket_name, name)
         self.upload_id = upload_id
-        self.etags: list[str | None] = []
+        self.etags: dict[int, str] = {}
 
     def _what(self, action: str) -> str:
         return f"{action} {self.objects.url(self.name)}"
@@ -133,20 +133,17 @@ class XmlMultipartUpload:
                     raise GcsError(f"{what}: the answer carries no ETag")
                 return str(etag)
 
-        etag = call_with_retry(attempt, what, self.objects.policy, operation=op)
-        while len(self.etags) <= index:
-            self.etags.append(None)
-        self.etags[index] = etag
+        self.etags[index] = call_with_retry(attempt, what, self.objects.policy, operation=op)
         return sent
 
     def complete(self, parts: int, expected_crc: int | None) -> None:
         """Assemble parts 1..``parts``; with ``expected_crc`` (the parts' crc32cs combined), the
         object's crc32c must match it."""
         what = self._what(f"complete the multipart upload ({parts} parts) of")
-        etags = self.etags[:parts]
-        if len(etags) != parts or any(e is None for e in etags):
-            raise GcsError(f"{what}: a part has no ETag")
-        body = completion_body([e for e in etags if e is not None])
+        missing = [i + 1 for i in range(parts) if i not in self.etags]
+        if missing:
+            raise GcsError(f"{what}: parts {missing} have no ETag")
+        body = completion_body([self.etags[i] for i in range(parts)])
         op = self.objects.policy.start()
         tries = 0
 
