@@ -91,11 +91,12 @@ def test_a_stream_becomes_one_object_with_every_part_but_the_last_at_least_5_mib
     assert stored(gcs_emulator, gcs_bucket, monkeypatch) == ["ckpt/__0_0.distcp"]
 
 
-def test_framing_before_a_payload_is_topped_up_to_5_mib_not_to_a_whole_part(
+def test_framing_before_a_payload_joins_the_first_of_its_even_parts(
     shim: XmlMultipartShim, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The zip records before a tensor cannot go out alone (under 5 MiB): 5 MiB of the payload
-    # joins them, the rest goes from the tensor's memory, and only its short tail is copied.
+    # The zip records before a tensor cannot go out alone (under 5 MiB): they and the payload go
+    # as the fewest even parts (two of 20 MiB, not 32 + 8 MiB, whose short part would run alone
+    # after the long one); only what joins the records is copied, the rest goes from the memory.
     objects = objects_at(shim.url, gcs_bucket, monkeypatch)
     stream = MultipartUploadStream(
         objects, "topped", threads=2, part_size=32 * MiB, keepalive=owned
@@ -104,7 +105,13 @@ def test_framing_before_a_payload_is_topped_up_to_5_mib_not_to_a_whole_part(
     stream.write(b"PK" + bytes(98))
     stream.write(payload)
     stream.close()
-    assert stream.part_sizes == [5 * MiB, 32 * MiB, 40 * MiB + 100 - 37 * MiB]
+    assert stream.part_sizes == [20 * MiB + 50, 20 * MiB + 50]
+    # 100 bytes of records, then 7 MiB: under 5 MiB each even half, so topped up to 5 MiB.
+    stream = MultipartUploadStream(objects, "min", threads=2, part_size=6 * MiB, keepalive=owned)
+    stream.write(bytes(100))
+    stream.write(bytes(7 * MiB))
+    stream.close()
+    assert stream.part_sizes == [5 * MiB, 2 * MiB + 100]
     assert objects.read_all("topped") == b"PK" + bytes(98) + payload
 
 

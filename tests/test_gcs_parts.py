@@ -8,6 +8,7 @@ threads idle; these tests pin the part and range sizes to the threads.
 from __future__ import annotations
 
 import io
+import itertools
 import threading
 import warnings
 from collections.abc import Iterator
@@ -208,3 +209,22 @@ def test_many_small_items_cost_a_request_per_part_and_a_buffer_append_per_write(
     loaded = {k: torch.zeros_like(v) for k, v in sd.items()}
     dcp_load(loaded, storage_reader=GcsStorageReader(cid, threads=4, part_size_bytes=MiB))
     assert all(torch.equal(loaded[k], v) for k, v in sd.items())
+
+
+def test_a_payload_goes_as_the_fewest_even_parts_not_whole_parts_and_a_straggler(
+    client: storage.Client, gcs_bucket: str
+) -> None:
+    # 2.5 parts' worth: three parts of 0.83, which finish together on three threads, not two
+    # whole parts and a half one; the zip records before it go alone (compose takes any size).
+    objects = GcsObjects(client, gcs_bucket)
+    payload = bytes(range(256)) * (10 * 1024)  # 2.5 MiB
+    stream = CompositeUploadStream(
+        objects, "even", threads=4, part_size=MiB, keepalive=lambda view: payload
+    )
+    stream.write(b"PK" + bytes(30))
+    stream.write(payload)
+    stream.close()
+    bounds = [i * len(payload) // 3 for i in range(4)]  # sizes differ by a byte at most
+    assert stream.part_sizes == [32, *(hi - lo for lo, hi in itertools.pairwise(bounds))]
+    assert max(stream.part_sizes[1:]) - min(stream.part_sizes[1:]) <= 1
+    assert objects.read_all("even") == b"PK" + bytes(30) + payload

@@ -14,6 +14,7 @@ outlives the call. Small writes (zip framing) are gathered into a buffer no larg
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -159,9 +160,12 @@ class PartedUploadStream(io.RawIOBase):
                 # part (which would leave threads idle).
                 self._submit_buffer()
             elif owner is not None and self._tops_up_to_min_short(n):
-                # Too little buffered to go out alone: top it up to the smallest part that may
-                # (not to a whole part), so the rest of this payload still goes without a copy.
-                take = self.min_short - self._fill
+                # Too little buffered to go out alone: it becomes the first of this payload's
+                # even parts, topped up from it (to at least the smallest part that may go), so
+                # the rest of the payload still goes without a copy.
+                total = self._fill + n
+                first = max(self.min_short, total // -(-total // size))
+                take = first - self._fill
                 assert self._buf is not None
                 self._buf += mv[:take]
                 self._fill += take
@@ -170,19 +174,11 @@ class PartedUploadStream(io.RawIOBase):
             else:
                 # No short part allowed here (or a small write): gather into the buffer.
                 mv = self._copy_in(mv)
-        full = mv.nbytes - mv.nbytes % size
-        tail = mv[full:]
         if owner is not None:
-            # Memory someone vouched for: every slice goes out as is, each holding a
-            # reference to the owner, and write returns at once so the uploads overlap the
-            # serialization of the next tensor.
-            for lo in range(0, full, size):
-                self._submit(mv[lo : lo + size], owner)
-            if tail.nbytes and self._may_send_short(tail.nbytes):
-                self._submit(tail, owner)
-                self._shorts += 1
-                tail = tail[:0]
+            tail = self._submit_owned(mv, owner)
         else:
+            full = mv.nbytes - mv.nbytes % size
+            tail = mv[full:]
             borrowed: list[Future[None]] = []
             try:
                 for lo in range(0, full, size):
@@ -196,6 +192,28 @@ class PartedUploadStream(io.RawIOBase):
             self._copy_in(tail)
         self._raise_if_failed()
         return n
+
+    def _submit_owned(self, mv: memoryview, owner: object) -> memoryview:
+        """Memory someone vouched for: its slices go out as they are, each holding a reference
+        to the owner, and write returns at once so the uploads overlap the serialization of the
+        next tensor. The payload is cut into the fewest even parts of at most ``part_size`` (2.5
+        parts' worth as three equal parts, not two whole ones and a short one that would run
+        alone after them) when the scheme lets such a part go; otherwise into whole parts, and
+        what is left is returned, to be gathered into the buffer."""
+        size, n = self._part_size, mv.nbytes
+        count = -(-n // size)
+        bounds = [i * n // count for i in range(count + 1)] if count else [0]
+        last = bounds[-1] - bounds[-2] if count else 0
+        if count and (last == size or self._may_send_short(last)):
+            for lo, hi in itertools.pairwise(bounds):
+                self._submit(mv[lo:hi], owner)
+            if n % size:
+                self._shorts += 1  # the budget's one short part for this payload
+            return mv[:0]
+        full = n - n % size
+        for lo in range(0, full, size):
+            self._submit(mv[lo : lo + size], owner)
+        return mv[full:]
 
     def _tops_up_to_min_short(self, n: int) -> bool:
         return self._fill < self.min_short < min(
