@@ -38,26 +38,38 @@ class _PyBuffer(ctypes.Structure):
     ]
 
 
-def _load_extend() -> Callable[[int, int, int], int] | None:
+# Buffers from this size up are checksummed with the GIL released (about 100 us of work and up);
+# smaller ones holding it. Releasing it for a short call costs more than the call: on getting it
+# back the thread queues behind whichever thread took it, up to the interpreter's switch interval
+# (5 ms). A 1,500-tensor load (three crc calls per tensor, on 8 read threads) spent 1.9 s of
+# thread time in crc calls, 0.18 s with this threshold; its wall time did not change measurably
+# (bench/bench_crc_gil.py): the threads' waits overlapped the others' work.
+RELEASE_GIL_MIN_BYTES = 2 << 20
+
+_Extend = Callable[[int, int, int], int]
+
+
+def _load_extend() -> tuple[_Extend, _Extend] | None:
     """google-crc32c's own C library, called directly: its Python binding accepts only
-    ``bytes`` (a copy of every part), while this takes any buffer in place and releases the GIL,
-    so transfer threads checksum in parallel."""
+    ``bytes`` (a copy of every part), while this takes any buffer in place. The same function
+    twice: loaded as a ``CDLL`` (the GIL released during the call, so transfer threads checksum
+    large buffers in parallel) and as a ``PyDLL`` (the GIL held, for small buffers)."""
     folder = os.path.join(
         os.path.dirname(os.path.dirname(google_crc32c.__file__)), "google_crc32c.libs"
     )
     for path in sorted(glob.glob(os.path.join(folder, "libcrc32c*.so*"))):
         try:
-            lib = ctypes.CDLL(path)
+            pair = (ctypes.CDLL(path).crc32c_extend, ctypes.PyDLL(path).crc32c_extend)
         except OSError:
             continue
-        extend = lib.crc32c_extend
-        extend.restype = ctypes.c_uint32
-        extend.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
-        return extend
+        for extend in pair:
+            extend.restype = ctypes.c_uint32
+            extend.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
+        return pair
     return None
 
 
-_EXTEND = _load_extend()
+_EXTENDS = _load_extend()
 _get_buffer = ctypes.pythonapi.PyObject_GetBuffer
 _get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
 _release_buffer = ctypes.pythonapi.PyBuffer_Release
@@ -67,13 +79,15 @@ _PYBUF_SIMPLE = 0
 
 def value(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
     """The crc of a contiguous buffer (continuing ``crc``), computed in place."""
-    if _EXTEND is None:  # pragma: no cover - a google-crc32c wheel without its library
+    if _EXTENDS is None:  # pragma: no cover - a google-crc32c wheel without its library
         return int(google_crc32c.extend(crc, bytes(data)))
     view = _PyBuffer()
     if _get_buffer(data, ctypes.byref(view), _PYBUF_SIMPLE) != 0:  # pragma: no cover
         raise TypeError(f"not a contiguous buffer: {type(data).__name__}")
     try:
-        return int(_EXTEND(crc, view.buf, view.len))
+        releasing, holding = _EXTENDS
+        extend = releasing if view.len >= RELEASE_GIL_MIN_BYTES else holding
+        return int(extend(crc, view.buf, view.len))
     finally:
         _release_buffer(ctypes.byref(view))
 
