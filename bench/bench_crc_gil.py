@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -28,8 +26,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ckptbench.workload.local.emulator import GcsEmulator
+from emulator_in_memory import emulator_in_memory
+
 from ckptbench.workload.storage.gcs import crc
 
 BUCKET = "crcgil"
@@ -71,13 +71,7 @@ def main() -> int:
     modes = {"release always": 0, "default": default}
     seconds: dict[str, list[float]] = {m: [] for m in modes}
     in_crc: dict[str, list[float]] = {m: [] for m in modes}
-    scratch = "/dev/shm" if Path("/dev/shm").is_dir() else None
-    with (
-        tempfile.TemporaryDirectory(prefix="ckptbench-crc-", dir=scratch) as tmp,
-        GcsEmulator(Path(tmp) / "emu") as emu,
-    ):
-        emu.create_bucket(BUCKET)
-        os.environ["STORAGE_EMULATOR_HOST"] = emu.url
+    with emulator_in_memory("ckptbench-crc-", BUCKET):
         sd = {f"t{i}": torch.rand(a.rows, 1000) for i in range(a.tensors)}
         cid = f"gs://{BUCKET}/ckpt"
         dcp_save(sd, storage_writer=GcsStorageWriter(cid))

@@ -48,11 +48,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from emulator_in_memory import emulator_in_memory
 from netmodel import NetModel
 from peer_seam import peer_classes
 
 from ckptbench.workload.contract import sizes
-from ckptbench.workload.local.emulator import GcsEmulator, free_port
+from ckptbench.workload.local.emulator import free_port
 from ckptbench.workload.storage.gcs.backend import part_size_for
 from harness.xml_multipart import XmlMultipartShim
 
@@ -250,13 +251,7 @@ def main() -> int:
     peaks: dict[tuple[str, str], list[float]] = {}
     phases: dict[str, list[dict[str, Any]]] = {}
     t_start = time.monotonic()
-    scratch = "/dev/shm" if Path("/dev/shm").is_dir() else None
-    with (
-        tempfile.TemporaryDirectory(prefix="ckptbench-peer-bench-", dir=scratch) as tmp,
-        GcsEmulator(Path(tmp) / "emu") as emu,
-    ):
-        emu.create_bucket(BUCKET)
-        os.environ["STORAGE_EMULATOR_HOST"] = emu.url
+    with emulator_in_memory("ckptbench-peer-bench-", BUCKET) as (tmp, emu):
         shim = XmlMultipartShim(emu.url, scratch=tmp)
         with shim.running():
             model = NetModel(shim.url, a.rate, a.rtt)

@@ -49,6 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from emulator_in_memory import scratch
 from netmodel import NetModel
 from procstat import reset_peak, vm
 
@@ -414,11 +415,6 @@ def main() -> int:
         )
     print(f"\nbench took {time.monotonic() - t_start:.0f} s")
     return 0
-
-
-def scratch() -> str | None:
-    """The emulator's data in memory when the machine has /dev/shm: the disk is not modelled."""
-    return "/dev/shm" if Path("/dev/shm").is_dir() else None
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import os
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -30,10 +29,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from emulator_in_memory import emulator_in_memory
 from netmodel import NetModel
 
 from ckptbench.workload.contract.modes import UploadScheme
-from ckptbench.workload.local.emulator import GcsEmulator
 from harness.xml_multipart import XmlMultipartShim
 
 MB = 1e6
@@ -77,24 +76,18 @@ def trace(log: list[tuple[float, float, str, str]], start: list[float]) -> None:
 def chain(scheme: str, rate: float, rtt: float, bare: bool) -> Iterator[str]:
     """emulator <- [shim] <- [model]: the URL the rank talks to."""
     with (
-        tempfile.TemporaryDirectory(prefix="ckptbench-trace-", dir=scratch()) as tmp,
-        GcsEmulator(Path(tmp) / "emu") as emu,
+        emulator_in_memory("ckptbench-trace-", BUCKET) as (tmp, emu),
+        contextlib.ExitStack() as stack,
     ):
-        emu.create_bucket(BUCKET)
-        with contextlib.ExitStack() as stack:
-            upstream = emu.url
-            if scheme == "multipart":
-                shim = stack.enter_context(XmlMultipartShim(emu.url, scratch=tmp).running())
-                upstream = shim.url
-            if bare:
-                yield upstream
-                return
-            model = stack.enter_context(NetModel(upstream, rate, rtt).running())
-            yield model.url
-
-
-def scratch() -> str | None:
-    return "/dev/shm" if Path("/dev/shm").is_dir() else None
+        upstream = emu.url
+        if scheme == "multipart":
+            shim = stack.enter_context(XmlMultipartShim(emu.url, scratch=tmp).running())
+            upstream = shim.url
+        if bare:
+            yield upstream
+            return
+        model = stack.enter_context(NetModel(upstream, rate, rtt).running())
+        yield model.url
 
 
 def main() -> int:
