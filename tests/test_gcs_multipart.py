@@ -112,6 +112,12 @@ def test_framing_before_a_payload_joins_the_first_of_its_even_parts(
     stream.write(bytes(7 * MiB))
     stream.close()
     assert stream.part_sizes == [5 * MiB, 2 * MiB + 100]
+    # 10 MiB less a byte in 8 MiB parts: even halves would leave one a byte under 5 MiB, which
+    # GCS refuses for any part but the last, so a whole part goes and the rest is gathered.
+    stream = MultipartUploadStream(objects, "odd", threads=2, part_size=8 * MiB, keepalive=owned)
+    stream.write(bytes(10 * MiB - 1))
+    stream.close()
+    assert stream.part_sizes == [8 * MiB, 2 * MiB - 1]
     assert objects.read_all("topped") == b"PK" + bytes(98) + payload
 
 

@@ -203,8 +203,9 @@ class PartedUploadStream(io.RawIOBase):
         size, n = self._part_size, mv.nbytes
         count = -(-n // size)
         bounds = [i * n // count for i in range(count + 1)] if count else [0]
-        last = bounds[-1] - bounds[-2] if count else 0
-        if count and (last == size or self._may_send_short(last)):
+        # Even parts differ by a byte at most: the floor is the smallest the scheme must allow.
+        smallest = n // count if count else 0
+        if count and (smallest == size or self._may_send_short(smallest)):
             for lo, hi in itertools.pairwise(bounds):
                 self._submit(mv[lo:hi], owner)
             if n % size:
