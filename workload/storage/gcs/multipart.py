@@ -26,7 +26,12 @@ from xml.sax.saxutils import escape
 import requests
 
 from ckptbench.workload.storage.gcs import crc, google_seam
-from ckptbench.workload.storage.gcs.objects import GcsObjects, check_response, stored_crc
+from ckptbench.workload.storage.gcs.objects import (
+    GcsObjects,
+    check_response,
+    require_sent,
+    stored_crc,
+)
 from ckptbench.workload.storage.gcs.parts import PartedUploadStream, StreamOptions
 from ckptbench.workload.storage.retry import (
     GcsError,
@@ -272,12 +277,7 @@ def _check_part_hash(resp: requests.Response, sent: int | None, what: str) -> No
     for item in resp.headers.get("x-goog-hash", "").split(","):
         name, _, value = item.strip().partition("=")
         if name == "crc32c" and value:
-            stored = stored_crc({"crc32c": value}, what)
-            if stored != sent:
-                raise TransientError(
-                    f"{what}: stored crc32c {crc.to_gcs(stored)} differs from the crc32c sent "
-                    f"{crc.to_gcs(sent)}: corrupted in flight"
-                )
+            require_sent(stored_crc({"crc32c": value}, what), sent, what)
 
 
 class MultipartUploadStream(PartedUploadStream):

@@ -92,12 +92,7 @@ class GcsObjects:
             with resp:
                 check_response(resp, what)
                 if sent is not None:
-                    stored = stored_crc(resp.json(), what)
-                    if stored != sent:
-                        raise TransientError(
-                            f"{what}: stored crc32c {crc.to_gcs(stored)} differs from the "
-                            f"crc32c sent {crc.to_gcs(sent)}: corrupted in flight"
-                        )
+                    require_sent(stored_crc(resp.json(), what), sent, what)
 
         call_with_retry(attempt, what, self.policy, operation=op)
         return sent
@@ -273,6 +268,16 @@ def stored_crc(resource: dict[str, Any], what: str) -> int:
     if not isinstance(text, str) or not text:
         raise IntegrityError(f"{what}: the server reported no crc32c to check against")
     return crc.from_gcs(text)
+
+
+def require_sent(stored: int, sent: int, what: str) -> None:
+    """The crc32c the server stored for a request's body must be the one sent with it: a body
+    corrupted in flight is worth sending again."""
+    if stored != sent:
+        raise TransientError(
+            f"{what}: stored crc32c {crc.to_gcs(stored)} differs from the crc32c sent "
+            f"{crc.to_gcs(sent)}: corrupted in flight"
+        )
 
 
 class _Scatter:
