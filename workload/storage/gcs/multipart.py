@@ -36,6 +36,7 @@ from ckptbench.workload.storage.gcs.parts import PartedUploadStream, StreamOptio
 from ckptbench.workload.storage.retry import (
     GcsError,
     IntegrityError,
+    Operation,
     TransientError,
     call_with_retry,
     discard_policy,
@@ -152,7 +153,8 @@ class XmlMultipartUpload:
         op = self.objects.policy.start()
         tries = 0
 
-        def attempt() -> None:
+        def attempt() -> bool:
+            """Whether the object's crc32c was already found to be the expected one."""
             nonlocal tries
             tries += 1
             resp = self.objects.session.post(
@@ -164,12 +166,13 @@ class XmlMultipartUpload:
             )
             with resp:
                 if resp.status_code == 404 and tries > 1 and self._already_done(expected_crc):
-                    return  # an earlier attempt completed it; its answer was lost
+                    return True  # an earlier attempt completed it; its answer was lost
                 check_response(resp, what)
                 _xml_field(resp.content, "Key", what)
+                return False
 
-        call_with_retry(attempt, what, self.objects.policy, operation=op)
-        if expected_crc is not None and self.objects.checksums:
+        checked = call_with_retry(attempt, what, self.objects.policy, operation=op)
+        if expected_crc is not None and self.objects.checksums and not checked:
             _, stored = self.objects.stat(self.name)
             if stored != expected_crc:
                 raise IntegrityError(
@@ -221,18 +224,18 @@ def unfinished_uploads(
     found: list[tuple[str, str]] = []
     markers: dict[str, str] = {}
     while True:
+        op = objects.policy.start()
 
-        def attempt(markers: dict[str, str] = markers) -> bytes | None:
-            op_timeout = objects.policy.stall_seconds
+        def attempt(markers: dict[str, str] = markers, op: Operation = op) -> bytes | None:
             params = {"uploads": "", "prefix": prefix, "max-uploads": str(page_size), **markers}
-            resp = objects.session.get(url, params=params, timeout=op_timeout)
+            resp = objects.session.get(url, params=params, timeout=op.timeout())
             with resp:
                 if resp.status_code == 404 and not resp.text.lstrip().startswith("<"):
                     return None
                 check_response(resp, what)
                 return bytes(resp.content)
 
-        body = call_with_retry(attempt, what, objects.policy)
+        body = call_with_retry(attempt, what, objects.policy, operation=op)
         if body is None:
             return None
         page = _listed_uploads(body, what)
