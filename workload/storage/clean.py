@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         names = objects.list_names(url, project=args.project)
-        uploads = _unfinished(url, args.project) if url.startswith("gs://") else []
+        gcs, uploads = _unfinished(url, args.project) if url.startswith("gs://") else (None, [])
     except Exception as exc:
         print(f"ckptbench clean: cannot list {url}: {exc}", file=sys.stderr)
         return 1
@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         status = 1
     if uploads:
-        left = _abort(url, args.project, uploads)
+        left = _abort(gcs, uploads)
         print(f"aborted {len(uploads) - len(left)} unfinished multipart upload(s)")
         if left:
             print(f"could not abort the multipart uploads of: {', '.join(left)}", file=sys.stderr)
@@ -85,28 +85,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
-def _gcs(url: str, project: str | None) -> tuple[Any, str]:
+def _unfinished(url: str, project: str | None) -> tuple[Any, list[tuple[str, str]]]:
+    """The bucket's objects and the unfinished multipart uploads under ``url`` (none where the
+    server has no XML API, as on an emulator)."""
     from ckptbench.workload.storage.gcs.client import make_client, split_gs_url
+    from ckptbench.workload.storage.gcs.multipart import unfinished_uploads
     from ckptbench.workload.storage.gcs.objects import GcsObjects
 
     bucket, prefix = split_gs_url(url)
-    return GcsObjects(make_client(project), bucket), prefix + "/"
+    gcs = GcsObjects(make_client(project), bucket)
+    return gcs, unfinished_uploads(gcs, prefix + "/") or []
 
 
-def _unfinished(url: str, project: str | None) -> list[tuple[str, str]]:
-    """The unfinished multipart uploads under ``url`` (none where the server has no XML API,
-    as on an emulator)."""
-    from ckptbench.workload.storage.gcs.multipart import unfinished_uploads
-
-    gcs, prefix = _gcs(url, project)
-    return unfinished_uploads(gcs, prefix) or []
-
-
-def _abort(url: str, project: str | None, uploads: list[tuple[str, str]]) -> list[str]:
+def _abort(gcs: Any, uploads: list[tuple[str, str]]) -> list[str]:
     """Abort each upload; the names of those that could not be aborted."""
     from ckptbench.workload.storage.gcs.multipart import XmlMultipartUpload
 
-    gcs, _ = _gcs(url, project)
     return [
         name
         for name, upload_id in uploads
