@@ -289,7 +289,6 @@ class MultipartUploadStream(PartedUploadStream):
     minimum for every part but the last) and the part budget allows; smaller ones are gathered."""
 
     max_parts = MAX_PARTS
-    scheme = "multipart"
     min_short = MIN_PART_BYTES
 
     def __init__(self, objects: GcsObjects, name: str, **options: Unpack[StreamOptions]) -> None:

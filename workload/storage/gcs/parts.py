@@ -14,7 +14,6 @@ outlives the call. Small writes (zip framing) are gathered into a buffer no larg
 from __future__ import annotations
 
 import io
-import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -37,6 +36,12 @@ def require_positive(**values: int) -> None:
     for name, value in values.items():
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def smallest_even_part(nbytes: int, size: int) -> int:
+    """The smallest of the fewest parts of at most ``size`` that ``nbytes`` splits into evenly
+    (they differ by a byte at most)."""
+    return nbytes // -(-nbytes // size)
 
 
 class StreamOptions(TypedDict, total=False):
@@ -64,7 +69,6 @@ class PartedUploadStream(io.RawIOBase):
     """
 
     max_parts: int
-    scheme: str
     # The smallest part the scheme lets go out before the last (0: any size).
     min_short: int = 0
 
@@ -159,12 +163,11 @@ class PartedUploadStream(io.RawIOBase):
                 # a tensor smaller than a part is not gathered with its neighbours into one
                 # part (which would leave threads idle).
                 self._submit_buffer()
-            elif owner is not None and self._tops_up_to_min_short(n):
+            elif owner is not None and self._buffer_joins_payload(n):
                 # Too little buffered to go out alone: it becomes the first of this payload's
                 # even parts, topped up from it (to at least the smallest part that may go), so
                 # the rest of the payload still goes without a copy.
-                total = self._fill + n
-                first = max(self.min_short, total // -(-total // size))
+                first = max(self.min_short, smallest_even_part(self._fill + n, size))
                 take = first - self._fill
                 assert self._buf is not None
                 self._buf += mv[:take]
@@ -201,13 +204,13 @@ class PartedUploadStream(io.RawIOBase):
         alone after them) when the scheme lets such a part go; otherwise into whole parts, and
         what is left is returned, to be gathered into the buffer."""
         size, n = self._part_size, mv.nbytes
-        count = -(-n // size)
-        bounds = [i * n // count for i in range(count + 1)] if count else [0]
-        # Even parts differ by a byte at most: the floor is the smallest the scheme must allow.
-        smallest = n // count if count else 0
-        if count and (smallest == size or self._may_send_short(smallest)):
-            for lo, hi in itertools.pairwise(bounds):
-                self._submit(mv[lo:hi], owner)
+        if not n:
+            return mv
+        smallest = smallest_even_part(n, size)
+        if smallest == size or self._may_send_short(smallest):
+            count = -(-n // size)
+            for i in range(count):
+                self._submit(mv[i * n // count : (i + 1) * n // count], owner)
             if n % size:
                 self._shorts += 1  # the budget's one short part for this payload
             return mv[:0]
@@ -216,7 +219,9 @@ class PartedUploadStream(io.RawIOBase):
             self._submit(mv[lo : lo + size], owner)
         return mv[full:]
 
-    def _tops_up_to_min_short(self, n: int) -> bool:
+    def _buffer_joins_payload(self, n: int) -> bool:
+        """Whether what is buffered, too little to go alone, may go as the first part of an
+        ``n``-byte payload, topped up from it."""
         return self._fill < self.min_short < min(
             self._part_size, self._fill + n
         ) and self._may_send_short(self.min_short)

@@ -64,7 +64,6 @@ class CompositeUploadStream(PartedUploadStream):
     parts of any size, so a short part may go out whenever the component budget allows."""
 
     max_parts = MAX_COMPONENTS
-    scheme = "compose"
 
     def __init__(self, objects: GcsObjects, name: str, **options: Unpack[StreamOptions]) -> None:
         super().__init__(objects, name, **options)
