@@ -10,8 +10,9 @@ queues for one). The load goes into a fresh template through a fresh reader afte
 same process: neither system caches object bytes in process, so every byte comes from the
 emulator. Prints one JSON line: the seconds of ``dcp.save`` and ``dcp.load`` on this rank, its
 shard bytes, its peak RSS above its RSS once the state and the load template are built, and for
-ours where the save's time went: the wall-clock span of its part uploads, composes and part
-deletes (timers around our ``GcsObjects`` calls, from the save's start).
+ours where the save's time went: the wall-clock span of its part uploads and its assembly
+(composes and part deletes, or the multipart completion), from the save's start, out of
+``trace_save.py``'s trace of our calls.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 import warnings
 from datetime import timedelta
@@ -29,41 +29,27 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from procstat import reset_peak, vm
+from trace_save import trace
 
 PEER_PARTS_PER_FILE = 8  # the peer's upload_chunks_concurrently_from_bytesio max_workers
 
 
-def time_our_calls(spans: dict[str, tuple[float, float]]) -> None:
-    """Timers around our part uploads and assembly: each kind's span (first start, last end)
-    goes into ``spans``. Composite: ``upload`` (parts), ``compose``, ``delete`` (parts);
-    multipart: ``upload`` (parts), ``complete``."""
-    from ckptbench.workload.storage.gcs.multipart import XmlMultipartUpload
-    from ckptbench.workload.storage.gcs.objects import GcsObjects
+# Our calls whose spans say where a save went (``trace_save.trace``'s names), by kind.
+_KINDS = {"upload": "upload", "put_part": "upload", "compose": "compose", "delete": "delete",
+          "complete": "complete"}  # fmt: skip
 
-    lock = threading.Lock()
 
-    def timed(kind: str, call: Any, counts: Any) -> Any:
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter()
-            try:
-                return call(self, *args, **kwargs)
-            finally:
-                t1 = time.perf_counter()
-                if counts(args):
-                    with lock:
-                        lo, hi = spans.get(kind, (t0, t1))
-                        spans[kind] = (min(lo, t0), max(hi, t1))
-
-        return wrapper
-
-    def is_part(args: Any) -> bool:
-        return ".parts/" in args[0]
-
-    for kind, counts in (("upload", is_part), ("compose", bool), ("delete", is_part)):
-        setattr(GcsObjects, kind, timed(kind, getattr(GcsObjects, kind), counts))
-    for kind, method in (("upload", "put_part"), ("complete", "complete")):
-        call = getattr(XmlMultipartUpload, method)
-        setattr(XmlMultipartUpload, method, timed(kind, call, bool))
+def spans_of(log: list[tuple[float, float, str, str]]) -> dict[str, tuple[float, float]]:
+    """Each kind's span (first start, last end) in a trace of our calls. Composite: ``upload``
+    (parts), ``compose``, ``delete`` (parts); multipart: ``upload`` (parts), ``complete``."""
+    spans: dict[str, tuple[float, float]] = {}
+    for t0, t1, name, what in log:
+        kind = _KINDS.get(name)
+        if kind is None or (name in ("upload", "delete") and ".parts/" not in what):
+            continue
+        lo, hi = spans.get(kind, (t0, t1))
+        spans[kind] = (min(lo, t0), max(hi, t1))
+    return spans
 
 
 def writer_and_reader(
@@ -130,9 +116,10 @@ def main() -> int:
         "gloo", init_method=f"tcp://127.0.0.1:{a.port}", rank=a.rank, world_size=a.world,
         timeout=timedelta(minutes=10),
     )  # fmt: skip
-    spans: dict[str, tuple[float, float]] = {}
+    log: list[tuple[float, float, str, str]] = []
+    start = [0.0]
     if a.system != "peer":
-        time_our_calls(spans)
+        trace(log, start)
     sd = state.build_state(config)
     make_writer, make_reader = writer_and_reader(a.system, a.cid, a.threads, config, len(sd))
     template = state.empty_template(config)
@@ -141,6 +128,7 @@ def main() -> int:
     reset_peak()  # VmHWM starts afresh from here
     dist.barrier()
     t_save = time.perf_counter()
+    start[0] = t_save  # the trace's times are from the save's start
     dcp_save(sd, storage_writer=make_writer())
     save = time.perf_counter() - t_save
     dist.barrier()
@@ -152,7 +140,7 @@ def main() -> int:
     dist.barrier()
     dist.destroy_process_group()
     shard = sizes.shard_bytes(a.rank, a.world, a.layer_size, a.padding_size)
-    phases = {kind: (lo - t_save, hi - t_save) for kind, (lo, hi) in spans.items()}
+    phases = spans_of(log)
     print(json.dumps({"save": save, "load": load, "shard": shard, "peak_above": peak,
                       "phases": phases}))  # fmt: skip
     return 0
