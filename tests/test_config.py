@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from ckptbench.workload.contract.config import Backend, ConfigError, WorkloadConfig
+from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
+from ckptbench.workload.contract.settings import Backend
 
 GS = {"CKPTBENCH_CHECKPOINT_PATH": "gs://bucket/prefix"}
 
 
 def test_defaults_match_the_reference() -> None:
     cfg = WorkloadConfig.from_env(GS)
-    assert (cfg.layer_size, cfg.padding_size, cfg.sample_count) == (100_000, 196, 8)
+    assert (cfg.layer_size, cfg.padding_size, cfg.samples) == (100_000, 196, 8)
     assert cfg.backend is Backend.GCS
     assert cfg.part_size_bytes == 32 * 1024**2 and cfg.threads == 8
 
@@ -25,7 +26,7 @@ def test_env_round_trip_keeps_everything_but_rank() -> None:
         sample_count=3,
         warmup_samples=0,
         backend=Backend.GCSFS,
-        checkpoint_path="gs://b/p",
+        checkpoint_path="gs://bkt/p",
         run_id="bench-1",
         project="proj",
         async_save=True,
@@ -99,9 +100,12 @@ def test_rank_sources_in_order() -> None:
         ({"CKPTBENCH_BACKEND": "file"}, ["CKPTBENCH_CHECKPOINT_PATH", "backend is file"]),
         ({"CKPTBENCH_CHECKPOINT_PATH": "gs://"}, ["CKPTBENCH_CHECKPOINT_PATH", "no bucket"]),
         ({"CKPTBENCH_CHECKPOINT_PATH": "gs:///x"}, ["CKPTBENCH_CHECKPOINT_PATH", "no bucket"]),
-        ({"CKPTBENCH_PROCEDURE": "mlperf"}, ["CKPTBENCH_WARMUP_SAMPLES", "no warm-up"]),
         (
-            {"CKPTBENCH_PROCEDURE": "mlperf", "CKPTBENCH_WARMUP_SAMPLES": "0"},
+            {"CKPTBENCH_PROCEDURE": "mlperf", "CKPTBENCH_WARMUP_SAMPLES": "1"},
+            ["CKPTBENCH_WARMUP_SAMPLES", "no warm-up"],
+        ),
+        (
+            {"CKPTBENCH_PROCEDURE": "mlperf", "CKPTBENCH_SAMPLE_COUNT": "8"},
             ["CKPTBENCH_SAMPLE_COUNT", "10 writes"],
         ),
     ],
@@ -171,7 +175,7 @@ def test_model_settings_round_trip_through_the_environment() -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"CKPTBENCH_MODEL": "gpt2"}, "CKPTBENCH_MODEL (model): unknown preset 'gpt2'"),
+        ({"CKPTBENCH_MODEL": "gpt2"}, "CKPTBENCH_MODEL (model): Input should be 'llama3-debug'"),
         (
             {"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYER_SIZE": "10"},
             "CKPTBENCH_MODEL (model): a model preset and layer_size are exclusive",
@@ -184,7 +188,11 @@ def test_model_settings_round_trip_through_the_environment() -> None:
             "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): resharding needs a model preset",
         ),
         (
-            {"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LOAD_WORLD_SIZE": "2"},
+            {
+                "CKPTBENCH_MODEL": "llama3-8b",
+                "CKPTBENCH_WORLD_SIZE": "1",
+                "CKPTBENCH_LOAD_WORLD_SIZE": "2",
+            },
             "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): 2 must be at most world_size 1",
         ),
     ],

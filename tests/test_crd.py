@@ -13,7 +13,8 @@ from ckptbench.operator.spec import names as spec_names
 from ckptbench.operator.spec.crd import SchemaConversionError, build_crd, structural
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.rules import RULES
-from ckptbench.workload.contract.config import Backend
+from ckptbench.workload.contract import settings
+from ckptbench.workload.contract.settings import Backend
 from tests.crd_validation import cel_failures, openapi_schema, schema_errors
 from tests.k8s_schemas import validate
 
@@ -127,9 +128,9 @@ def test_enums_bounds_and_patterns_come_through() -> None:
     assert props["imagePullPolicy"]["enum"] == ["Always", "IfNotPresent", "Never"]
     assert (props["worldSize"]["minimum"], props["worldSize"]["maximum"]) == (
         1,
-        spec_names.MAX_WORLD_SIZE,
+        settings.MAX_WORLD_SIZE,
     )
-    assert props["checkpointPath"]["pattern"] == spec_names.CHECKPOINT_PATH_PATTERN
+    assert props["checkpointPath"]["pattern"] == settings.CHECKPOINT_PATH_PATTERN
     assert props["nodeSelector"]["additionalProperties"] == {"type": "string"}
     assert props["affinity"]["x-kubernetes-preserve-unknown-fields"] is True
     # Volumes, mounts and tolerations name their keys, so a hostPath is refused, not kept; what
@@ -163,7 +164,7 @@ def test_status_is_free_form_and_printer_columns_read_the_status_fields() -> Non
         "Throughput": ".status.save.throughput",
         "Age": ".metadata.creationTimestamp",
         "Backend": ".spec.backend",
-        "Model": ".spec.model.preset",
+        "Model": ".spec.model",
         "Load Throughput": ".status.load.throughput",
         "Reason": ".status.reason",
     }
@@ -208,8 +209,8 @@ def _benchmark(name: str = "demo", **spec_fields: Any) -> dict[str, Any]:
         },
         {"queueName": "team-a", "workloadPriorityClassName": "high", "maxRestarts": 2},
         {"resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "limits": {"memory": "20Gi"}}},
-        {"model": {"preset": "llama3-8b", "layers": 2}, "worldSize": 8},
-        {"model": {"preset": "llama3-debug"}, "worldSize": 512},
+        {"model": "llama3-8b", "layers": 2, "worldSize": 8},
+        {"model": "llama3-debug", "worldSize": 512},
         {"tolerations": [{"key": "pool", "operator": "Exists"}], "nodeSelector": {"a": "b"}},
     ],
 )

@@ -15,7 +15,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.modes import UploadScheme
+from ckptbench.workload.contract.settings import UploadScheme
 from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.storage.gcs.backend import (
     GcsStorageReader,
@@ -330,7 +330,7 @@ def test_a_run_whose_parts_fail_for_good_aborts_its_uploads_and_leaves_nothing(
 def test_results_record_the_scheme_auto_became(monkeypatch: pytest.MonkeyPatch) -> None:
     from ckptbench.workload.rank.environment import describe
 
-    config = workers.small_config("gs://b/x", backend="gcs")
+    config = workers.small_config("gs://bkt/x", backend="gcs")
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
     facts = describe(config)
     assert (facts["upload_scheme"], facts["settings"]["upload_scheme"]) == ("multipart", "auto")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench.workload.contract.config import Procedure
+from ckptbench.workload.contract.settings import Procedure
 from ckptbench.workload.local import cli as run_cli
 from tests.workers import ckptbench
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ckptbench.workload.contract.config import Backend, GarbageCollection, Procedure
+from ckptbench.workload.contract.settings import Backend, GarbageCollection, Procedure
 from ckptbench.workload.local import options
 from ckptbench.workload.local.plan import MAX_CELLS, Plan, plan
 
@@ -85,7 +85,7 @@ def test_cell_count_is_bounded_naming_the_lists() -> None:
     assert len(_plan("--backend", "gcs,gcsfs", "--threads", threads).cells) == MAX_CELLS
     with pytest.raises(options.UsageError) as info:
         _plan("--backend", "gcs,gcsfs", "--threads", threads, "--seed", "1,2")
-    assert "--backend 2 x --threads 32 x --seed 2: 128 cells" in str(info.value)
+    assert "--seed 2 x --backend 2 x --threads 32: 128 cells" in str(info.value)
 
 
 def test_error_names_come_from_the_table() -> None:
@@ -97,9 +97,14 @@ def test_error_names_come_from_the_table() -> None:
 @pytest.mark.parametrize(
     ("parse", "text", "member", "valid"),
     [
-        (options.parse_backend, "GCSfs", Backend.GCSFS, "file, gcs, gcsfs"),
-        (options.parse_procedure, "MLPerf", Procedure.MLPERF, "ckptbench, reference, mlperf"),
-        (options.parse_gc, "Automatic", GarbageCollection.AUTOMATIC, "manual, automatic"),
+        (options.parser("backend"), "GCSfs", Backend.GCSFS, "file, gcs, gcsfs"),
+        (options.parser("procedure"), "MLPerf", Procedure.MLPERF, "ckptbench, reference, mlperf"),
+        (
+            options.parser("garbage_collection"),
+            "Automatic",
+            GarbageCollection.AUTOMATIC,
+            "manual, automatic",
+        ),
     ],
 )
 def test_named_values_are_read_in_any_case_and_a_bad_one_lists_the_valid(
@@ -114,6 +119,6 @@ def test_multipart_against_the_embedded_emulator_is_refused_before_anything_star
     with pytest.raises(options.UsageError, match="--upload-scheme multipart: the embedded"):
         _plan("--upload-scheme", "compose,multipart")
     # On a bucket the user names (GCS, or an emulator of theirs with the XML API), it is theirs.
-    cells = _plan("--storage", "gs://b/x", "--upload-scheme", "compose,multipart").cells
+    cells = _plan("--storage", "gs://bkt/x", "--upload-scheme", "compose,multipart").cells
     assert [c.config.upload_scheme.value for c in cells] == ["compose", "multipart"]
     assert [c.config.upload_scheme.value for c in _plan().cells] == ["auto"]

@@ -13,11 +13,11 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.names import (
     MAX_NAME_LENGTH,
     MAX_TOTAL_BYTES,
-    MAX_WORLD_SIZE,
     validate_name,
 )
 from ckptbench.operator.spec.parse import SpecError, parse_spec
-from ckptbench.workload.contract.config import Backend, WorkloadConfig
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.settings import MAX_WORLD_SIZE, Backend
 
 BASE: dict[str, Any] = {"checkpointPath": "gs://bucket/ckpt"}
 LONGEST_NAME = "b" * MAX_NAME_LENGTH
@@ -89,10 +89,12 @@ def _at_bound(alias: str, value: int) -> dict[str, Any]:
         fields["worldSize"] = 1
     if alias == "paddingSize" and value < 4:
         fields["worldSize"] = value
-    if alias == "loadWorldSize":
-        # Resharding needs a model, and loads on at most every rank.
+    if alias in ("loadWorldSize", "layers", "vocab"):
+        # They act on a model (resharding loads on at most every rank).
         fields = {k: v for k, v in fields.items() if k not in ("layerSize", "paddingSize")}
-        fields |= {"model": {"preset": "llama3-debug"}, "worldSize": value}
+        fields |= {"model": "llama3-debug"}
+        if alias == "loadWorldSize":
+            fields["worldSize"] = value
     return fields
 
 
@@ -231,7 +233,7 @@ def test_procedure_reaches_the_workload_with_its_own_counts(
         {"checkpointPath": "gs://bucket/ckpt", "worldSize": 2, **fields}
     )
     config = spec.to_workload_config("run", "rank0.host")
-    assert (config.sample_count, config.warmup_samples) == (samples, warmups)
+    assert (config.samples, config.warmups) == (samples, warmups)
     assert config.procedure.value == fields.get("procedure", "ckptbench")
     assert config.to_env()["CKPTBENCH_PROCEDURE"] == config.procedure.value
     assert config.to_env()["CKPTBENCH_DROP_CACHE"] == "true"

@@ -28,7 +28,7 @@ def _env(spec: dict[str, Any]) -> dict[str, str]:
 
 
 def test_a_model_spec_renders_the_model_for_the_ranks_and_no_reference_sizes() -> None:
-    env = _env(_spec(model={"preset": "llama3-8b", "layers": 2, "dtype": "mlperf"}))
+    env = _env(_spec(model="llama3-8b", layers=2, dtype="mlperf"))
     assert env["CKPTBENCH_MODEL"] == "llama3-8b"
     assert env["CKPTBENCH_LAYERS"] == "2"
     assert env["CKPTBENCH_DTYPE"] == "mlperf" and env["CKPTBENCH_OPTIMIZER"] == "adamw"
@@ -46,17 +46,17 @@ def test_the_reference_layout_keeps_its_defaults_without_a_model() -> None:
 
 
 def test_checkpoint_bytes_of_a_model_spec_are_the_models() -> None:
-    spec = parse_spec(_spec(model={"preset": "llama3-8b", "dtype": "mlperf"}))
+    spec = parse_spec(_spec(model="llama3-8b", dtype="mlperf"))
     assert spec.total_bytes == 14 * 8_030_261_248
 
 
 @pytest.mark.parametrize(
     ("fields", "field"),
     [
-        ({"model": {"preset": "llama3-8b"}, "layerSize": 10}, "spec.model is exclusive"),
-        ({"model": {"preset": "llama3-8b"}, "paddingSize": 196}, "spec.model is exclusive"),
-        ({"model": {"preset": "gpt2"}}, "spec.model.preset"),
-        ({"model": {"preset": "llama3-8b", "vocab": 0}}, "spec.model.vocab"),
+        ({"model": "llama3-8b", "layerSize": 10}, "spec.model is exclusive"),
+        ({"model": "llama3-8b", "paddingSize": 196}, "spec.model is exclusive"),
+        ({"model": "gpt2"}, "spec.model: Input should be"),
+        ({"model": "llama3-8b", "vocab": 0}, "spec.vocab"),
     ],
 )
 def test_bad_model_specs_name_the_field(fields: dict[str, Any], field: str) -> None:
@@ -72,14 +72,14 @@ def _limit(memory: str, **fields: Any) -> dict[str, Any]:
 def test_a_memory_limit_below_the_estimate_is_refused_with_the_numbers() -> None:
     # llama3-8b on 8 ranks: 11.22 GiB of state on rank 0, so 8 GiB cannot hold it.
     with pytest.raises(SpecError) as info:
-        parse_spec(_limit("8Gi", model={"preset": "llama3-8b"}))
+        parse_spec(_limit("8Gi", model="llama3-8b"))
     text = str(info.value)
     assert text.startswith("spec.resources.limits.memory: a rank needs about 1")
     assert "shard or load template 11.22 GiB" in text
     assert "but has 8.00 GiB (resources.limits.memory 8Gi)" in text
-    assert "more ranks (worldSize) or fewer model.layers" in text and "memoryCheck: false" in text
-    parse_spec(_limit("16Gi", model={"preset": "llama3-8b"}))  # fits
-    forced = _limit("8Gi", model={"preset": "llama3-8b"}, memoryCheck=False)
+    assert "more ranks (worldSize) or fewer layers" in text and "memoryCheck: false" in text
+    parse_spec(_limit("16Gi", model="llama3-8b"))  # fits
+    forced = _limit("8Gi", model="llama3-8b", memoryCheck=False)
     assert _env(forced)["CKPTBENCH_MEMORY_CHECK"] == "false"
 
 
@@ -92,15 +92,15 @@ def test_the_reference_table_is_checked_too() -> None:
 
 
 def test_async_save_doubles_the_shard_in_the_estimate() -> None:
-    fields = {"model": {"preset": "llama3-8b"}, "asyncSave": True}
+    fields = {"model": "llama3-8b", "asyncSave": True}
     with pytest.raises(SpecError, match=r"async staging copy 11\.22 GiB"):
         parse_spec(_limit("16Gi", **fields))
     parse_spec(_limit("24Gi", **fields))
 
 
 def test_a_resharding_load_is_rendered_and_counted_in_the_estimate() -> None:
-    env = _env(_spec(model={"preset": "llama3-debug"}, loadWorldSize=2))
+    env = _env(_spec(model="llama3-debug", loadWorldSize=2))
     assert env["CKPTBENCH_LOAD_WORLD_SIZE"] == "2"
     # llama3-8b loaded by 2 of 8 ranks: a loading rank holds a quarter, 22.4 GiB, not 11.2.
     with pytest.raises(SpecError, match=r"shard or load template 44\.8"):
-        parse_spec(_limit("40Gi", model={"preset": "llama3-8b"}, loadWorldSize=2))
+        parse_spec(_limit("40Gi", model="llama3-8b", loadWorldSize=2))

@@ -149,8 +149,6 @@ def test_duplicate_axis_values_are_refused() -> None:
         "properties"
     ]["axes"]
     kinds = {name: p["x-kubernetes-list-type"] for name, p in axes["properties"].items()}
-    # Objects (a model preset with its overrides) cannot form a set: the twin alone refuses those.
-    assert kinds.pop("model") == "atomic"
     assert set(kinds.values()) == {"set"}
 
 
@@ -325,20 +323,20 @@ def test_model_and_procedure_are_axes_too() -> None:
     obj = sweep(
         template=template,
         axes={
-            "model": [{"preset": "llama3-debug"}, {"preset": "llama3-8b", "layers": 1}],
+            "model": ["llama3-debug", "llama3-8b"],
             "procedure": ["ckptbench", "reference"],
         },
     )
     assert refusals(obj) == ("", [])
     cells = sc.expand(parse_sweep(obj["spec"]))
     assert [c.label for c in cells] == [
-        "model={preset=llama3-debug} procedure=ckptbench",
-        "model={preset=llama3-debug} procedure=reference",
-        "model={preset=llama3-8b,layers=1} procedure=ckptbench",
-        "model={preset=llama3-8b,layers=1} procedure=reference",
+        "model=llama3-debug procedure=ckptbench",
+        "model=llama3-debug procedure=reference",
+        "model=llama3-8b procedure=ckptbench",
+        "model=llama3-8b procedure=reference",
     ]
     child = sc.render_child("grid", "default", "uid-1", cells[2])
-    assert child["spec"]["model"] == {"preset": "llama3-8b", "layers": 1}
+    assert child["spec"]["model"] == "llama3-8b"
     assert child["spec"]["procedure"] == "ckptbench"
     assert "layerSize" not in child["spec"]  # a default would clash with the model
     assert schema_errors(child) == [] and cel_failures(child) == []
@@ -348,9 +346,9 @@ def test_model_and_procedure_are_axes_too() -> None:
     ("axes", "says"),
     [
         ({"procedure": ["fastest"]}, "spec.axes.procedure[0]: Input should be 'ckptbench'"),
-        ({"model": [{"preset": "gpt-2"}]}, "spec.axes.model[0].preset: Input should be"),
+        ({"model": ["gpt-2"]}, "spec.axes.model[0]: Input should be"),
         (
-            {"model": [{"preset": "llama3-debug"}, {"preset": "llama3-debug"}]},
+            {"model": ["llama3-debug", "llama3-debug"]},
             "spec.axes.model: a value is listed twice",
         ),
     ],

@@ -72,7 +72,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {
         "name": "Model",
         "type": "string",
-        "jsonPath": ".spec.model.preset",
+        "jsonPath": ".spec.model",
         "description": "Model preset (empty: the reference layout)",
         "priority": 1,
     },

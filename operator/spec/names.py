@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+from ckptbench.workload.contract.settings import MAX_WORLD_SIZE
+
 GROUP = "ckptbench.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -14,17 +16,12 @@ SINGULAR = "checkpointbenchmark"
 SHORT_NAME = "ckb"
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
-MAX_WORLD_SIZE = 10_000
 # Pods get the hostname `<name>-rank-0-<index>`, a DNS label (<= 63 characters).
 REPLICATED_JOB = "rank"
 _HOSTNAME_SUFFIX_LENGTH = len(f"-{REPLICATED_JOB}-0-") + len(str(MAX_WORLD_SIZE - 1))
 MAX_NAME_LENGTH = 63 - _HOSTNAME_SUFFIX_LENGTH
 # The name is also the headless Service's name, which must be a DNS-1035 label.
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-
-# The reference layout's sizes (its published table), used when a spec names no model.
-REFERENCE_LAYER_SIZE = 100_000
-REFERENCE_PADDING_SIZE = 196
 
 # A bound on the whole checkpoint, so a typo in layerSize cannot ask a cluster for petabytes.
 MAX_TOTAL_BYTES = 64 * 1024**4
@@ -64,8 +61,6 @@ IMAGE_PULL_POLICIES: tuple[str, ...] = ("Always", "IfNotPresent", "Never")
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-# gs://bucket[/prefix] or an absolute local path; no whitespace (it ends up in env and URLs).
-CHECKPOINT_PATH_PATTERN = r"^(gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?|/\S*)$"
 
 
 def validate_name(name: str) -> str | None:

@@ -8,20 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ckptbench.operator.spec.names import (
     CONTROL_PLANE_KEYS,
     MAX_TOTAL_BYTES,
-    REFERENCE_LAYER_SIZE,
-    REFERENCE_PADDING_SIZE,
     SYSTEM_PRIORITY_PREFIX,
     TMP_PATH,
     TMP_VOLUME,
     VOLUME_SOURCES,
 )
 from ckptbench.workload.contract import memory_plan, sizes
-from ckptbench.workload.contract.config import MLPERF_CHECKPOINTS, Backend
+from ckptbench.workload.contract.settings import (
+    MLPERF_CHECKPOINTS,
+    REFERENCE_LAYER_SIZE,
+    REFERENCE_PADDING_SIZE,
+    Backend,
+)
 
 if TYPE_CHECKING:
     from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
@@ -76,11 +79,6 @@ _LAYER = f"(has(self.layerSize) ? self.layerSize : {REFERENCE_LAYER_SIZE})"
 _PADDING = f"(has(self.paddingSize) ? self.paddingSize : {REFERENCE_PADDING_SIZE})"
 
 
-def no_crd_default(schema: dict[str, Any]) -> None:
-    """Leave a field's default out of the CRD schema (pydantic still applies it)."""
-    schema.pop("default", None)
-
-
 def _model_alone(spec: CheckpointBenchmarkSpec) -> bool:
     return spec.model is None or not ({"layer_size", "padding_size"} & spec.model_fields_set)
 
@@ -110,6 +108,18 @@ RULES: tuple[Rule, ...] = (
             or s.procedure.value != "mlperf"
             or s.sample_count == MLPERF_CHECKPOINTS
         ),
+    ),
+    Rule(
+        "layers",
+        "!has(self.layers) || has(self.model)",
+        "layers needs model: it overrides a model preset's number of layers",
+        lambda s: s.layers is None or s.model is not None,
+    ),
+    Rule(
+        "vocab",
+        "!has(self.vocab) || has(self.model)",
+        "vocab needs model: it overrides a model preset's vocabulary size",
+        lambda s: s.vocab is None or s.model is not None,
     ),
     Rule(
         "loadWorldSize",
@@ -251,7 +261,7 @@ def memory_problem(spec: CheckpointBenchmarkSpec) -> str | None:
         limit,
         f"resources.limits.memory {quantity}",
         "raise the limit, use more ranks (worldSize)"
-        + (" or fewer model.layers" if spec.model is not None else " or a smaller layerSize"),
+        + (" or fewer layers" if spec.model is not None else " or a smaller layerSize"),
         "memoryCheck: false",
     )
     return None if text is None else f"resources.limits.memory: {text}"

@@ -5,9 +5,9 @@ an explicit list ``cells`` (each a few ``template`` fields set). Each cell runs 
 CheckpointBenchmark. As for the benchmark, the CRD is generated from this model, and the rules the
 schema cannot express exist twice: as CEL on the CRD and as the Python twin in the validators here.
 
-The axis fields are those of :data:`AXIS_FIELDS` that the benchmark spec has: a field added to the
-benchmark (``model``, ``procedure``) becomes an axis by being named there, with its own type and
-bounds, because the axis and cell models are built from the benchmark spec's own fields.
+The axis fields are the settings declared as axes (``workload/contract/settings.py``): a setting
+becomes an axis by its declaration saying so, with its own type and bounds, because the axis and
+cell models are built from the benchmark spec's own fields.
 """
 
 from __future__ import annotations
@@ -30,22 +30,10 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.workload.contract import settings
 
-# Benchmark spec fields (snake_case) a sweep may vary; those the spec lacks are left out.
-AXIS_FIELDS: tuple[str, ...] = (
-    "backend",
-    "threads",
-    "part_size_bytes",
-    "upload_scheme",
-    "async_save",
-    "world_size",
-    "model",
-    "procedure",
-    "layer_size",
-    "padding_size",
-    "sample_count",
-    "warmup_samples",
-)
+# The benchmark settings a sweep may vary: those declared as axes (contract/settings.py).
+AXIS_FIELDS: tuple[str, ...] = tuple(settings.axis_names())
 MAX_CELLS = 64
 MAX_PARALLELISM = 16
 
@@ -69,6 +57,12 @@ def _scalar(annotation: Any) -> Any | None:
 def _is_object(field: str) -> bool:
     item = _scalar(CheckpointBenchmarkSpec.model_fields[field].annotation)
     return isinstance(item, type) and issubclass(item, BaseModel)
+
+
+def _is_choice(field: str) -> bool:
+    """An enum axis takes the values as a manifest holds them: plain strings."""
+    item = _scalar(CheckpointBenchmarkSpec.model_fields[field].annotation)
+    return isinstance(item, type) and issubclass(item, enum.Enum)
 
 
 def axis_fields() -> list[str]:
@@ -107,7 +101,7 @@ def _build_axes() -> type[BaseModel]:
                 None,
                 min_length=1,
                 max_length=MAX_CELLS,
-                strict=False if f == "backend" else None,
+                strict=False if _is_choice(f) else None,
                 description=f"Values of template.{to_camel(f)}, one cell each (crossed with "
                 "the other axes); no value twice.",
                 # Objects cannot form a set in a CRD; their duplicates are the twin's to refuse.
@@ -137,7 +131,7 @@ def _build_cell() -> type[BaseModel]:
             _axis_type(f) | None,
             Field(
                 None,
-                strict=False if f == "backend" else None,
+                strict=False if _is_choice(f) else None,
                 description=f"template.{to_camel(f)} in this cell.",
             ),
         )

@@ -1,92 +1,48 @@
 """The workload configuration: one pydantic model, read from ``CKPTBENCH_*`` variables.
 
-The operator renders a :class:`WorkloadConfig` into a pod's environment with :meth:`to_env`; the
-pod parses it back with :meth:`WorkloadConfig.from_env`. The reference benchmark's own variable
-names (``WORLD_SIZE``, ``LAYER_SIZE``, ...) are accepted as aliases so its job files run unchanged.
+Its settings are declared in :mod:`~ckptbench.workload.contract.settings`; this module adds where
+a rank runs, the checks that span settings, and the environment round trip. The operator renders
+a :class:`WorkloadConfig` into a pod's environment with :meth:`to_env`; the pod parses it back
+with :meth:`WorkloadConfig.from_env`. The reference benchmark's own variable names
+(``WORLD_SIZE``, ``LAYER_SIZE``, ...) are accepted as aliases so its job files run unchanged.
 """
 
 from __future__ import annotations
 
 import enum
 import os
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Self
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ckptbench.workload.contract import memory_plan, models, sizes
-from ckptbench.workload.contract.modes import MLPERF_CHECKPOINTS as MLPERF_CHECKPOINTS
-from ckptbench.workload.contract.modes import Backend as Backend
-from ckptbench.workload.contract.modes import CacheMode as CacheMode
-from ckptbench.workload.contract.modes import GarbageCollection as GarbageCollection
-from ckptbench.workload.contract.modes import Procedure as Procedure
-from ckptbench.workload.contract.modes import UploadScheme as UploadScheme
 from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV
+from ckptbench.workload.contract.settings import (
+    MLPERF_CHECKPOINTS,
+    Backend,
+    BenchmarkSettings,
+    CacheMode,
+    Procedure,
+)
 
 ENV_PREFIX = "CKPTBENCH_"
-MIB = 1024**2
-
-
-# A preset's shape overridden for a scaled-down run, bounded alike in the operator's spec.
-LayersOverride = Annotated[int, Field(ge=1, le=1000)]
-VocabOverride = Annotated[int, Field(ge=1, le=10_000_000)]
 
 
 class ConfigError(ValueError):
     """A configuration value is missing or wrong; the message names the variable and the reason."""
 
 
-class WorkloadConfig(BaseModel):
-    """Everything one rank needs to know. Rank is per pod; everything else is the same for all."""
+class WorkloadConfig(BenchmarkSettings):
+    """Everything one rank needs to know: the benchmark's settings (declared once, in
+    :mod:`~ckptbench.workload.contract.settings`) and where this rank runs. Rank is per pod;
+    everything else is the same for all."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
 
-    world_size: int = Field(1, ge=1, le=100_000, description="Number of ranks.")
     rank: int = Field(0, ge=0, description="This process's rank (per pod; not rendered).")
-    layer_size: int = Field(
-        100_000, ge=1, le=10_000_000, description="Rows of each (layer_size, 1000) tensor."
-    )
-    padding_size: int = Field(196, ge=1, le=1_000_000, description="Number of tensors.")
-    model: str | None = Field(
-        None,
-        description="Model preset (llama3-debug, llama3-8b, llama3-70b, mlperf-llama3-70b, "
-        "llama3-405b) sharded as FSDP2 does; empty: the reference layout "
-        "(layer_size x padding_size).",
-    )
-    layers: LayersOverride | None = Field(None, description="Model: override the number of layers.")
-    vocab: VocabOverride | None = Field(None, description="Model: override the vocabulary size.")
-    optimizer: models.Optimizer = Field(
-        models.Optimizer.ADAMW, description="Model: optimizer state saved (adamw or none)."
-    )
-    dtype: models.DtypeProfile = Field(
-        models.DtypeProfile.FP32,
-        description="Model: dtype profile (fp32: 12 B/param with AdamW, torchtitan's; "
-        "mlperf: 14 B/param, MLPerf Storage's; bf16).",
-    )
-    load_world_size: int | None = Field(
-        None,
-        ge=1,
-        le=100_000,
-        description="Model: load on the first M ranks only, resharding the world_size-rank "
-        "checkpoint into M pieces (a restart on fewer nodes); empty: every rank.",
-    )
-    memory_check: bool = Field(
-        True, description="Refuse at start a run whose estimated peak exceeds the memory limit."
-    )
-    memory_limit_bytes: int | None = Field(
-        None,
-        ge=1,
-        description="Memory one rank may use; empty: the container's cgroup limit.",
-    )
-    sample_count: int = Field(8, ge=1, le=1000, description="Timed samples of save and load.")
-    warmup_samples: int = Field(1, ge=0, le=100, description="Untimed samples run first.")
-    backend: Backend = Field(Backend.GCS, description="Storage backend.")
-    checkpoint_path: str = Field(
-        ...,
-        min_length=1,
-        description="Base path: a local directory, file://..., or gs://bucket/prefix.",
-    )
     run_id: str = Field(
         "run",
         min_length=1,
@@ -94,66 +50,13 @@ class WorkloadConfig(BaseModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         description="Folder under checkpoint_path for this run's checkpoints and results.",
     )
-    project: str | None = Field(None, description="GCP project for the storage clients.")
-    async_save: bool = Field(False, description="Save with dcp.async_save.")
-    verify: bool = Field(True, description="Verify every loaded tensor.")
-    keep_checkpoints: bool = Field(False, description="Keep checkpoint objects after the run.")
-    threads: int = Field(8, ge=1, le=256, description="Transfer threads per rank (gcs backend).")
-    part_size_bytes: int = Field(
-        32 * MIB, ge=1 * MIB, le=5 * 1024 * MIB, description="Upload/download part size (gcs)."
-    )
-    upload_scheme: UploadScheme = Field(
-        UploadScheme.AUTO,
-        description="gcs: how a rank's parts become its object: multipart (GCS's XML multipart "
-        "upload; parts of at least 5 MiB), compose (temporary objects composed, then deleted) or "
-        "auto (multipart on GCS, compose against an emulator, which has no XML multipart upload).",
-    )
-    stall_seconds: float = Field(
-        60.0,
-        gt=0,
-        le=3600,
-        description=(
-            "Storage requests: a transfer that moves no byte for this long is abandoned and "
-            "retried (gcs)."
-        ),
-    )
-    request_deadline_seconds: float = Field(
-        900.0,
-        gt=0,
-        le=86_400,
-        description="Storage requests: the most one request may take, retries included (gcs).",
-    )
-    checksums: bool = Field(
-        True, description="crc32c on every uploaded part and every read, checked (gcs)."
-    )
-    sync_files: bool = Field(
-        False,
-        description=(
-            "gcsfs: let DCP os.sync() the node after each file, as it does for streams without "
-            "fileno() (off, as the reference runs it; on reproduces the old handicapped baseline)."
-        ),
-    )
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seed of the synthetic tensor content.")
-    garbage_collection: GarbageCollection = Field(
-        GarbageCollection.MANUAL,
-        description="manual (automatic collection off, a full collection before each timed "
-        "operation, untimed, as torchtitan runs training) or automatic (Python's default).",
-    )
-    procedure: Procedure = Field(
-        Procedure.CKPTBENCH,
-        description="ckptbench (warm-up, save/load interleaved), reference (no warm-up, all "
-        "saves then all loads into one reused template) or mlperf (10 writes then 10 reads).",
-    )
-    drop_cache: bool = Field(
-        True,
-        description="file backend: evict the written files from this node's page cache before "
-        "each load, so loads read the disk.",
+    memory_limit_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="Memory one rank may use; empty: the container's cgroup limit.",
     )
     master_addr: str = Field("127.0.0.1", min_length=1, description="Rank 0's host name.")
     master_port: int = Field(29500, ge=1, le=65535, description="Rank 0's rendezvous port.")
-    rendezvous_timeout_seconds: float = Field(
-        600.0, gt=0, le=86_400, description="How long to wait for rank 0 to resolve and answer."
-    )
     collective_timeout_seconds: float = Field(
         1800.0, gt=0, le=86_400, description="gloo timeout for one collective."
     )
@@ -188,24 +91,20 @@ class WorkloadConfig(BaseModel):
             raise ValueError("checkpoint_path: is a gs:// URL but backend is file")
         if self.checkpoint_path.startswith("gs://") and not self.checkpoint_path[5:].split("/")[0]:
             raise ValueError(f"checkpoint_path: no bucket in {self.checkpoint_path!r}")
-        if self.procedure is not Procedure.CKPTBENCH and self.warmup_samples:
+        if self.procedure is not Procedure.CKPTBENCH and self.warmups:
             raise ValueError(
                 f"warmup_samples: the {self.procedure.value} procedure runs no warm-up; "
                 f"set it to 0 (got {self.warmup_samples})"
             )
-        if self.procedure is Procedure.MLPERF and self.sample_count != MLPERF_CHECKPOINTS:
+        if self.procedure is Procedure.MLPERF and self.samples != MLPERF_CHECKPOINTS:
             raise ValueError(
                 f"sample_count: the mlperf procedure runs MLPerf Storage's {MLPERF_CHECKPOINTS} "
                 f"writes then {MLPERF_CHECKPOINTS} reads; set it to {MLPERF_CHECKPOINTS} "
-                f"(got {self.sample_count})"
+                f"(got {self.samples})"
             )
         return self
 
     def _check_model(self) -> None:
-        if self.model not in models.PRESETS:
-            raise ValueError(
-                f"model: unknown preset {self.model!r}; known: {', '.join(models.PRESETS)}"
-            )
         if self.load_world_size is not None and self.load_world_size > self.world_size:
             raise ValueError(
                 f"load_world_size: {self.load_world_size} must be at most world_size "
@@ -225,13 +124,6 @@ class WorkloadConfig(BaseModel):
         return CacheMode.DROPPED if self.drop_cache else CacheMode.KEPT
 
     # -- derived facts -----------------------------------------------------------------------
-
-    @property
-    def model_spec(self) -> models.ModelSpec | None:
-        """The model preset with its overrides, or None for the reference layout."""
-        if self.model is None:
-            return None
-        return models.ModelSpec(self.model, self.layers, self.vocab, self.optimizer, self.dtype)
 
     def model_sizes(self) -> models.ModelSizes | None:
         spec = self.model_spec
@@ -355,15 +247,12 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
-_OPTIONAL_STRINGS = (
-    "project",
-    "termination_log",
-    "model",
-    "layers",
-    "vocab",
-    "memory_limit_bytes",
-    "load_world_size",
-)
+def _admits_none(field: str) -> bool:
+    return type(None) in typing.get_args(WorkloadConfig.model_fields[field].annotation)
+
+
+# An empty variable means "none" for the settings that may be none.
+_OPTIONAL_STRINGS = tuple(f for f in WorkloadConfig.model_fields if _admits_none(f))
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:

@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.config import Backend, WorkloadConfig
+from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
 from ckptbench.workload.contract.results import RunSummary, summarize
 from ckptbench.workload.local import report
@@ -41,45 +41,15 @@ EXIT_INTERRUPTED = 130
 
 
 def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
-    s: dict[str, Any] = {
-        "backend": config.backend.value,
-        "storage": config.checkpoint_path,
-        "run_id": config.run_id,
-        **_layout(config),
-        "even_shards": config.even_shards,
-        "samples": config.sample_count,
-        "warmup_samples": config.warmup_samples,
-        "async_save": config.async_save,
-        "verify": config.verify,
-        "procedure": config.procedure.value,
-        "garbage_collection": config.garbage_collection.value,
-    }
+    """Every declared setting that acted in this run (``BenchmarkSettings.record``), and where
+    it ran: enough to run it again."""
+    s: dict[str, Any] = {**config.record(), "run_id": config.run_id}
+    s["even_shards"] = config.even_shards
     if config.cache_mode is not None:
         s["cache"] = config.cache_mode.value
-    if config.backend is Backend.GCS:
-        s["threads"] = config.threads
-        s["part_size"] = sizes.format_bytes(config.part_size_bytes)
-        s["part_size_bytes"] = config.part_size_bytes
-        s["upload_scheme"] = config.upload_scheme.value
-    if config.backend is Backend.GCSFS:
-        s["sync_files"] = config.sync_files
     if emulator:
         s["emulator"] = emulator
     return s
-
-
-def _layout(config: WorkloadConfig) -> dict[str, Any]:
-    spec = config.model_spec
-    if spec is None:
-        return {"layer_size": config.layer_size, "padding_size": config.padding_size}
-    arch = spec.arch
-    return {
-        "model": spec.preset,
-        "layers": arch.n_layers,
-        "vocab": arch.vocab_size,
-        "optimizer": spec.optimizer.value,
-        "dtype": spec.dtype.value,
-    }
 
 
 def summary_of(
@@ -164,7 +134,7 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
                 f"{sizes.format_bytes(config.total_bytes)} in all, "
                 f"{sizes.format_bytes(largest)} a shard"
                 f"{'' if config.even_shards else ' (uneven shards)'}, "
-                f"{config.sample_count} samples + {config.warmup_samples} warm-up, on {where}, "
+                f"{config.samples} samples + {config.warmups} warm-up, on {where}, "
                 f"run {config.run_id}",
                 file=err,
                 flush=True,

@@ -1,10 +1,12 @@
 """The options of ``ckptbench run``: one table, from which the parser, the sweep axes and the error
 messages are all derived.
 
-To add an option, add one :class:`Option` to :data:`OPTIONS`. An option with ``field`` sets that
-:class:`WorkloadConfig` field; an option that takes a value takes a comma list too (unless
-``sweep=False``), and the run then has one cell per value (the cross product over all such
-options). Values are parsed in :mod:`plan`, not by argparse, so that a bad value is reported as
+Every declared benchmark setting (``contract/settings.py``) is an option, made from its
+declaration: its flag, its help (the description), its parser (by type, or sizes for a unit of
+bytes), its default on a laptop, and whether it takes a comma list (a sweep axis). A boolean is a
+switch that sets the opposite of its default. Only the runner's own options (``--storage``,
+``--json``, ...) are written here. A run has one cell per combination of the listed values.
+Values are parsed in :mod:`plan`, not by argparse, so that a bad value is reported as
 ``--option: reason`` like the configuration's own checks.
 """
 
@@ -13,20 +15,15 @@ from __future__ import annotations
 import argparse
 import enum
 import re
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from ckptbench.workload.contract import models
-from ckptbench.workload.contract.config import (
-    Backend,
-    GarbageCollection,
-    Procedure,
-    UploadScheme,
-    field_errors,
-)
+from ckptbench.workload.contract import settings
+from ckptbench.workload.contract.config import field_errors
 
 DEFAULT_TIMEOUT_SECONDS = 3600.0
 
@@ -102,22 +99,6 @@ def _one_of(kind: type[_E], what: str) -> Callable[[str], _E]:
     return parse
 
 
-parse_backend = _one_of(Backend, "backend")
-parse_optimizer = _one_of(models.Optimizer, "optimizer")
-parse_dtype = _one_of(models.DtypeProfile, "dtype profile")
-parse_procedure = _one_of(Procedure, "procedure")
-parse_gc = _one_of(GarbageCollection, "garbage collection")
-parse_upload_scheme = _one_of(UploadScheme, "upload scheme")
-
-
-def parse_model(text: str) -> str:
-    if text not in models.PRESETS:
-        raise argparse.ArgumentTypeError(
-            f"unknown preset {text!r} (choose from {', '.join(models.PRESETS)})"
-        )
-    return text
-
-
 def parse_int(text: str) -> int:
     try:
         return int(text)
@@ -132,8 +113,64 @@ def parse_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
 
 
-OPTIONS: tuple[Option, ...] = (
-    Option("--world-size", "number of ranks (default 2)", "world_size", parse_int, 2),
+def _parser_of(d: settings.Declared) -> Callable[[str], Any] | None:
+    """How an option's text becomes the setting's value: by its type (or its unit, for sizes)."""
+    if d.setting.unit == "bytes":
+        return parse_size
+    kind = d.annotation
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if args:
+        kind = args[0]
+    if kind is bool:
+        return None
+    if kind is int:
+        return parse_int
+    if kind is float:
+        return parse_float
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return _one_of(kind, d.name.replace("_", " "))
+    return _text
+
+
+def _text(text: str) -> str:
+    return text
+
+
+def _help(d: settings.Declared, parse: Callable[[str], Any] | None) -> str:
+    text = (d.field.description or d.name).rstrip(".")
+    if parse is None:
+        return f"{text} (this switch sets {d.name} to {str(not d.field.default).lower()})"
+    default = _local_default(d)
+    if default is not None:
+        shown = default.value if isinstance(default, enum.Enum) else default
+        unit = f" {d.setting.unit}" if d.setting.unit and d.setting.unit != "bytes" else ""
+        text += f" [default here: {shown}{unit}]"
+    return str(text)
+
+
+def _local_default(d: settings.Declared) -> Any:
+    if d.setting.has_local_default():
+        return d.setting.local_default
+    return None if d.field.is_required() else d.field.default
+
+
+def _from_setting(d: settings.Declared) -> Option:
+    parse = _parser_of(d)
+    if parse is None:  # a switch: sets the opposite of the declared default
+        return Option(d.flag, _help(d, None), d.name, const=not d.field.default)
+    return Option(
+        d.flag,
+        _help(d, parse),
+        d.name,
+        parse,
+        _local_default(d),
+        metavar=d.setting.metavar or "N",
+        sweep=d.setting.axis,
+    )
+
+
+# The runner's own options: where the ranks run and where their results go.
+_RUNNER: tuple[Option, ...] = (
     Option(
         "--storage",
         "file:///path, a plain path, or gs://bucket/prefix (default: embedded emulator)",
@@ -143,141 +180,8 @@ OPTIONS: tuple[Option, ...] = (
         answers_for=("checkpoint_path",),
     ),
     Option(
-        "--backend",
-        "file, gcs or gcsfs (default gcs; file for local storage)",
-        "backend",
-        parse_backend,
-        metavar="NAME",
-    ),
-    Option(
         "--emulator",
         "with a gs:// --storage: create its bucket on an embedded emulator instead of GCS",
-    ),
-    Option(
-        "--layer-size",
-        "rows of each (layer_size, 1000) float32 tensor (default 10000: 40 MB a tensor)",
-        "layer_size",
-        parse_int,
-        10_000,
-        metavar="ROWS",
-    ),
-    Option("--padding-size", "number of tensors (default 8)", "padding_size", parse_int, 8),
-    Option(
-        "--model",
-        "a model preset instead of the reference layout: "
-        + ", ".join(models.PRESETS)
-        + " (sharded as FSDP2 does; see docs/models.md)",
-        "model",
-        parse_model,
-        metavar="PRESET",
-    ),
-    Option("--layers", "model: override the number of layers", "layers", parse_int),
-    Option("--vocab", "model: override the vocabulary size", "vocab", parse_int),
-    Option(
-        "--optimizer",
-        "model: optimizer state saved, adamw (default) or none",
-        "optimizer",
-        parse_optimizer,
-        metavar="NAME",
-    ),
-    Option(
-        "--dtype",
-        "model: dtype profile, fp32 (default, 12 B/param), mlperf (14 B/param) or bf16",
-        "dtype",
-        parse_dtype,
-        metavar="PROFILE",
-    ),
-    Option(
-        "--load-world-size",
-        "model: load on the first M ranks only, resharding the checkpoint (M <= --world-size)",
-        "load_world_size",
-        parse_int,
-        metavar="M",
-    ),
-    Option(
-        "--force",
-        "run even when the memory estimate exceeds the memory available to the ranks",
-        "memory_check",
-        const=False,
-    ),
-    # Their defaults depend on the procedure: decided by the plan (see plan.procedure_defaults).
-    Option(
-        "--samples",
-        "timed samples (default 3; 10 with --procedure mlperf)",
-        "sample_count",
-        parse_int,
-    ),
-    Option(
-        "--warmup",
-        "untimed samples first (default 1; 0 with --procedure reference or mlperf)",
-        "warmup_samples",
-        parse_int,
-    ),
-    Option(
-        "--procedure",
-        "ckptbench (warm-up, save/load interleaved; default), reference (all saves then all "
-        "loads into one template, no warm-up) or mlperf (10 writes then 10 reads)",
-        "procedure",
-        parse_procedure,
-        metavar="NAME",
-    ),
-    Option(
-        "--keep-cache",
-        "file backend: do not evict written files from the page cache before each load "
-        "(loads may then read memory, not the disk)",
-        "drop_cache",
-        const=False,
-    ),
-    Option("--threads", "transfer threads per rank (gcs; default 8)", "threads", parse_int, 8),
-    Option(
-        "--part-size",
-        "upload/download part size (gcs), e.g. 32MiB (default)",
-        "part_size_bytes",
-        parse_size,
-        32 * 1024**2,
-        metavar="SIZE",
-    ),
-    Option(
-        "--upload-scheme",
-        "gcs: multipart (GCS's XML multipart upload), compose (a parallel composite upload) or "
-        "auto (default: multipart on GCS, compose against an emulator)",
-        "upload_scheme",
-        parse_upload_scheme,
-        metavar="SCHEME",
-    ),
-    Option("--async-save", "save with dcp.async_save", "async_save"),
-    Option(
-        "--sync-files",
-        "gcsfs: let DCP os.sync() the node after each file, as before ckptbench ran gcsfs the "
-        "way the reference does (a handicapped baseline, for comparison)",
-        "sync_files",
-    ),
-    Option("--no-verify", "skip verifying loaded tensors", "verify", const=False),
-    Option("--keep", "keep the checkpoint objects", "keep_checkpoints"),
-    Option("--seed", "seed of the synthetic tensor content (default 0)", "seed", parse_int, 0),
-    Option(
-        "--gc",
-        "manual (default: automatic garbage collection off, a collection before each timed "
-        "operation, untimed, as torchtitan trains) or automatic (Python's default)",
-        "garbage_collection",
-        parse_gc,
-        metavar="MODE",
-    ),
-    Option(
-        "--project",
-        "GCP project for the storage clients",
-        "project",
-        str,
-        metavar="ID",
-        sweep=False,
-    ),
-    Option(
-        "--rendezvous-timeout",
-        "seconds the ranks wait for rank 0 (default 60)",
-        "rendezvous_timeout_seconds",
-        parse_float,
-        60.0,
-        metavar="SECONDS",
     ),
     Option(
         "--timeout",
@@ -302,6 +206,12 @@ OPTIONS: tuple[Option, ...] = (
         metavar="FILE",
         sweep=False,
     ),
+)
+
+# Every declared setting is an option (contract/settings.py), then the runner's own.
+OPTIONS: tuple[Option, ...] = (
+    *(_from_setting(d) for d in settings.declared() if not d.setting.runner),
+    *_RUNNER,
 )
 
 # WorkloadConfig field -> the option that sets it, so a validation error names what the user typed.
@@ -367,3 +277,10 @@ def explain(exc: ValidationError, where: Sequence[str] = ()) -> str:
         lines.append(f"{flag}: {problem.reason}{got}")
     text = "; ".join(lines)
     return f"{text} (in cell {' '.join(where)})" if where else text
+
+
+def parser(field: str) -> Callable[[str], Any]:
+    """The parser of the option that sets ``field`` (a value option)."""
+    found = next(o for o in OPTIONS if o.field == field)
+    assert found.parse is not None, field
+    return found.parse

@@ -17,12 +17,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from ckptbench.workload.contract import memory_plan, sizes
-from ckptbench.workload.contract.config import (
-    MLPERF_CHECKPOINTS,
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.settings import (
     Backend,
-    Procedure,
     UploadScheme,
-    WorkloadConfig,
 )
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
 from ckptbench.workload.rank import memory
@@ -239,7 +237,6 @@ def _cells(
             for name in ("layer_size", "padding_size"):
                 if name not in given:
                     raw.pop(name, None)
-        procedure_defaults(raw)
         backend: Backend = raw["backend"]
         raw["run_id"] = run_id(backend, stamp, index if several else None)
         where = [f"{k}={v}" for k, v in varied.items()]
@@ -264,16 +261,6 @@ def check_writable(flag: str, path: Path) -> None:
         raise UsageError(f"{flag}: cannot write {str(path)!r}: {exc.strerror or exc}") from None
     if not existed:
         path.unlink(missing_ok=True)
-
-
-def procedure_defaults(raw: dict[str, Any]) -> None:
-    """Samples and warm-ups not given take the procedure's own counts (MLPerf's 10, no warm-up
-    for the reference's and MLPerf's orders); given ones are checked by the config."""
-    procedure = raw.get("procedure", Procedure.CKPTBENCH)
-    if "sample_count" not in raw:
-        raw["sample_count"] = MLPERF_CHECKPOINTS if procedure is Procedure.MLPERF else 3
-    if "warmup_samples" not in raw:
-        raw["warmup_samples"] = 1 if procedure is Procedure.CKPTBENCH else 0
 
 
 def _label(varied: dict[str, str], backend: Backend) -> str:

@@ -58,7 +58,7 @@ class Progress:
         with self._lock:
             self._index = index
             self._label = label
-            self._total_samples = config.warmup_samples + config.sample_count
+            self._total_samples = config.warmups + config.samples
             self._done = 0
             self._cell_started = self.clock()
             self._first_done = None

@@ -35,8 +35,9 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.contract.config import CacheMode, Procedure, WorkloadConfig
+from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.settings import CacheMode, Procedure
 from ckptbench.workload.rank import state
 from ckptbench.workload.rank.collector import Collector
 from ckptbench.workload.rank.samples import Op, Series
@@ -132,9 +133,9 @@ class _Loop:
             # async save holds its staging copy), not one more.
             holder = [self._step("build state", lambda: state.build_state(config))]
             if config.procedure is Procedure.CKPTBENCH:
-                total = config.warmup_samples + config.sample_count
+                total = config.warmups + config.samples
                 for index in range(total):
-                    holder = [self._sample(index, index >= config.warmup_samples, holder)]
+                    holder = [self._sample(index, index >= config.warmups, holder)]
             else:
                 self._saves_then_loads(holder)
         except Exception as exc:
@@ -191,7 +192,7 @@ class _Loop:
         NaN fill spares even the first load the first touch of its pages (the reference's pays).
         """
         config = self.config
-        ids = [config.checkpoint_id(i) for i in range(config.sample_count)]
+        ids = [config.checkpoint_id(i) for i in range(config.samples)]
         shard = holder.pop()
         for index, checkpoint_id in enumerate(ids):
             save = self._save(checkpoint_id, shard)
@@ -226,8 +227,8 @@ class _Loop:
 
     def _label(self, index: int, timed: bool) -> str:
         if timed:
-            return f"{index - self.config.warmup_samples + 1}/{self.config.sample_count}"
-        return f"warm-up {index + 1}/{self.config.warmup_samples}"
+            return f"{index - self.config.warmups + 1}/{self.config.samples}"
+        return f"warm-up {index + 1}/{self.config.warmups}"
 
     # -- operations --------------------------------------------------------------------------------
 

@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING
 
 from ckptbench.workload.contract import config as config_module
 from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.config import ConfigError, Procedure, WorkloadConfig
+from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
 from ckptbench.workload.contract.results import RankResult, RunSummary, summarize
+from ckptbench.workload.contract.settings import Procedure
 from ckptbench.workload.storage import objects as objectio
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
             f"{sizes.format_bytes(config.total_bytes)} in all, "
             f"{sizes.format_bytes(config.shard_bytes)} on rank 0"
             + ("" if config.even_shards else " (uneven shards)")
-            + f", {config.sample_count} sample(s) after {config.warmup_samples} warm-up(s)"
+            + f", {config.samples} sample(s) after {config.warmups} warm-up(s)"
         )
     grouped = False
     stored: dict[str, int] = {}  # the first timed checkpoint's objects and bytes, on rank 0
@@ -158,7 +159,7 @@ def _measure_stored(
     config: WorkloadConfig, out: dict[str, int], inner: AfterSave | None
 ) -> AfterSave:
     """An after-save hook that lists the first timed checkpoint's objects on rank 0 (untimed)."""
-    first = config.warmup_samples if config.procedure is Procedure.CKPTBENCH else 0
+    first = config.warmups if config.procedure is Procedure.CKPTBENCH else 0
 
     def hook(index: int, checkpoint_id: str) -> None:
         if config.rank == 0 and index == first and not out:

@@ -1,0 +1,472 @@
+"""Every setting a user can choose, declared once.
+
+:class:`BenchmarkSettings` declares each setting as one pydantic field: name, type, bounds,
+default, description, and (in its :class:`Setting` metadata) its unit, its ``ckptbench run`` flag,
+its default on a laptop when that differs, and whether a sweep may vary it. Everything else is
+derived from that one declaration:
+
+- the rank's configuration (:class:`~ckptbench.workload.contract.config.WorkloadConfig`
+  subclasses it) and so each ``CKPTBENCH_*`` variable the operator renders and the rank parses;
+- the CheckpointBenchmark spec (``operator/spec/model.py`` subclasses it), so the CRD field,
+  its bounds and its description;
+- the options of ``ckptbench run`` (``workload/local/options.py`` walks :func:`declared`);
+- the axes of a sweep, local and CR (those whose metadata says ``axis``);
+- the record of settings in every result (:meth:`BenchmarkSettings.record`).
+
+Adding a setting: declare it here, use it where it acts (the rank program or a storage backend),
+and document it. Nothing else names it.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic.fields import FieldInfo
+
+from ckptbench.workload.contract import models
+
+MIB = 1024**2
+MAX_WORLD_SIZE = 10_000  # rank hostnames stay DNS labels (see operator/spec/names.py)
+MAX_CHECKPOINTS_SAMPLES = 1000
+MLPERF_CHECKPOINTS = 10  # MLPerf Storage: 10 writes, then 10 reads
+DEFAULT_SAMPLES = 8  # the reference's SAMPLE_COUNT
+REFERENCE_LAYER_SIZE = 100_000  # the reference's published table
+REFERENCE_PADDING_SIZE = 196
+# A local path, file://..., or gs://bucket[/prefix]: the schemes a backend may write to.
+CHECKPOINT_PATH_PATTERN = r"^(gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?|file:///\S*|/\S*)$"
+
+
+# -- the named choices ----------------------------------------------------------------------------
+
+
+class Backend(enum.StrEnum):
+    FILE = "file"
+    GCS = "gcs"
+    GCSFS = "gcsfs"
+
+
+class Procedure(enum.StrEnum):
+    """How samples are run and figures computed (docs/measurement.md)."""
+
+    CKPTBENCH = "ckptbench"  # warm-up, then save/load interleaved, each load on a fresh template
+    REFERENCE = "reference"  # the reference's: all saves then all loads into one template
+    MLPERF = "mlperf"  # MLPerf Storage's: 10 writes then 10 reads, span durations
+
+
+class CacheMode(enum.StrEnum):
+    """Whether the ``file`` backend's written files were evicted from the page cache."""
+
+    DROPPED = "dropped"
+    KEPT = "kept"
+
+
+class GarbageCollection(enum.StrEnum):
+    """How a rank runs Python's cyclic garbage collector (docs/measurement.md)."""
+
+    # torchtitan's way (Megatron-LM's --manual-gc, NeMo's gc_interval): automatic collection off,
+    # a collection between checkpoints, outside the timings.
+    MANUAL = "manual"
+    AUTOMATIC = "automatic"  # Python's default: collections whenever allocations trigger them
+
+
+class UploadScheme(enum.StrEnum):
+    """How the gcs backend turns one rank's parts into its object (docs/storage.md)."""
+
+    # GCS's XML multipart upload on GCS itself, parallel composite upload against an emulator
+    # (STORAGE_EMULATOR_HOST set): no emulator implements the XML multipart upload.
+    AUTO = "auto"
+    COMPOSE = "compose"  # parts as temporary objects, composed, then deleted
+    MULTIPART = "multipart"  # GCS's XML API multipart upload: no compose, no part deletes
+
+    def resolve(self, emulator_host: str | None) -> UploadScheme:
+        """The scheme a run uses: ``auto`` is the XML multipart upload on GCS and a parallel
+        composite upload against an emulator (``STORAGE_EMULATOR_HOST``), since no emulator
+        implements the XML multipart upload. An explicit scheme is kept (a test shim gives an
+        emulator the multipart upload)."""
+        if self is not UploadScheme.AUTO:
+            return self
+        return UploadScheme.COMPOSE if emulator_host else UploadScheme.MULTIPART
+
+
+def default_samples(procedure: Procedure) -> int:
+    """Timed samples when none are given: MLPerf Storage's 10 for mlperf, the reference's 8."""
+    return MLPERF_CHECKPOINTS if procedure is Procedure.MLPERF else DEFAULT_SAMPLES
+
+
+def default_warmups(procedure: Procedure) -> int:
+    """Warm-ups when none are given: only ckptbench's own procedure runs one."""
+    return 1 if procedure is Procedure.CKPTBENCH else 0
+
+
+# -- what each declaration carries beside pydantic's field ---------------------------------------
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a setting's pydantic field cannot say: how people reach it and compare with it.
+
+    ``unit``: what a number counts; ``bytes`` also makes the option take sizes (``32MiB``).
+    ``flag``: the ``ckptbench run`` option (default: ``--`` and the name with dashes); a boolean's
+    flag is a switch that sets the opposite of its default. ``local_default``: the default of
+    ``ckptbench run`` where a laptop needs a smaller one than a cluster (the spec's and the
+    rank's default otherwise). ``axis``: a sweep may vary it (``ckptbench run`` with a comma
+    list; a CheckpointBenchmarkSweep's axes and cells). ``runner``: the option is the local
+    runner's own, which sets the field itself (``--storage`` also starts an emulator or not).
+    ``backends`` and ``layout``: where the setting acts (empty: everywhere); a result records a
+    setting only where it acted, so a gcsfs row shows no gcs thread count.
+    """
+
+    unit: str | None = None
+    flag: str | None = None
+    local_default: Any = _UNSET
+    axis: bool = False
+    metavar: str | None = None
+    runner: bool = False
+    backends: tuple[str, ...] = ()
+    layout: str | None = None  # "model" or "reference": acts only with that layout
+
+    def acts_in(self, settings: BenchmarkSettings) -> bool:
+        if self.backends and settings.backend.value not in self.backends:
+            return False
+        if self.layout is not None:
+            return self.layout == ("model" if settings.model is not None else "reference")
+        return True
+
+    def has_local_default(self) -> bool:
+        return self.local_default is not _UNSET
+
+
+def no_crd_default(schema: dict[str, Any]) -> None:
+    """Leave a field's default out of the CRD schema (pydantic still applies it): CEL can then
+    tell a spec that sets the field from one that does not (``has(self.layerSize)``)."""
+    schema.pop("default", None)
+
+
+def _choice(default: Any, description: str) -> Any:
+    """A field holding one of an enum's values, or its value as the plain string a manifest or
+    a variable holds (a strict enum would refuse it)."""
+    return Field(default, strict=False, description=description)
+
+
+# -- the declarations -----------------------------------------------------------------------------
+
+
+class BenchmarkSettings(BaseModel):
+    """The settings of one benchmark: the same for every rank, chosen by whoever runs it."""
+
+    # -- the state: the reference's layout, or a model preset ------------------------------------
+    world_size: Annotated[int, Setting(local_default=2, axis=True)] = Field(
+        4,
+        ge=1,
+        le=MAX_WORLD_SIZE,
+        description="Number of ranks: one pod (or local process) each (the reference's "
+        "WORLD_SIZE).",
+    )
+    layer_size: Annotated[
+        int,
+        Setting(layout="reference", unit="rows", local_default=10_000, axis=True, metavar="ROWS"),
+    ] = Field(
+        REFERENCE_LAYER_SIZE,
+        ge=1,
+        le=10_000_000,
+        description="Rows of each (layerSize, 1000) float32 tensor: a tensor is layerSize * 4000 "
+        "bytes (the reference's LAYER_SIZE). Default 100000; not with model.",
+        json_schema_extra=no_crd_default,
+    )
+    padding_size: Annotated[
+        int, Setting(layout="reference", unit="tensors", local_default=8, axis=True)
+    ] = Field(
+        REFERENCE_PADDING_SIZE,
+        ge=1,
+        le=1_000_000,
+        description="Number of tensors, dealt round-robin to the ranks; at least worldSize. Shards "
+        "are even when it is a multiple of worldSize (the reference's PADDING_SIZE). Default 196; "
+        "not with model.",
+        json_schema_extra=no_crd_default,
+    )
+    model: Annotated[models.Preset | None, Setting(axis=True, metavar="PRESET")] = _choice(
+        None,
+        "A Llama 3 preset instead of the reference layout (torchtitan's shapes and key names): "
+        "llama3-debug, llama3-8b, llama3-70b, mlperf-llama3-70b (MLPerf Storage's config, 128 "
+        "heads) or llama3-405b. Every rank holds its Shard(0) rows of every parameter (and "
+        "AdamW state) as a DTensor, as FSDP2 does. Exclusive with layerSize and paddingSize.",
+    )
+    layers: Annotated[int | None, Setting(layout="model", axis=True)] = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="With model: override the number of layers (scaled-down runs).",
+    )
+    vocab: Annotated[int | None, Setting(layout="model", axis=True)] = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="With model: override the vocabulary size (scaled-down runs).",
+    )
+    optimizer: Annotated[models.Optimizer, Setting(layout="model", axis=True, metavar="NAME")] = (
+        _choice(
+            models.Optimizer.ADAMW,
+            "With model: optimizer state saved beside the weights: adamw (exp_avg, exp_avg_sq, "
+            "step and param_groups, torchtitan's flattened names) or none.",
+        )
+    )
+    dtype: Annotated[models.DtypeProfile, Setting(layout="model", axis=True, metavar="PROFILE")] = (
+        _choice(
+            models.DtypeProfile.FP32,
+            "With model: dtype profile: fp32 (12 bytes/parameter with AdamW, torchtitan's), mlperf "
+            "(fp16 weights + fp32 master and moments, 14 bytes/parameter: MLPerf Storage's totals) "
+            "or bf16.",
+        )
+    )
+    load_world_size: Annotated[int | None, Setting(layout="model", axis=True, metavar="M")] = Field(
+        None,
+        ge=1,
+        le=MAX_WORLD_SIZE,
+        description="With model: load on the first loadWorldSize ranks only (at most "
+        "worldSize), resharding the checkpoint into that many pieces and verifying them (a "
+        "restart on fewer nodes). Default: every rank.",
+    )
+    seed: Annotated[int, Setting(axis=True)] = Field(
+        0, ge=0, le=2**31 - 1, description="Seed of the synthetic tensor content."
+    )
+    memory_check: Annotated[bool, Setting(flag="--force")] = Field(
+        True,
+        description="Refuse, before anything is allocated, a run whose estimated peak per rank "
+        "(docs/models.md) exceeds the memory it may use (the container's limit; on a laptop, the "
+        "available memory shared by the ranks); false runs anyway.",
+    )
+
+    # -- how samples run -------------------------------------------------------------------------
+    procedure: Annotated[Procedure, Setting(axis=True, metavar="NAME")] = _choice(
+        Procedure.CKPTBENCH,
+        "How samples run: ckptbench (warm-up, then save and load interleaved, each load into a "
+        "fresh template), reference (the reference's order: every save, then every load into "
+        "one reused template, no warm-up; rank 0's mean and stdev reported beside ours) or mlperf "
+        "(MLPerf Storage's: 10 writes then 10 reads; duration = latest rank end minus earliest "
+        "rank start, under MLPerf's metric names).",
+    )
+    sample_count: Annotated[int | None, Setting(flag="--samples", axis=True)] = Field(
+        None,
+        ge=1,
+        le=MAX_CHECKPOINTS_SAMPLES,
+        description=f"Timed samples of save and of load (the reference's SAMPLE_COUNT); default "
+        f"{DEFAULT_SAMPLES}, {MLPERF_CHECKPOINTS} with procedure mlperf (which needs exactly "
+        f"{MLPERF_CHECKPOINTS}).",
+    )
+    warmup_samples: Annotated[int | None, Setting(flag="--warmup", axis=True)] = Field(
+        None,
+        ge=0,
+        le=100,
+        description="Untimed samples run before the timed ones; default 1 with procedure "
+        "ckptbench, 0 otherwise (the reference and mlperf procedures run no warm-up).",
+    )
+    garbage_collection: Annotated[
+        GarbageCollection, Setting(flag="--gc", axis=True, metavar="MODE")
+    ] = _choice(
+        GarbageCollection.MANUAL,
+        "Python's garbage collector in each rank: manual (automatic collection off, a full "
+        "collection before each timed operation, untimed, as torchtitan runs training; the "
+        "default) or automatic (Python's default, as a training loop that never touches the "
+        "collector runs). Collection time inside an operation is reported either way.",
+    )
+    async_save: Annotated[bool, Setting(axis=True)] = Field(
+        False,
+        description="Save with dcp.async_save: time blocked (including DCP's staging copy, a "
+        "second full shard in memory until the upload completes) and time until durable are "
+        "reported separately.",
+    )
+    verify: Annotated[bool, Setting(flag="--no-verify")] = Field(
+        True, description="Verify the content of every loaded tensor."
+    )
+    keep_checkpoints: Annotated[bool, Setting(flag="--keep")] = Field(
+        False, description="Keep the checkpoint objects after the run (results are always kept)."
+    )
+
+    # -- where it goes, and how ------------------------------------------------------------------
+    backend: Annotated[Backend, Setting(axis=True, metavar="NAME")] = _choice(
+        Backend.GCS,
+        "Storage backend: gcs (ckptbench's own writer and reader: each rank's file is cut into "
+        "partSizeBytes parts uploaded by `threads` workers (see uploadScheme); loads are "
+        "parallel ranged reads straight into the tensors), gcsfs (DCP's fsspec writer/reader "
+        "over gcsfs, the reference's USE_FSSPEC) or file (a local or mounted filesystem).",
+    )
+    checkpoint_path: Annotated[str, Setting(flag="--storage", runner=True, metavar="URL")] = Field(
+        ...,
+        min_length=1,
+        max_length=1024,
+        description="Where checkpoints and results go: gs://bucket/prefix for gcs and gcsfs, an "
+        "absolute path for file (in a cluster, under a shared volumeMount when worldSize > 1). "
+        "Each run writes under <checkpointPath>/<run>/ (the reference's CKPT_DIR_PATH).",
+        # The API server checks the shape; Python checks it field by field, with messages that
+        # say what is wrong (WorkloadConfig), rather than by a regular expression.
+        json_schema_extra={"pattern": CHECKPOINT_PATH_PATTERN},
+    )
+    project: Annotated[str | None, Setting(backends=("gcs", "gcsfs"), metavar="ID")] = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]*$",
+        description="GCP project of the storage clients; default: the one of the credentials.",
+    )
+    drop_cache: Annotated[bool, Setting(backends=("file",), flag="--keep-cache", axis=True)] = (
+        Field(
+            True,
+            description="Backend file: evict the written files from the node's page cache before "
+            "each load, so loads read the storage (a network file system may still cache on its "
+            "server; docs/measurement.md). False keeps the cache.",
+        )
+    )
+    threads: Annotated[int, Setting(backends=("gcs",), unit="threads", axis=True)] = Field(
+        8, ge=1, le=256, description="Transfer threads per rank (backend gcs)."
+    )
+    part_size_bytes: Annotated[
+        int,
+        Setting(backends=("gcs",), unit="bytes", flag="--part-size", axis=True, metavar="SIZE"),
+    ] = Field(
+        32 * MIB,
+        ge=1 * MIB,
+        le=5 * 1024 * MIB,
+        description="Upload part and ranged download size in bytes (backend gcs); the "
+        "multipart upload scheme raises it to GCS's 5 MiB minimum part.",
+    )
+    upload_scheme: Annotated[
+        UploadScheme, Setting(backends=("gcs",), axis=True, metavar="SCHEME")
+    ] = _choice(
+        UploadScheme.AUTO,
+        "Backend gcs: how a rank's parts become its object: multipart (GCS's XML multipart "
+        "upload: no compose, no part deletes, what Google recommends for parallel uploads), "
+        "compose (a parallel composite upload: parts as temporary objects, composed, then "
+        "deleted) or auto (multipart on GCS; compose against an emulator, since none "
+        "implements the XML multipart upload).",
+    )
+    checksums: Annotated[bool, Setting(backends=("gcs",), flag="--no-checksums", axis=True)] = (
+        Field(
+            True, description="Backend gcs: crc32c on every uploaded part and every read, checked."
+        )
+    )
+    sync_files: Annotated[bool, Setting(backends=("gcsfs",), axis=True)] = Field(
+        False,
+        description="Backend gcsfs: let DCP os.sync() the node after each file, as it does for "
+        "streams without fileno() (off, as the reference runs it; on reproduces the old "
+        "handicapped baseline).",
+    )
+    stall_seconds: Annotated[
+        float, Setting(backends=("gcs",), unit="seconds", metavar="SECONDS")
+    ] = Field(
+        60.0,
+        ge=1,  # not gt=0: Kubernetes' schema and JSON Schema disagree on exclusiveMinimum
+        le=3600,
+        description="Backend gcs: a transfer that moves no byte for this long is abandoned and "
+        "retried.",
+    )
+    request_deadline_seconds: Annotated[
+        float, Setting(backends=("gcs",), unit="seconds", metavar="SECONDS")
+    ] = Field(
+        900.0,
+        ge=1,  # not gt=0: Kubernetes' schema and JSON Schema disagree on exclusiveMinimum
+        le=86_400,
+        description="Backend gcs: the most one request may take, retries included.",
+    )
+    rendezvous_timeout_seconds: Annotated[
+        float,
+        Setting(unit="seconds", flag="--rendezvous-timeout", local_default=60.0, metavar="SECONDS"),
+    ] = Field(
+        600.0,
+        ge=1,  # not gt=0: Kubernetes' schema and JSON Schema disagree on exclusiveMinimum
+        le=86_400,
+        description="How long a rank waits for rank 0's address to resolve and answer.",
+    )
+
+    @field_validator("checkpoint_path")
+    @classmethod
+    def _path_shape(cls, value: str) -> str:
+        # The same shape the CRD's pattern admits, refused with a reason rather than the pattern.
+        if re.fullmatch(CHECKPOINT_PATH_PATTERN, value):
+            return value
+        if value.startswith("gs://"):
+            bucket = value[len("gs://") :].split("/", 1)[0]
+            if not bucket:
+                raise ValueError(f"no bucket in {value!r}")
+            raise ValueError(
+                f"{bucket!r} is not a bucket name: 3 to 222 characters of lowercase letters, "
+                "digits, dots, dashes and underscores, starting and ending with a letter or digit"
+            )
+        raise ValueError(
+            "must be gs://bucket/prefix, file:///path or an absolute path, without whitespace"
+        )
+
+    # -- what follows from them ------------------------------------------------------------------
+
+    @property
+    def samples(self) -> int:
+        """sample_count, or the procedure's default."""
+        if self.sample_count is not None:
+            return self.sample_count
+        return default_samples(self.procedure)
+
+    @property
+    def warmups(self) -> int:
+        """warmup_samples, or the procedure's default."""
+        if self.warmup_samples is not None:
+            return self.warmup_samples
+        return default_warmups(self.procedure)
+
+    @property
+    def model_spec(self) -> models.ModelSpec | None:
+        """The model preset with its overrides, or None for the reference layout."""
+        if self.model is None:
+            return None
+        return models.ModelSpec(self.model, self.layers, self.vocab, self.optimizer, self.dtype)
+
+    def record(self) -> dict[str, Any]:
+        """Every declared setting as JSON values, as it ran: what a result records.
+
+        Procedure defaults are resolved (the samples that ran, not "default"), so a result says
+        how to run it again whatever the defaults become.
+        """
+        out = self.model_dump(mode="json", include=set(_declared_names()))
+        out["sample_count"] = self.samples
+        out["warmup_samples"] = self.warmups
+        return {d.name: out[d.name] for d in declared() if d.setting.acts_in(self)}
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One declared setting: its field name, pydantic's field, and its :class:`Setting`."""
+
+    name: str
+    field: FieldInfo
+    setting: Setting
+
+    @property
+    def flag(self) -> str:
+        return self.setting.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def annotation(self) -> Any:
+        return self.field.annotation
+
+
+def declared() -> Iterator[Declared]:
+    """The declared settings, in declaration order."""
+    for name, info in BenchmarkSettings.model_fields.items():
+        setting = next((m for m in info.metadata if isinstance(m, Setting)), None)
+        if setting is None:
+            raise TypeError(f"{name}: a benchmark setting needs its Setting metadata")
+        yield Declared(name, info, setting)
+
+
+def _declared_names() -> list[str]:
+    return list(BenchmarkSettings.model_fields)
+
+
+def axis_names() -> list[str]:
+    """The settings a sweep may vary, in declaration order."""
+    return [d.name for d in declared() if d.setting.axis]
