@@ -14,7 +14,8 @@ from ckptbench.operator.runtime.sweeps import parse_sweep
 from ckptbench.operator.sweep import cells as sc
 from ckptbench.operator.sweep import crd as sweep_crd
 from ckptbench.operator.sweep import status as sst
-from ckptbench.operator.sweep.model import MAX_CELLS, CellError
+from ckptbench.operator.sweep.cells import CellError
+from ckptbench.workload.contract.cells import MAX_CELLS
 from tests.crd_validation import cel_failures, schema_errors
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,8 +90,8 @@ PARTS_8 = [n * 1024 * 1024 for n in range(1, 9)]
         ),
         (
             sweep(axes={"threads": THREADS_9, "partSizeBytes": PARTS_8}),
-            "spec.axes: threads 9 x partSizeBytes 8 = 72 cells; the cross product must be at "
-            "most 64",
+            "spec.axes.threads 9 x axes.partSizeBytes 8: 72 cells, more than the 64 a sweep may "
+            "hold",
             f"spec.axes: axes: the cross product of the axes must be at most {MAX_CELLS} cells",
         ),
         (
@@ -143,7 +144,7 @@ def test_a_cell_that_makes_an_invalid_benchmark_is_refused_naming_the_cell() -> 
 
 def test_duplicate_axis_values_are_refused() -> None:
     model, _ = refusals(sweep(axes={"threads": [4, 4]}))
-    assert "spec.axes.threads: a value is listed twice" in model
+    assert "spec.axes.threads: '4' is listed twice" in model
     # The API server refuses them too: the lists are sets.
     axes = SWEEP_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
         "properties"
@@ -349,7 +350,7 @@ def test_model_and_procedure_are_axes_too() -> None:
         ({"model": ["gpt-2"]}, "spec.axes.model[0]: Input should be"),
         (
             {"model": ["llama3-debug", "llama3-debug"]},
-            "spec.axes.model: a value is listed twice",
+            "spec.axes.model: 'llama3-debug' is listed twice",
         ),
     ],
 )

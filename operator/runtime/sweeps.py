@@ -21,9 +21,9 @@ from ckptbench.operator.runtime import metrics
 from ckptbench.operator.runtime.coalesce import Coalescing
 from ckptbench.operator.runtime.steps import patch_if_changed, read_live
 from ckptbench.operator.sweep import status as sst
-from ckptbench.operator.sweep.cells import LABEL_CELL, Cell, expand, render_child
+from ckptbench.operator.sweep.cells import LABEL_CELL, Cell, CellError, expand, render_child
 from ckptbench.operator.sweep.crd import validate_sweep_name
-from ckptbench.operator.sweep.model import CellError, CheckpointBenchmarkSweepSpec
+from ckptbench.operator.sweep.model import CheckpointBenchmarkSweepSpec
 
 log = logging.getLogger(__name__)
 

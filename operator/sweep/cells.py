@@ -3,18 +3,31 @@ spec, and the child CheckpointBenchmark that runs it."""
 
 from __future__ import annotations
 
-import itertools
+import enum
+import types
+import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
 from ckptbench.operator.spec import names
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.workload.contract import cells as contract_cells
+from ckptbench.workload.contract import settings
 
-if TYPE_CHECKING:
-    from ckptbench.operator.sweep.model import CheckpointBenchmarkSweepSpec
+
+class SweepSpec(Protocol):
+    """What expanding needs of a CheckpointBenchmarkSweep's spec (its model imports this module)."""
+
+    @property
+    def template(self) -> CheckpointBenchmarkSpec: ...
+    @property
+    def axes(self) -> Any: ...
+    @property
+    def cells(self) -> Any: ...
+
 
 SWEEP_KIND = "CheckpointBenchmarkSweep"
 LABEL_SWEEP = "ckptbench.dev/sweep"
@@ -22,6 +35,68 @@ LABEL_CELL = "ckptbench.dev/sweep-cell"
 # Children are named <sweep>-c<cell>, cells counted from 1: the longest suffix is "-c64".
 CHILD_SUFFIX_LENGTH = len("-c64")
 MAX_SWEEP_NAME_LENGTH = names.MAX_NAME_LENGTH - CHILD_SUFFIX_LENGTH
+
+
+# The benchmark settings a sweep may vary: those declared as axes (contract/settings.py).
+AXIS_FIELDS: tuple[str, ...] = tuple(settings.axis_names())
+
+
+def scalar(annotation: Any) -> Any | None:
+    """The annotation without ``| None`` when a list can hold it (a scalar); None for anything
+    else (lists, maps, objects)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if args and isinstance(annotation, types.UnionType | type(typing.Optional[int])):  # noqa: UP045
+        if len(args) != 1:
+            return None
+        annotation = args[0]
+    if typing.get_origin(annotation) is typing.Literal:
+        return annotation
+    scalars = bool | int | float | str | enum.Enum
+    if isinstance(annotation, type) and issubclass(annotation, scalars):
+        return annotation
+    return None
+
+
+def is_choice(field: str) -> bool:
+    """An enum axis takes the values as a manifest holds them: plain strings."""
+    item = scalar(CheckpointBenchmarkSpec.model_fields[field].annotation)
+    return isinstance(item, type) and issubclass(item, enum.Enum)
+
+
+def axis_fields() -> list[str]:
+    """The benchmark spec's fields among :data:`AXIS_FIELDS` that a list of values can vary."""
+    fields = CheckpointBenchmarkSpec.model_fields
+    return [f for f in AXIS_FIELDS if f in fields and scalar(fields[f].annotation) is not None]
+
+
+class CellError(ValueError):
+    """A cell's settings make an invalid benchmark spec; the message names the cell."""
+
+
+def child_spec(
+    template: CheckpointBenchmarkSpec, values: dict[str, Any]
+) -> CheckpointBenchmarkSpec:
+    """The template with ``values`` (snake_case field -> value) set, validated as a whole."""
+    # Only what the template sets: a default (layerSize) must not clash with a cell's (model).
+    raw = template.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    raw.update({to_camel(k): manifest_value(v) for k, v in values.items()})
+    try:
+        return CheckpointBenchmarkSpec.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            ".".join(str(p) for p in e["loc"])
+            + (": " if e["loc"] else "")
+            + str(e["msg"]).removeprefix("Value error, ")
+            for e in exc.errors()
+        )
+        raise CellError(problems) from None
+
+
+def manifest_value(value: Any) -> Any:
+    """A value as the manifest holds it: an enum member's value, an object's fields."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    return getattr(value, "value", value)
 
 
 @dataclass(frozen=True)
@@ -45,16 +120,21 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def expand(spec: CheckpointBenchmarkSweepSpec) -> list[Cell]:
-    """The cells in order (the last axis varies fastest). Raises CellError naming the bad cell."""
-    from ckptbench.operator.sweep.model import CellError, axis_fields, child_spec, manifest_value
-
+def expand(spec: SweepSpec) -> list[Cell]:
+    """The cells in order (the last axis varies fastest). Raises CellError naming the bad cell,
+    too many cells or a value listed twice."""
     combos: list[dict[str, Any]] = []
     if spec.axes is not None:
         axes = cast("BaseModel", spec.axes)
-        lists = [(f, getattr(axes, f)) for f in axis_fields() if getattr(axes, f) is not None]
-        for values in itertools.product(*(v for _, v in lists)):
-            combos.append({f: v for (f, _), v in zip(lists, values, strict=True)})
+        listed = [
+            contract_cells.Axis(f, f"axes.{to_camel(f)}", tuple(getattr(axes, f)))
+            for f in axis_fields()
+            if getattr(axes, f) is not None
+        ]
+        try:
+            combos = contract_cells.cross(listed)
+        except contract_cells.CellCountError as exc:
+            raise CellError(str(exc)) from None
     else:
         for cell in cast("list[BaseModel]", spec.cells or []):
             combos.append({f: v for f in axis_fields() if (v := getattr(cell, f)) is not None})

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import itertools
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ckptbench.workload.contract import memory_plan, sizes
+from ckptbench.workload.contract import cells, memory_plan, sizes
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.settings import (
     Backend,
@@ -28,8 +27,6 @@ from ckptbench.workload.storage.paths import local_path
 
 EMULATOR_BUCKET = "ckptbench"
 EMULATOR_PREFIX = "ckptbench"
-# A sweep runs its cells one after another; past this a typo in a list costs hours.
-MAX_CELLS = 64
 # A collective outlasting the whole run's timeout is a hang, not a slow sample.
 MAX_COLLECTIVE_SECONDS = 1800.0
 
@@ -149,18 +146,13 @@ def plan(args: argparse.Namespace) -> Plan:
             found = values_of(o, raw)
             if found:
                 fixed[o.field] = found[0][1]
-    count = 1
-    for _, values in axes:
-        count *= max(1, len(values))
-    if count > MAX_CELLS:
-        varied = " x ".join(f"{o.flag} {len(v)}" for o, v in axes if len(v) > 1)
-        raise UsageError(f"{varied}: {count} cells, more than the {MAX_CELLS} a run may hold")
-    cells = _cells(fixed, [(o, v) for o, v in axes if v], several=count > 1, given=given)
-    for cell in cells:
+    several = any(len(v) > 1 for _, v in axes)
+    planned = _cells(fixed, [(o, v) for o, v in axes if v], several=several, given=given)
+    for cell in planned:
         if emulator_bucket is not None:
             check_emulator_can(cell)
         check_memory(cell, memory.available_bytes())
-    return Plan(cells, emulator_bucket, storage, timeout)
+    return Plan(planned, emulator_bucket, storage, timeout)
 
 
 def check_emulator_can(cell: Cell) -> None:
@@ -223,15 +215,22 @@ def _cells(
     given: set[str],
 ) -> list[Cell]:
     stamp = dt.datetime.now(dt.UTC)
-    cells = []
-    for index, combo in enumerate(itertools.product(*(values for _, values in axes))):
-        raw = dict(fixed)
-        varied: dict[str, str] = {}
-        for (o, values), (text, value) in zip(axes, combo, strict=True):
-            assert o.field is not None
-            raw[o.field] = value
-            if len(values) > 1:
-                varied[o.name] = text
+    listed = [
+        cells.Axis(str(o.field), o.flag, tuple(v for _, v in values), tuple(t for t, _ in values))
+        for o, values in axes
+    ]
+    try:
+        combos = cells.cross(listed)
+    except cells.CellCountError as exc:
+        raise UsageError(str(exc)) from None
+    out = []
+    for index, combo in enumerate(combos):
+        raw = {**fixed, **combo}
+        varied = {
+            o.name: axis.text(axis.values.index(combo[axis.field]))
+            for (o, values), axis in zip(axes, listed, strict=True)
+            if len(values) > 1
+        }
         if raw.get("model") is not None:
             # The reference layout's defaults do not apply to a model; given, they conflict.
             for name in ("layer_size", "padding_size"):
@@ -244,8 +243,8 @@ def _cells(
             config = WorkloadConfig.model_validate(raw)
         except ValidationError as exc:
             raise UsageError(explain(exc, where if several else ())) from None
-        cells.append(Cell(_label(varied, backend), config, varied))
-    return cells
+        out.append(Cell(_label(varied, backend), config, varied))
+    return out
 
 
 def check_writable(flag: str, path: Path) -> None:
@@ -265,5 +264,5 @@ def check_writable(flag: str, path: Path) -> None:
 
 def _label(varied: dict[str, str], backend: Backend) -> str:
     """The backend alone when only it varies (the column names people know), else each setting."""
-    others = [f"{k}={v}" for k, v in varied.items() if k != "backend"]
-    return " ".join([backend.value, *others])
+    others = cells.label({k: v for k, v in varied.items() if k != "backend"})
+    return " ".join(filter(None, [backend.value, others]))
