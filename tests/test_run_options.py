@@ -123,3 +123,22 @@ def test_multipart_against_the_embedded_emulator_is_refused_before_anything_star
     cells = _plan("--storage", "gs://bkt/x", "--upload-scheme", "compose,multipart").cells
     assert [c.config.upload_scheme.value for c in cells] == ["compose", "multipart"]
     assert [c.config.upload_scheme.value for c in _plan().cells] == ["auto"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "suggested"),
+    [
+        (["--wor", "2"], "--world-size"),  # a prefix: argparse used to take it as --world-size
+        (["--world-sise", "2"], "--world-size"),  # a typo
+        (["--stor=/tmp"], "--storage"),
+    ],
+)
+def test_an_option_is_never_abbreviated_and_a_misspelt_one_gets_a_suggestion(
+    argv: list[str], suggested: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        options.build_parser().parse_args(argv)
+    assert exit_.value.code == 2
+    assert f"unrecognized arguments: {' '.join(argv)} (did you mean {suggested}?)" in (
+        capsys.readouterr().err
+    )

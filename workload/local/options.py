@@ -13,12 +13,13 @@ Values are parsed in :mod:`plan`, not by argparse, so that a bad value is report
 from __future__ import annotations
 
 import argparse
+import difflib
 import enum
 import re
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 
@@ -228,8 +229,30 @@ def option(flag: str) -> Option:
     raise KeyError(flag)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a suggestion for a misspelt option instead of a bare "unrecognized"."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            for word in message.split(":", 1)[1].split():
+                if not word.startswith("--"):
+                    continue
+                flag = word.split("=", 1)[0]
+                flags = [o.flag for o in OPTIONS]
+                close = [f for f in flags if f.startswith(flag)] or difflib.get_close_matches(
+                    flag, flags, n=1
+                )
+                if close:
+                    message += f" (did you mean {' or '.join(close[:3])}?)"
+                    break
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    # No abbreviations: "--wor 2" would otherwise set --world-size (or, once another option
+    # starts alike, silently another one), and a typo would run a full default benchmark.
+    p = _Parser(
+        allow_abbrev=False,
         prog="ckptbench run",
         description=(
             "Benchmark torch.distributed.checkpoint save/load with N local ranks. With no "
