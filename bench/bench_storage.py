@@ -201,8 +201,8 @@ def rss_probe(url: str, backend: str, shard: int, threads: int) -> None:
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+    from ckptbench.workload.contract.choices import Backend
     from ckptbench.workload.contract.config import WorkloadConfig
-    from ckptbench.workload.contract.settings import Backend
     from ckptbench.workload.storage.factory import open_session
 
     warnings.simplefilter("ignore", UserWarning)

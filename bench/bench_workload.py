@@ -69,8 +69,8 @@ def line(name: str, value: str, target: str, ok: bool | None) -> None:
 def bench_build(world_size: int, layer_size: int, padding_size: int, repeats: int) -> float:
     import torch
 
+    from ckptbench.workload.contract.choices import Backend
     from ckptbench.workload.contract.config import WorkloadConfig
-    from ckptbench.workload.contract.settings import Backend
     from ckptbench.workload.rank import state
 
     threads = max(1, (os.cpu_count() or 1) // world_size)

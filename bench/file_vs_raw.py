@@ -52,8 +52,8 @@ import torch
 from torch.distributed.checkpoint.filesystem import FileSystem
 
 from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.choices import CacheMode
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.settings import CacheMode
 from ckptbench.workload.rank import worker
 from ckptbench.workload.storage import cache
 

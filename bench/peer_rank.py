@@ -101,8 +101,8 @@ def main() -> int:
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     from ckptbench.workload.contract import sizes
+    from ckptbench.workload.contract.choices import Backend
     from ckptbench.workload.contract.config import WorkloadConfig
-    from ckptbench.workload.contract.settings import Backend
     from ckptbench.workload.rank import state
     from ckptbench.workload.rank.memory import return_big_buffers_to_the_os
 

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from emulator_in_memory import emulator_in_memory
 from netmodel import NetModel
 
-from ckptbench.workload.contract.settings import UploadScheme
+from ckptbench.workload.contract.choices import UploadScheme
 from harness.xml_multipart import XmlMultipartShim
 
 MB = 1e6

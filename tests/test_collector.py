@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ckptbench.workload.contract.choices import GarbageCollection
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.settings import GarbageCollection
 from ckptbench.workload.rank import loop
 from ckptbench.workload.rank.collector import Collector
 from tests.workers import one_rank

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
-from ckptbench.workload.contract.settings import Backend
 
 GS = {"CKPTBENCH_CHECKPOINT_PATH": "gs://bucket/prefix"}
 

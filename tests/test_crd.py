@@ -14,7 +14,7 @@ from ckptbench.operator.spec.crd import SchemaConversionError, build_crd, struct
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.rules import RULES
 from ckptbench.workload.contract import settings
-from ckptbench.workload.contract.settings import Backend
+from ckptbench.workload.contract.choices import Backend
 from tests.crd_validation import cel_failures, openapi_schema, schema_errors
 from tests.k8s_schemas import validate
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.workload.contract.choices import Procedure, UploadScheme
 from ckptbench.workload.contract.results import OpSummary, mlperf_metrics
-from ckptbench.workload.contract.settings import Procedure, UploadScheme
 from ckptbench.workload.rank import state
 from ckptbench.workload.storage.gcs import multipart, upload
 

@@ -14,8 +14,8 @@ import torch
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+from ckptbench.workload.contract.choices import UploadScheme
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.settings import UploadScheme
 from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.storage.gcs.backend import (
     GcsStorageReader,

@@ -37,7 +37,7 @@ def group() -> Iterator[None]:
 
 
 def _config(**fields: object) -> WorkloadConfig:
-    values: dict[str, object] = {"checkpoint_path": "/tmp/x", "backend": "file"}
+    values: dict[str, object] = {"checkpoint_path": "/tmp/x", "backend": "file", "world_size": 1}
     values.update(model="llama3-debug", layers=1, **fields)
     return WorkloadConfig.model_validate(values)
 

@@ -15,8 +15,8 @@ from ckptbench.operator.render.labels import benchmark_labels
 from ckptbench.operator.render.security import Policy
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.parse import parse_spec
+from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.settings import Backend
 from tests.crd_validation import closed
 from tests.k8s_schemas import schema_for, validate, validate_pod_template
 

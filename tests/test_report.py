@@ -264,7 +264,7 @@ def test_rank_io_seconds_are_listed_in_the_context() -> None:
 
 
 def test_procedure_rows_appear_only_for_their_procedure() -> None:
-    from ckptbench.workload.contract.settings import Procedure
+    from ckptbench.workload.contract.choices import Procedure
 
     ref = _of_two(
         [_phased(0, 0.5, procedure=Procedure.REFERENCE), _phased(1, 1.5, procedure="reference")]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench.workload.contract.settings import Procedure
+from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.local import cli as run_cli
 from tests.workers import ckptbench
 
@@ -23,8 +23,8 @@ def _plan(*argv: str) -> run_cli.Plan:
 @pytest.mark.parametrize(
     ("argv", "procedure", "samples", "warmup"),
     [
-        ([], Procedure.CKPTBENCH, 3, 1),
-        (["--procedure", "reference"], Procedure.REFERENCE, 3, 0),
+        ([], Procedure.CKPTBENCH, 8, 1),  # the same defaults as a cluster's (settings.py)
+        (["--procedure", "reference"], Procedure.REFERENCE, 8, 0),
         (["--procedure", "mlperf"], Procedure.MLPERF, 10, 0),
         (["--procedure", "reference", "--samples", "5"], Procedure.REFERENCE, 5, 0),
     ],
@@ -33,7 +33,7 @@ def test_sample_counts_default_to_the_procedures_own(
     argv: list[str], procedure: Procedure, samples: int, warmup: int
 ) -> None:
     [config] = _plan(*argv).configs
-    assert (config.procedure, config.sample_count, config.warmup_samples) == (
+    assert (config.procedure, config.samples, config.warmups) == (
         procedure,
         samples,
         warmup,

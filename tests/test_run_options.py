@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from ckptbench.workload.contract.cells import MAX_CELLS
-from ckptbench.workload.contract.settings import Backend, GarbageCollection, Procedure
+from ckptbench.workload.contract.choices import Backend, GarbageCollection, Procedure
 from ckptbench.workload.local import options
 from ckptbench.workload.local.plan import Plan, plan
 

@@ -21,6 +21,7 @@ from ckptbench.operator.spec.crd import build_crd
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.sweep.cells import axis_fields
 from ckptbench.workload.contract import settings
+from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.config import ENV_PREFIX, WorkloadConfig
 from ckptbench.workload.contract.results import RunSummary
 from ckptbench.workload.contract.settings import Declared
@@ -33,13 +34,14 @@ DECLARED = list(settings.declared())
 IDS = [d.name for d in DECLARED]
 
 
-def _bounds(d: Declared) -> tuple[float | None, float | None]:
-    low = high = None
+def _bounds(d: Declared) -> tuple[Any, Any]:
+    low: Any = None
+    high: Any = None
     for meta in d.field.metadata:
         if isinstance(meta, annotated_types.Ge):
-            low = meta.ge  # type: ignore[assignment]
+            low = meta.ge
         if isinstance(meta, annotated_types.Le):
-            high = meta.le  # type: ignore[assignment]
+            high = meta.le
     return low, high
 
 
@@ -82,7 +84,7 @@ def _context(d: Declared, value: Any) -> dict[str, Any]:
         backend = value.value
     out["backend"] = backend
     out["checkpoint_path"] = "gs://bkt/p" if backend != "file" else "/tmp/ckptbench-settings"
-    if d.name == "procedure" and value is settings.Procedure.REFERENCE:
+    if d.name == "procedure" and value is Procedure.REFERENCE:
         out["warmup_samples"] = 0
     out[d.name] = value
     return out

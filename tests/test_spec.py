@@ -16,8 +16,9 @@ from ckptbench.operator.spec.names import (
     validate_name,
 )
 from ckptbench.operator.spec.parse import SpecError, parse_spec
+from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.settings import MAX_WORLD_SIZE, Backend
+from ckptbench.workload.contract.settings import MAX_WORLD_SIZE
 
 BASE: dict[str, Any] = {"checkpointPath": "gs://bucket/ckpt"}
 LONGEST_NAME = "b" * MAX_NAME_LENGTH

@@ -21,7 +21,12 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("quiet_dcp")]
 
 
 def config(path: str, **extra: object) -> WorkloadConfig:
-    values: dict[str, object] = {"checkpoint_path": path, "layer_size": 300, "padding_size": 4}
+    values: dict[str, object] = {
+        "checkpoint_path": path,
+        "world_size": 1,
+        "layer_size": 300,
+        "padding_size": 4,
+    }
     values.update(extra)
     return WorkloadConfig.model_validate(values)
 

@@ -19,12 +19,8 @@ from ckptbench.operator.spec.names import (
     VOLUME_SOURCES,
 )
 from ckptbench.workload.contract import memory_plan, sizes
-from ckptbench.workload.contract.settings import (
-    MLPERF_CHECKPOINTS,
-    REFERENCE_LAYER_SIZE,
-    REFERENCE_PADDING_SIZE,
-    Backend,
-)
+from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend
+from ckptbench.workload.contract.settings import REFERENCE_LAYER_SIZE, REFERENCE_PADDING_SIZE
 
 if TYPE_CHECKING:
     from ckptbench.operator.spec.model import CheckpointBenchmarkSpec

@@ -19,14 +19,9 @@ from typing import Any, Self
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ckptbench.workload.contract import memory_plan, models, sizes
+from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend, CacheMode, Procedure
 from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV
-from ckptbench.workload.contract.settings import (
-    MLPERF_CHECKPOINTS,
-    Backend,
-    BenchmarkSettings,
-    CacheMode,
-    Procedure,
-)
+from ckptbench.workload.contract.settings import BenchmarkSettings
 
 ENV_PREFIX = "CKPTBENCH_"
 

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ckptbench.workload.contract import stats
-from ckptbench.workload.contract.settings import CacheMode, Procedure
+from ckptbench.workload.contract.choices import CacheMode, Procedure
 
 SCHEMA_VERSION = 2
 TERMINATION_MESSAGE_LIMIT = 4096

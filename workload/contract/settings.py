@@ -1,25 +1,15 @@
-"""Every setting a user can choose, declared once.
+"""Every setting a user can choose, declared once: one pydantic field of
+:class:`BenchmarkSettings` (name, type, bounds, default, description) with its :class:`Setting`
+metadata (unit, flag, laptop default, sweep axis, where it acts). Made from it: the rank's config
+and its ``CKPTBENCH_*`` variables (``WorkloadConfig`` extends it), the CR field and its bounds
+(the spec extends it), the ``ckptbench run`` option (:func:`declared`), the sweep axes, and the
+record of settings in every result (:meth:`BenchmarkSettings.record`).
 
-:class:`BenchmarkSettings` declares each setting as one pydantic field: name, type, bounds,
-default, description, and (in its :class:`Setting` metadata) its unit, its ``ckptbench run`` flag,
-its default on a laptop when that differs, and whether a sweep may vary it. Everything else is
-derived from that one declaration:
-
-- the rank's configuration (:class:`~ckptbench.workload.contract.config.WorkloadConfig`
-  subclasses it) and so each ``CKPTBENCH_*`` variable the operator renders and the rank parses;
-- the CheckpointBenchmark spec (``operator/spec/model.py`` subclasses it), so the CRD field,
-  its bounds and its description;
-- the options of ``ckptbench run`` (``workload/local/options.py`` walks :func:`declared`);
-- the axes of a sweep, local and CR (those whose metadata says ``axis``);
-- the record of settings in every result (:meth:`BenchmarkSettings.record`).
-
-Adding a setting: declare it here, use it where it acts (the rank program or a storage backend),
-and document it. Nothing else names it.
+Adding a setting: declare it here, use it where it acts, document it. Nothing else names it.
 """
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,78 +19,24 @@ from pydantic import BaseModel, Field, field_validator
 from pydantic.fields import FieldInfo
 
 from ckptbench.workload.contract import models
+from ckptbench.workload.contract.choices import (
+    DEFAULT_SAMPLES,
+    MLPERF_CHECKPOINTS,
+    Backend,
+    GarbageCollection,
+    Procedure,
+    UploadScheme,
+    default_samples,
+    default_warmups,
+)
 
 MIB = 1024**2
 MAX_WORLD_SIZE = 10_000  # rank hostnames stay DNS labels (see operator/spec/names.py)
 MAX_CHECKPOINTS_SAMPLES = 1000
-MLPERF_CHECKPOINTS = 10  # MLPerf Storage: 10 writes, then 10 reads
-DEFAULT_SAMPLES = 8  # the reference's SAMPLE_COUNT
 REFERENCE_LAYER_SIZE = 100_000  # the reference's published table
 REFERENCE_PADDING_SIZE = 196
 # A local path, file://..., or gs://bucket[/prefix]: the schemes a backend may write to.
 CHECKPOINT_PATH_PATTERN = r"^(gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?|file:///\S*|/\S*)$"
-
-
-# -- the named choices ----------------------------------------------------------------------------
-
-
-class Backend(enum.StrEnum):
-    FILE = "file"
-    GCS = "gcs"
-    GCSFS = "gcsfs"
-
-
-class Procedure(enum.StrEnum):
-    """How samples are run and figures computed (docs/measurement.md)."""
-
-    CKPTBENCH = "ckptbench"  # warm-up, then save/load interleaved, each load on a fresh template
-    REFERENCE = "reference"  # the reference's: all saves then all loads into one template
-    MLPERF = "mlperf"  # MLPerf Storage's: 10 writes then 10 reads, span durations
-
-
-class CacheMode(enum.StrEnum):
-    """Whether the ``file`` backend's written files were evicted from the page cache."""
-
-    DROPPED = "dropped"
-    KEPT = "kept"
-
-
-class GarbageCollection(enum.StrEnum):
-    """How a rank runs Python's cyclic garbage collector (docs/measurement.md)."""
-
-    # torchtitan's way (Megatron-LM's --manual-gc, NeMo's gc_interval): automatic collection off,
-    # a collection between checkpoints, outside the timings.
-    MANUAL = "manual"
-    AUTOMATIC = "automatic"  # Python's default: collections whenever allocations trigger them
-
-
-class UploadScheme(enum.StrEnum):
-    """How the gcs backend turns one rank's parts into its object (docs/storage.md)."""
-
-    # GCS's XML multipart upload on GCS itself, parallel composite upload against an emulator
-    # (STORAGE_EMULATOR_HOST set): no emulator implements the XML multipart upload.
-    AUTO = "auto"
-    COMPOSE = "compose"  # parts as temporary objects, composed, then deleted
-    MULTIPART = "multipart"  # GCS's XML API multipart upload: no compose, no part deletes
-
-    def resolve(self, emulator_host: str | None) -> UploadScheme:
-        """The scheme a run uses: ``auto`` is the XML multipart upload on GCS and a parallel
-        composite upload against an emulator (``STORAGE_EMULATOR_HOST``), since no emulator
-        implements the XML multipart upload. An explicit scheme is kept (a test shim gives an
-        emulator the multipart upload)."""
-        if self is not UploadScheme.AUTO:
-            return self
-        return UploadScheme.COMPOSE if emulator_host else UploadScheme.MULTIPART
-
-
-def default_samples(procedure: Procedure) -> int:
-    """Timed samples when none are given: MLPerf Storage's 10 for mlperf, the reference's 8."""
-    return MLPERF_CHECKPOINTS if procedure is Procedure.MLPERF else DEFAULT_SAMPLES
-
-
-def default_warmups(procedure: Procedure) -> int:
-    """Warm-ups when none are given: only ckptbench's own procedure runs one."""
-    return 1 if procedure is Procedure.CKPTBENCH else 0
 
 
 # -- what each declaration carries beside pydantic's field ---------------------------------------

@@ -16,11 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ckptbench.workload.contract import cells, memory_plan, sizes
+from ckptbench.workload.contract.choices import Backend, UploadScheme
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.settings import (
-    Backend,
-    UploadScheme,
-)
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
 from ckptbench.workload.rank import memory
 from ckptbench.workload.storage.paths import local_path

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.results import OpSummary, RunSummary
-from ckptbench.workload.contract.settings import Procedure
 from ckptbench.workload.contract.sizes import GIB
 
 MIB = 1024**2

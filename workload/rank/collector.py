@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ckptbench.workload.contract.settings import GarbageCollection
+from ckptbench.workload.contract.choices import GarbageCollection
 
 
 @dataclass

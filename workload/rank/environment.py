@@ -8,9 +8,9 @@ import platform
 import socket
 from typing import Any
 
+from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV
-from ckptbench.workload.contract.settings import Backend
 
 _PACKAGES = (
     "torch",

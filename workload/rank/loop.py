@@ -35,9 +35,9 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
+from ckptbench.workload.contract.choices import CacheMode, Procedure
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import RankResult
-from ckptbench.workload.contract.settings import CacheMode, Procedure
 from ckptbench.workload.rank import state
 from ckptbench.workload.rank.collector import Collector
 from ckptbench.workload.rank.samples import Op, Series

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 from ckptbench.workload.contract import config as config_module
 from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
 from ckptbench.workload.contract.results import RankResult, RunSummary, summarize
-from ckptbench.workload.contract.settings import Procedure
 from ckptbench.workload.storage import objects as objectio
 
 if TYPE_CHECKING:

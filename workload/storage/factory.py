@@ -18,9 +18,9 @@ from typing import Any
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
+from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
-from ckptbench.workload.contract.settings import Backend
 from ckptbench.workload.storage.objects import DeleteOutcome
 from ckptbench.workload.storage.paths import local_path
 from ckptbench.workload.storage.retry import (

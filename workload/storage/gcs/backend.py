@@ -36,8 +36,8 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
+from ckptbench.workload.contract.choices import UploadScheme
 from ckptbench.workload.contract.names import EMULATOR_ENV
-from ckptbench.workload.contract.settings import UploadScheme
 from ckptbench.workload.storage import torch_seam
 from ckptbench.workload.storage.gcs.client import make_client, split_gs_url
 from ckptbench.workload.storage.gcs.download import ParallelReader, ReadPaths
