@@ -1,7 +1,9 @@
 """What a benchmark's pods say: their results (termination messages), failures and waits.
 
 The ranks report through their containers' termination messages (the workload's compact
-:class:`RankResult` JSON). Only the pods of the JobSet's latest restart attempt count.
+:class:`RankResult` JSON). Only the pods of the JobSet's latest restart attempt count. A failed
+pod and an unreadable result are recorded as the status lists them (:class:`PodFailure`,
+:class:`Unreadable`).
 """
 
 from __future__ import annotations
@@ -12,27 +14,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ckptbench.operator.spec.status_schema import PodFailure, Unreadable
 from ckptbench.workload.contract.results import RankResult
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 EXCERPT = 200
-
-
-@dataclass(frozen=True)
-class PodFailure:
-    pod: str
-    rank: int | None
-    exit_code: int | None
-    reason: str
-    error: str | None
-
-
-@dataclass(frozen=True)
-class Unreadable:
-    pod: str
-    rank: int | None
-    problem: str
 
 
 @dataclass(frozen=True)
@@ -92,14 +79,15 @@ def read_pods(pods: Sequence[Mapping[str, Any]]) -> Reports:
                     result = RankResult.from_termination_message(str(text))
                 except ValidationError as exc:
                     problem = f"termination message is not a ckptbench result ({_first_error(exc)})"
-                    unreadable.append(Unreadable(name, rank, problem))
+                    unreadable.append(Unreadable(pod=name, rank=rank, problem=problem))
                 else:
                     if rank is not None and result.rank != rank:
                         problem = f"reported rank {result.rank} but runs as rank {rank}"
-                        unreadable.append(Unreadable(name, rank, problem))
+                        unreadable.append(Unreadable(pod=name, rank=rank, problem=problem))
                         result = None
             elif pod_phase == "Succeeded":
-                unreadable.append(Unreadable(name, rank, "succeeded without a termination message"))
+                problem = "succeeded without a termination message"
+                unreadable.append(Unreadable(pod=name, rank=rank, problem=problem))
         if result is not None:
             results[result.rank] = result
             result_pods[result.rank] = name
@@ -137,11 +125,11 @@ def _pod_failure(
     if error is None and status.get("message"):
         error = excerpt(str(status["message"]))
     return PodFailure(
-        name,
-        rank if rank is not None else (result.rank if result else None),
-        exit_code if isinstance(exit_code, int) else None,
-        reason,
-        error,
+        pod=name,
+        rank=rank if rank is not None else (result.rank if result else None),
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        reason=reason,
+        error=error,
     )
 
 
