@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -523,3 +524,37 @@ def test_a_computed_status_cannot_be_changed_after_the_fact() -> None:
     status = st.compute_status(spec(), jobset(), ALL_DONE, None, NOW)
     with pytest.raises(ValidationError, match="frozen"):
         status.phase = "Failed"
+
+
+def test_equal_io_goes_to_the_lower_rank() -> None:
+    from ckptbench.operator.status.aggregate import slowest_rank
+
+    same = [RankResult(rank=r, save=OpTiming.of([1.0], [0.5])) for r in (3, 1, 2)]
+    assert slowest_rank(same) == 1
+    assert slowest_rank([RankResult(rank=0)]) is None
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_cyclic_collector_stays_out_of_the_aggregation(enabled: bool) -> None:
+    # Its full passes rescanned every parsed result and pod again and again, freeing nothing:
+    # the part of the cost that grew faster than the ranks. No collection runs inside; the
+    # collector is left as it was found.
+    world = 500
+    the_spec, the_jobset, pods = spec(world), jobset(), [done(r, shard=1) for r in range(world)]
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    gc.callbacks.append(count)
+    try:
+        status = st.compute_status(the_spec, the_jobset, pods, None, NOW)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.callbacks.remove(count)
+        (gc.enable if was else gc.disable)()
+    assert status.ranks_reported == world
+    assert collections == []

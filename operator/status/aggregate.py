@@ -22,14 +22,16 @@ def slowest_rank(results: Sequence[RankResult]) -> int | None:
 
     I/O time is timed inside the storage layer; barrier-to-barrier time is equal on every rank.
     """
-
-    def own(result: RankResult) -> float:
-        return sum(op.io.mean for op in (result.save, result.load) if op is not None)
-
-    timed = [r for r in results if r.save is not None or r.load is not None]
-    if not timed:
-        return None
-    return max(timed, key=lambda r: (own(r), -r.rank)).rank
+    found: int | None = None
+    longest = 0.0
+    for r in results:
+        if r.save is None and r.load is None:
+            continue
+        own = (r.save.io.mean if r.save else 0.0) + (r.load.io.mean if r.load else 0.0)
+        # Ties go to the lower rank, so the answer does not depend on the order ranks reported in.
+        if found is None or own > longest or (own == longest and r.rank < found):
+            found, longest = r.rank, own
+    return found
 
 
 def operation(op: OpSummary, result_pods: Mapping[int, str]) -> Operation:

@@ -39,17 +39,27 @@ class Reports:
 def current_attempt(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Pods of the JobSet's latest restart attempt: a restarted JobSet's old pods may linger."""
 
-    def attempt(pod: Mapping[str, Any]) -> int:
-        value = _labels(pod).get(RESTART_ATTEMPT, "0")
-        return int(value) if str(value).isdigit() else 0
-
-    if not pods:
+    attempts = [_attempt(p) for p in pods]
+    if not attempts:
         return []
-    latest = max(attempt(p) for p in pods)
-    return sorted(
-        (p for p in pods if attempt(p) == latest and not _meta(p).get("deletionTimestamp")),
-        key=lambda p: (_pod_rank(p) if _pod_rank(p) is not None else 1 << 62, object_name(p)),
-    )
+    latest = max(attempts)
+    current = [
+        (_sort_rank(p), object_name(p), i)
+        for i, p in enumerate(pods)
+        if attempts[i] == latest and not _meta(p).get("deletionTimestamp")
+    ]
+    current.sort()
+    return [pods[i] for _, _, i in current]
+
+
+def _attempt(pod: Mapping[str, Any]) -> int:
+    value = _labels(pod).get(RESTART_ATTEMPT, "0")
+    return int(value) if str(value).isdigit() else 0
+
+
+def _sort_rank(pod: Mapping[str, Any]) -> int:
+    rank = _pod_rank(pod)
+    return rank if rank is not None else 1 << 62
 
 
 def read_pods(pods: Sequence[Mapping[str, Any]]) -> Reports:
