@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import BenchmarkStatus, status_body
 from ckptbench.operator.status import compute as st
-from ckptbench.operator.status.aggregate import LISTED, MISSING_LISTED
+from ckptbench.operator.status.aggregate import LISTED
 from ckptbench.operator.status.phases import with_reconcile_error
 from ckptbench.operator.status.pods import COMPLETION_INDEX, RESTART_ATTEMPT
 from ckptbench.workload.contract import sizes
@@ -342,6 +342,19 @@ def test_result_claiming_another_rank_is_unreadable() -> None:
     assert status["ranksReported"] == 0
 
 
+def test_a_failed_pods_long_error_is_cut_short() -> None:
+    message = RankResult(rank=2, error="OSError: " + "x" * 900).to_termination_message()
+    status = compute(spec(), jobset(), [pod(2, "Failed", message, 1)], None, NOW)
+    (failed,) = status["failedPods"]
+    assert failed["error"].startswith("OSError: x") and len(failed["error"]) == 200
+
+
+def test_the_start_time_once_written_is_kept() -> None:
+    earlier = {"startTime": "2025-03-01T11:00:00Z"}
+    assert compute(spec(), jobset(), ALL_DONE, earlier, NOW)["startTime"] == earlier["startTime"]
+    assert compute(spec(), jobset(), ALL_DONE, None, NOW)["startTime"] == "2025-03-01T11:40:00Z"
+
+
 def test_failed_pod_details() -> None:
     message = RankResult(rank=2, error="RendezvousTimeout: no answer").to_termination_message()
     status = compute(spec(), jobset(), [pod(2, "Failed", message, 3)], None, NOW)
@@ -421,7 +434,7 @@ def test_status_size_is_bounded(world_size: int) -> None:
     status = compute(the_spec, jobset(), pods, None, NOW)
     size = len(json.dumps(status))
     assert size < 16 * 1024, size  # far under 256 KiB: no per-rank lists
-    assert len(status.get("missingRanks", [])) <= MISSING_LISTED
+    assert len(status.get("missingRanks", [])) <= 20  # the summary lists the first 20
     assert len(status.get("failedPods", [])) <= LISTED
     assert len(status.get("unreadableResults", [])) <= LISTED
 
@@ -558,3 +571,12 @@ def test_the_cyclic_collector_stays_out_of_the_aggregation(enabled: bool) -> Non
         (gc.enable if was else gc.disable)()
     assert status.ranks_reported == world
     assert collections == []
+
+
+def test_a_second_failed_reconcile_keeps_one_reconcile_error_and_its_time() -> None:
+    written = status_body(st.compute_status(spec(), jobset(), [], None, NOW))["conditions"]
+    first = status_body(BenchmarkStatus(conditions=with_reconcile_error(written, "A", NOW, 1)))
+    again = with_reconcile_error(first["conditions"], "B", LATER, 1)
+    errors = [c for c in again if c.type == "ReconcileError"]
+    assert [(c.message, c.last_transition_time) for c in errors] == [("B", "2025-03-01T12:00:00Z")]
+    assert [c.type for c in again][:-1] == [c["type"] for c in written]

@@ -14,7 +14,6 @@ from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpSummary, RankResult, RunSummary
 
 LISTED = 10  # bounded lists: failed pods, unreadable results, rank errors
-MISSING_LISTED = 20
 
 
 def slowest_rank(results: Sequence[RankResult]) -> int | None:

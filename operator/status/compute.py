@@ -24,7 +24,6 @@ from ckptbench.operator.spec.status_schema import BenchmarkStatus
 from ckptbench.operator.status import conditions as cond
 from ckptbench.operator.status.aggregate import (
     LISTED,
-    MISSING_LISTED,
     failed_pods,
     operation,
     rank_errors,
@@ -140,7 +139,7 @@ def compute_status(
         ranks_reported=reported,
         ranks_summary=f"{reported}/{spec.world_size}",
         missing_rank_count=summary.missing_rank_count or None,
-        missing_ranks=summary.missing_ranks[:MISSING_LISTED] or None,
+        missing_ranks=summary.missing_ranks or None,  # the summary lists the first 20
         checkpoint_bytes=total,
         checkpoint_size=sizes.format_bytes(total),
         save=operation(summary.save, reports.result_pods) if summary.save else None,
