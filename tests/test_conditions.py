@@ -7,31 +7,39 @@ from typing import Any
 
 import pytest
 
+from ckptbench.operator.spec.status_schema import Condition, status_body
 from ckptbench.operator.status import conditions as cond
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)
 
 
-def c(type_: str, status: str, reason: str = "Why", message: str = "", at: datetime = T0) -> Any:
+def c(
+    type_: str, status: str, reason: str = "Why", message: str = "", at: datetime = T0
+) -> Condition:
     return cond.make_condition(type_, status, reason, message, at)  # type: ignore[arg-type]
+
+
+def read(type_: str, status: str, reason: str = "Why", message: str = "") -> dict[str, Any]:
+    """A condition of the previous status, as read from the API (stamped at T0)."""
+    return status_body(c(type_, status, reason, message))
 
 
 @pytest.mark.parametrize(
     ("previous", "desired", "expected_times"),
     [
         pytest.param(None, [c("A", "True", at=T1)], [T1], id="no-previous"),
-        pytest.param([c("A", "True")], [c("A", "True", at=T1)], [T0], id="same-status-kept"),
+        pytest.param([read("A", "True")], [c("A", "True", at=T1)], [T0], id="same-status-kept"),
         pytest.param(
-            [c("A", "True", "Old", "old")],
+            [read("A", "True", "Old", "old")],
             [c("A", "True", "New", "new", at=T1)],
             [T0],
             id="reason-change-keeps-time",
         ),
-        pytest.param([c("A", "False")], [c("A", "True", at=T1)], [T1], id="status-flip-stamps"),
-        pytest.param([c("A", "Unknown")], [c("A", "False", at=T1)], [T1], id="unknown-to-false"),
+        pytest.param([read("A", "False")], [c("A", "True", at=T1)], [T1], id="status-flip-stamps"),
+        pytest.param([read("A", "Unknown")], [c("A", "False", at=T1)], [T1], id="unknown-to-false"),
         pytest.param(
-            [c("B", "True"), c("A", "True")],
+            [read("B", "True"), read("A", "True")],
             [c("A", "True", at=T1), c("C", "True", at=T1)],
             [T0, T1],
             id="per-type-and-dropped",
@@ -43,16 +51,14 @@ def c(type_: str, status: str, reason: str = "Why", message: str = "", at: datet
 )
 def test_merge_keeps_transition_time_while_status_holds(
     previous: list[dict[str, Any]] | None,
-    desired: list[dict[str, Any]],
+    desired: list[Condition],
     expected_times: list[datetime],
 ) -> None:
     merged = cond.merge_conditions(previous, desired)
-    assert [m["type"] for m in merged] == [d["type"] for d in desired]
-    assert [m["lastTransitionTime"] for m in merged] == [cond.timestamp(t) for t in expected_times]
+    assert [m.type for m in merged] == [d.type for d in desired]
+    assert [m.last_transition_time for m in merged] == [cond.timestamp(t) for t in expected_times]
     # Reason and message always follow the desired condition.
-    assert [(m["reason"], m["message"]) for m in merged] == [
-        (d["reason"], d["message"]) for d in desired
-    ]
+    assert [(m.reason, m.message) for m in merged] == [(d.reason, d.message) for d in desired]
 
 
 @pytest.mark.parametrize(
@@ -83,7 +89,7 @@ def test_make_condition_rejects_reasons_the_api_would(reason: str) -> None:
 
 @pytest.mark.parametrize(("generation", "has_key"), [(None, False), (0, True), (7, True)])
 def test_observed_generation_only_when_given(generation: int | None, has_key: bool) -> None:
-    made = cond.make_condition("A", "True", "Ok", "m", T0, generation)
+    made = status_body(cond.make_condition("A", "True", "Ok", "m", T0, generation))
     assert ("observedGeneration" in made) is has_key
     if has_key:
         assert made["observedGeneration"] == generation

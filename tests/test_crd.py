@@ -13,6 +13,8 @@ from ckptbench.operator.spec import names as spec_names
 from ckptbench.operator.spec.crd import SchemaConversionError, build_crd, structural
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.rules import RULES
+from ckptbench.operator.spec.status_schema import BenchmarkStatus, Operation, wire_name
+from ckptbench.operator.sweep import crd as sweep_crd
 from ckptbench.workload.contract import settings
 from ckptbench.workload.contract.choices import Backend
 from tests.crd_validation import cel_failures, openapi_schema, schema_errors
@@ -174,10 +176,36 @@ def test_status_is_typed_for_kubectl_explain() -> None:
     status = openapi_schema()["properties"]["status"]
     save = status["properties"]["save"]
     assert save["type"] == "object"
-    assert "barrier to barrier" in save["properties"]["meanSeconds"]["description"]
+    assert "max over ranks per sample" in save["properties"]["meanSeconds"]["description"]
     assert status["properties"]["reason"]["type"] == "string"
     condition = status["properties"]["conditions"]["items"]
     assert set(condition["required"]) >= {"type", "status", "reason", "lastTransitionTime"}
+    assert condition["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
+
+
+@pytest.mark.parametrize("kind", ["benchmark", "sweep"])
+def test_every_status_field_is_described_for_kubectl_explain(kind: str) -> None:
+    the_crd = build_crd() if kind == "benchmark" else sweep_crd.build_crd()
+    status = openapi_schema(the_crd)["properties"]["status"]
+    # kubectl explain describes a list or a map by its field's description, not its items'.
+    fields = [(path, node) for path, node in _walk(status) if not path.endswith(("[]", "}"))]
+    assert len(fields) > 20
+    for path, node in fields:
+        assert len(node.get("description", "")) > 5, f"status{path} has no description"
+
+
+def test_status_schema_is_the_models() -> None:
+    status = openapi_schema()["properties"]["status"]
+    assert status == {
+        **crd.model_schema(BenchmarkStatus),
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    declared = {wire_name(name) for name in BenchmarkStatus.model_fields}
+    assert set(status["properties"]) == declared
+    save = status["properties"]["save"]["properties"]
+    assert set(save) == {f.alias for f in Operation.model_fields.values()}
+    # The workload's summary, plus what the status adds; the wire names the status always had.
+    assert {"planningSeconds", "gcSeconds", "throughput", "slowestRankPod"} <= set(save)
 
 
 def test_cel_rules_are_the_models_rules() -> None:

@@ -79,8 +79,8 @@ def test_a_conflict_on_creation_reads_the_existing_jobset() -> None:
     outcome = reconcile_once(api, DEFAULTS, NS, NAME, NOW)
     assert outcome is not None and not outcome.created_jobset
     assert api.calls == ["get_jobset", "create_jobset", "get_jobset", "list_pods"]
-    assert outcome.status["jobSetName"] == NAME
-    assert outcome.status["phase"] == "Pending"
+    assert outcome.status.job_set_name == NAME
+    assert outcome.status.phase == "Pending"
 
 
 @pytest.mark.parametrize(
@@ -101,8 +101,8 @@ def test_a_foreign_jobset_is_not_adopted(owners: list[dict[str, Any]], whose: st
     outcome = reconcile_once(api, DEFAULTS, NS, NAME, NOW)
     assert outcome is not None
     assert api.calls == ["get_jobset"]  # neither created over it nor its pods read
-    assert outcome.status["reason"] == "ForeignJobSet"
-    assert whose in outcome.status["message"]
+    assert outcome.status.reason == "ForeignJobSet"
+    assert whose in (outcome.status.message or "")
     assert foreign["metadata"]["ownerReferences"] == owners
 
 

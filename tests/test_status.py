@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
-from ckptbench.operator.spec.status_schema import BenchmarkStatus
+from ckptbench.operator.spec.status_schema import BenchmarkStatus, status_body
 from ckptbench.operator.status import compute as st
-from ckptbench.operator.status.aggregate import LISTED, MISSING_LISTED
+from ckptbench.operator.status.aggregate import LISTED
 from ckptbench.operator.status.phases import with_reconcile_error
 from ckptbench.operator.status.pods import COMPLETION_INDEX, RESTART_ATTEMPT
 from ckptbench.workload.contract import sizes
@@ -96,6 +98,15 @@ def pod(
             "containerStatuses": [{"name": "worker", "state": state}],
         },
     }
+
+
+def compute(*args: Any, **kw: Any) -> dict[str, Any]:
+    """compute_status's model as the API gets it: the tests read the fields by their wire names."""
+    return status_body(st.compute_status(*args, **kw))
+
+
+def invalid(*args: Any, **kw: Any) -> dict[str, Any]:
+    return status_body(st.invalid_spec_status(*args, **kw))
 
 
 def done(rank: int, **kw: Any) -> dict[str, Any]:
@@ -266,7 +277,7 @@ def test_phase_and_reason(
     reason: str,
     in_message: str,
 ) -> None:
-    status = st.compute_status(the_spec, the_jobset, pods, None, NOW)
+    status = compute(the_spec, the_jobset, pods, None, NOW)
     assert (status["phase"], status["reason"]) == (phase, reason), status["message"]
     assert in_message in status["message"]
     assert ("failureReason" in status) is (phase == "Failed")
@@ -284,7 +295,7 @@ def test_phase_and_reason(
 
 
 def test_succeeded_aggregates_match_summarize() -> None:
-    status = st.compute_status(spec(), jobset(), ALL_DONE, None, NOW, generation=3)
+    status = compute(spec(), jobset(), ALL_DONE, None, NOW, generation=3)
     assert status["ranksReported"] == status["ranksExpected"] == 4
     assert status["ranksSummary"] == "4/4"
     assert status["checkpointBytes"] == TOTAL
@@ -308,14 +319,14 @@ def test_succeeded_aggregates_match_summarize() -> None:
 
 
 def test_missing_ranks_are_named() -> None:
-    status = st.compute_status(spec(), jobset(), [ALL_DONE[0], ALL_DONE[2]], None, NOW)
+    status = compute(spec(), jobset(), [ALL_DONE[0], ALL_DONE[2]], None, NOW)
     assert status["missingRanks"] == [1, 3]
     assert status["missingRankCount"] == 2
 
 
 def test_unparseable_message_is_reported_not_raised() -> None:
     pods = [*ALL_DONE[:3], pod(3, "Succeeded", '{"rank": "three"}')]
-    status = st.compute_status(spec(), jobset(), pods, None, NOW)
+    status = compute(spec(), jobset(), pods, None, NOW)
     assert status["unreadableResultCount"] == 1
     (entry,) = status["unreadableResults"]
     assert entry["pod"] == "bench-rank-0-3-x0"
@@ -326,14 +337,27 @@ def test_unparseable_message_is_reported_not_raised() -> None:
 
 def test_result_claiming_another_rank_is_unreadable() -> None:
     impostor = pod(1, "Succeeded", result(2).to_termination_message())
-    status = st.compute_status(spec(), jobset(), [impostor], None, NOW)
+    status = compute(spec(), jobset(), [impostor], None, NOW)
     assert "reported rank 2 but runs as rank 1" in status["unreadableResults"][0]["problem"]
     assert status["ranksReported"] == 0
 
 
+def test_a_failed_pods_long_error_is_cut_short() -> None:
+    message = RankResult(rank=2, error="OSError: " + "x" * 900).to_termination_message()
+    status = compute(spec(), jobset(), [pod(2, "Failed", message, 1)], None, NOW)
+    (failed,) = status["failedPods"]
+    assert failed["error"].startswith("OSError: x") and len(failed["error"]) == 200
+
+
+def test_the_start_time_once_written_is_kept() -> None:
+    earlier = {"startTime": "2025-03-01T11:00:00Z"}
+    assert compute(spec(), jobset(), ALL_DONE, earlier, NOW)["startTime"] == earlier["startTime"]
+    assert compute(spec(), jobset(), ALL_DONE, None, NOW)["startTime"] == "2025-03-01T11:40:00Z"
+
+
 def test_failed_pod_details() -> None:
     message = RankResult(rank=2, error="RendezvousTimeout: no answer").to_termination_message()
-    status = st.compute_status(spec(), jobset(), [pod(2, "Failed", message, 3)], None, NOW)
+    status = compute(spec(), jobset(), [pod(2, "Failed", message, 3)], None, NOW)
     assert status["failedPods"] == [
         {
             "pod": "bench-rank-0-2-x0",
@@ -347,7 +371,7 @@ def test_failed_pod_details() -> None:
 
 
 def test_invalid_spec_status_names_the_field() -> None:
-    status = st.invalid_spec_status("spec.worldSize: must be >= 1", None, NOW, generation=2)
+    status = invalid("spec.worldSize: must be >= 1", None, NOW, generation=2)
     assert status["phase"] == "Failed"
     assert status["failureReason"] == "spec.worldSize: must be >= 1"
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
@@ -378,31 +402,28 @@ def test_describe_spec_change(
 
 
 def test_spec_change_condition_appears_and_clears() -> None:
-    first = st.compute_status(spec(), jobset(), [], None, NOW, spec_change="worldSize changed")
+    first = compute(spec(), jobset(), [], None, NOW, spec_change="worldSize changed")
     rejected = next(c for c in first["conditions"] if c["type"] == "SpecChangeRejected")
     assert (rejected["status"], rejected["reason"]) == ("True", "SpecImmutable")
-    second = st.compute_status(spec(), jobset(), [], first, LATER)
+    second = compute(spec(), jobset(), [], first, LATER)
     cleared = next(c for c in second["conditions"] if c["type"] == "SpecChangeRejected")
     assert cleared["status"] == "False"
     assert cleared["lastTransitionTime"] == "2025-03-01T12:03:00Z"
-    third = st.compute_status(spec(), jobset(), [], None, LATER)
+    third = compute(spec(), jobset(), [], None, LATER)
     assert all(c["type"] != "SpecChangeRejected" for c in third["conditions"])
 
 
 def test_deterministic_and_transition_times_kept() -> None:
     pods = [ALL_DONE[0], pod(1, "Running")]
-    first = st.compute_status(spec(), jobset(), pods, None, NOW)
-    again = st.compute_status(spec(), jobset(), pods, first, LATER)
+    first = compute(spec(), jobset(), pods, None, NOW)
+    again = compute(spec(), jobset(), pods, first, LATER)
     assert again == first  # nothing changed: the handler skips the patch
-    finished = st.compute_status(spec(), jobset(), ALL_DONE, first, LATER)
+    finished = compute(spec(), jobset(), ALL_DONE, first, LATER)
     times = {c["type"]: c["lastTransitionTime"] for c in finished["conditions"]}
     assert times["JobSetCreated"] == "2025-03-01T12:00:00Z"
     assert times["Complete"] == "2025-03-01T12:03:00Z"
     # A terminal status is stable: its completion time does not move on later reconciles.
-    assert (
-        st.compute_status(spec(), jobset(), ALL_DONE, finished, LATER + timedelta(hours=1))
-        == finished
-    )
+    assert compute(spec(), jobset(), ALL_DONE, finished, LATER + timedelta(hours=1)) == finished
 
 
 @pytest.mark.parametrize("world_size", [1, 4, 64, 1000])
@@ -410,10 +431,10 @@ def test_status_size_is_bounded(world_size: int) -> None:
     the_spec = spec(world_size)
     pods = [done(r, shard=1) for r in range(world_size // 2)]
     pods += [pod(r, "Failed", "not json", exit_code=1) for r in range(world_size // 2, world_size)]
-    status = st.compute_status(the_spec, jobset(), pods, None, NOW)
+    status = compute(the_spec, jobset(), pods, None, NOW)
     size = len(json.dumps(status))
     assert size < 16 * 1024, size  # far under 256 KiB: no per-rank lists
-    assert len(status.get("missingRanks", [])) <= MISSING_LISTED
+    assert len(status.get("missingRanks", [])) <= 20  # the summary lists the first 20
     assert len(status.get("failedPods", [])) <= LISTED
     assert len(status.get("unreadableResults", [])) <= LISTED
 
@@ -422,7 +443,7 @@ def test_status_stays_bounded_when_every_rank_reports_a_long_error() -> None:
     # 1000 ranks that each report a 1 KiB error: status must stay far below etcd's limit.
     the_spec = spec(1000)
     errors = [done(r, shard=1, error=f"rank {r}: " + "x" * 1024) for r in range(1000)]
-    status = st.compute_status(the_spec, jobset(), errors, None, NOW)
+    status = compute(the_spec, jobset(), errors, None, NOW)
     assert status["rankErrorCount"] == 1000
     assert len(status["rankErrors"]) <= LISTED
     assert all(len(e["error"]) <= 200 for e in status["rankErrors"])
@@ -431,7 +452,7 @@ def test_status_stays_bounded_when_every_rank_reports_a_long_error() -> None:
 
 def test_a_foreign_jobset_is_reported_not_adopted() -> None:
     why = "JobSet bench already exists and has no controller owner: it is not adopted."
-    status = st.compute_status(spec(), None, [], None, NOW, foreign_jobset=why)
+    status = compute(spec(), None, [], None, NOW, foreign_jobset=why)
     assert (status["phase"], status["reason"], status["message"]) == (
         "Pending",
         "ForeignJobSet",
@@ -456,7 +477,7 @@ def test_the_slowest_rank_is_the_one_with_the_most_io_not_the_longest_collective
 
 
 def test_status_carries_each_ranks_io_seconds_and_the_procedure() -> None:
-    status = st.compute_status(spec(), jobset(), ALL_DONE, None, NOW)
+    status = compute(spec(), jobset(), ALL_DONE, None, NOW)
     assert status["procedure"] == "ckptbench"
     save = status["save"]
     assert len(save["rankIoSeconds"]) == 4
@@ -464,7 +485,7 @@ def test_status_carries_each_ranks_io_seconds_and_the_procedure() -> None:
     assert {"planningSeconds", "collectiveOverheadSeconds"} <= set(save)
 
 
-def _statuses() -> dict[str, dict[str, Any]]:
+def _statuses() -> dict[str, BenchmarkStatus]:
     """A status of every shape the operator writes."""
     failed = [pod(r, "Failed", "not json", exit_code=1) for r in range(2)]
     errors = [done(r, error="disk full") for r in range(4)]
@@ -479,14 +500,83 @@ def _statuses() -> dict[str, dict[str, Any]]:
         "invalid": st.invalid_spec_status("spec.worldSize: bad", None, NOW, generation=1),
         "spec-change": st.compute_status(spec(), jobset(), [], None, NOW, spec_change="edited"),
     }
-    broken = with_reconcile_error(out["succeeded"]["conditions"], "RuntimeError: x", NOW, 2)
-    out["reconcile-error"] = {**out["succeeded"], "conditions": broken}
+    written = status_body(out["succeeded"])["conditions"]
+    broken = with_reconcile_error(written, "RuntimeError: x", NOW, 2)
+    out["reconcile-error"] = out["succeeded"].model_copy(update={"conditions": broken})
     return out
 
 
 @pytest.mark.parametrize("shape", sorted(_statuses()))
-def test_every_status_field_is_declared_in_the_typed_schema(shape: str) -> None:
-    # BenchmarkStatus forbids undeclared fields: a field the operator writes but the CRD's typed
-    # schema (kubectl explain) does not describe fails here.
+def test_what_is_written_reads_back_as_the_same_status(shape: str) -> None:
+    # The patch body is the model's wire form: read back (as the next reconcile's ``previous``
+    # is), it is the same status, so every name written is one the schema declares.
     status = _statuses()[shape]
-    assert BenchmarkStatus.model_validate(status).model_dump(by_alias=True, exclude_none=True)
+    body = status_body(status)
+    assert BenchmarkStatus.model_validate(body) == status
+    assert json.loads(json.dumps(body)) == body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"phase": "Running", "ranksExpectd": 4},
+        {"save": {**status_body(_statuses()["succeeded"])["save"], "p99Seconds": 1.0}},
+        {"conditions": [{**status_body(_statuses()["succeeded"])["conditions"][0], "x": 1}]},
+        {"failedPods": [{"pod": "p", "reason": "Error", "signal": 9}]},
+        {"rankErrors": [{"rank": 1, "pod": "p", "error": "e", "node": "n"}]},
+        {"unreadableResults": [{"pod": "p", "problem": "bad", "why": "?"}]},
+    ],
+    ids=["top", "operation", "condition", "failed-pod", "rank-error", "unreadable"],
+)
+def test_an_undeclared_status_field_cannot_be_written(body: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        BenchmarkStatus.model_validate(body)
+
+
+def test_a_computed_status_cannot_be_changed_after_the_fact() -> None:
+    status = st.compute_status(spec(), jobset(), ALL_DONE, None, NOW)
+    with pytest.raises(ValidationError, match="frozen"):
+        status.phase = "Failed"
+
+
+def test_equal_io_goes_to_the_lower_rank() -> None:
+    from ckptbench.operator.status.aggregate import slowest_rank
+
+    same = [RankResult(rank=r, save=OpTiming.of([1.0], [0.5])) for r in (3, 1, 2)]
+    assert slowest_rank(same) == 1
+    assert slowest_rank([RankResult(rank=0)]) is None
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_cyclic_collector_stays_out_of_the_aggregation(enabled: bool) -> None:
+    # Its full passes rescanned every parsed result and pod again and again, freeing nothing:
+    # the part of the cost that grew faster than the ranks. No collection runs inside; the
+    # collector is left as it was found.
+    world = 500
+    the_spec, the_jobset, pods = spec(world), jobset(), [done(r, shard=1) for r in range(world)]
+    collections: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    gc.callbacks.append(count)
+    try:
+        status = st.compute_status(the_spec, the_jobset, pods, None, NOW)
+        assert gc.isenabled() is enabled
+    finally:
+        gc.callbacks.remove(count)
+        (gc.enable if was else gc.disable)()
+    assert status.ranks_reported == world
+    assert collections == []
+
+
+def test_a_second_failed_reconcile_keeps_one_reconcile_error_and_its_time() -> None:
+    written = status_body(st.compute_status(spec(), jobset(), [], None, NOW))["conditions"]
+    first = status_body(BenchmarkStatus(conditions=with_reconcile_error(written, "A", NOW, 1)))
+    again = with_reconcile_error(first["conditions"], "B", LATER, 1)
+    errors = [c for c in again if c.type == "ReconcileError"]
+    assert [(c.message, c.last_transition_time) for c in errors] == [("B", "2025-03-01T12:00:00Z")]
+    assert [c.type for c in again][:-1] == [c["type"] for c in written]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from ckptbench.operator.runtime.steps import patch_if_changed, read_live
+from ckptbench.operator.spec.status_schema import BenchmarkStatus
 
 NS, NAME = "team-a", "bench"
 
@@ -40,18 +41,23 @@ def test_an_object_without_status_reads_as_an_empty_one() -> None:
 @pytest.mark.parametrize(
     ("previous", "status", "sent"),
     [
-        ({"phase": "Running"}, {"phase": "Running"}, None),
-        ({}, {"phase": "Pending"}, {"phase": "Pending"}),
+        ({"phase": "Running"}, BenchmarkStatus(phase="Running"), None),
+        ({}, BenchmarkStatus(phase="Pending"), {"phase": "Pending"}),
         (
             {"phase": "Failed", "reason": "X", "message": "m"},
-            {"phase": "Running"},
+            BenchmarkStatus(phase="Running"),
             {"phase": "Running", "reason": None, "message": None},
         ),
+        (
+            {"jobSetName": "old"},
+            BenchmarkStatus(job_set_name="new", ranks_expected=2),
+            {"jobSetName": "new", "ranksExpected": 2},
+        ),
     ],
-    ids=["unchanged", "new", "keys-removed"],
+    ids=["unchanged", "new", "keys-removed", "by-wire-name"],
 )
 def test_patch_if_changed(
-    previous: dict[str, Any], status: dict[str, Any], sent: dict[str, Any] | None
+    previous: dict[str, Any], status: BenchmarkStatus, sent: dict[str, Any] | None
 ) -> None:
     patches: list[Mapping[str, Any]] = []
 
@@ -59,5 +65,7 @@ def test_patch_if_changed(
         assert (namespace, name) == (NS, NAME)
         patches.append(body)
 
-    assert patch_if_changed(patch, NS, NAME, previous, status) is (sent is not None)
+    body, patched = patch_if_changed(patch, NS, NAME, previous, status)
+    assert patched is (sent is not None)
     assert patches == ([] if sent is None else [sent])
+    assert body == {k: v for k, v in (sent or previous).items() if v is not None}

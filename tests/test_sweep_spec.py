@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from ckptbench.operator.runtime.sweeps import parse_sweep
+from ckptbench.operator.spec.crd import model_schema
+from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.sweep import cells as sc
 from ckptbench.operator.sweep import crd as sweep_crd
 from ckptbench.operator.sweep import status as sst
@@ -242,7 +245,7 @@ def test_status_tables_cells_names_the_best_and_counts_progress() -> None:
         3: _child("Failed", 9.0, 9.0),  # failed cells are never best
         4: _child("Running"),
     }
-    status = sst.sweep_status("grid", _cells(), children, stop_on_failure=False)
+    status = status_body(sst.sweep_status("grid", _cells(), children, stop_on_failure=False))
     assert status["phase"] == "Running"
     assert status["progress"] == "3/4"
     assert (status["cellsDone"], status["cellsSucceeded"], status["cellsFailed"]) == (3, 2, 1)
@@ -269,14 +272,14 @@ def test_status_tables_cells_names_the_best_and_counts_progress() -> None:
 )
 def test_sweep_phase(phases: dict[int, str], stop: bool, phase: str) -> None:
     children = {n: _child(p) for n, p in phases.items()}
-    assert sst.sweep_status("grid", _cells(), children, stop)["phase"] == phase
+    assert sst.sweep_status("grid", _cells(), children, stop).phase == phase
 
 
 def test_status_stays_bounded() -> None:
     obj = sweep(axes={"threads": list(range(1, 65))})
     cells = sc.expand(parse_sweep(obj["spec"]))
     children = {c.number: _child("Succeeded", 1.0, 1.0) for c in cells}
-    status = sst.sweep_status("grid", cells, children, False)
+    status = status_body(sst.sweep_status("grid", cells, children, False))
     assert len(status["cells"]) == 64
     assert len(yaml.safe_dump(status)) < 32 * 1024
 
@@ -290,6 +293,49 @@ def test_committed_sweep_crd_is_generated_from_the_model() -> None:
         assert yaml.safe_load(path.read_text()) == SWEEP_CRD, (
             f"{path} is out of date; run `ckptbench crd --kind sweep > {sweep_crd.CRD_FILE}`"
         )
+
+
+def test_sweep_crd_status_schema_is_generated_from_the_model() -> None:
+    status = SWEEP_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert status == {
+        **model_schema(sst.SweepStatus),
+        "x-kubernetes-preserve-unknown-fields": True,
+    }
+    assert set(status["properties"]) == {f.alias for f in sst.SweepStatus.model_fields.values()}
+    row = status["properties"]["cells"]["items"]["properties"]
+    assert {"cell", "name", "settings", "phase", "saveGiBps", "loadSeconds"} <= set(row)
+    assert set(status["properties"]["bestSave"]["properties"]) == {
+        "cell",
+        "name",
+        "settings",
+        "GiBps",
+    }
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"phase": "Running", "cellsRunning": 1},
+        {
+            "phase": "Running",
+            "cells": [{"cell": 1, "name": "c", "settings": {}, "phase": "P", "x": 1}],
+        },
+        {
+            "phase": "Running",
+            "bestSave": {"cell": 1, "name": "c", "settings": "", "GiBps": 1, "y": 2},
+        },
+    ],
+    ids=["top", "row", "best"],
+)
+def test_an_undeclared_sweep_status_field_cannot_be_written(body: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        sst.SweepStatus.model_validate(body)
+
+
+def test_a_sweep_status_reads_back_as_written() -> None:
+    children = {1: _child("Succeeded", 1.0, 3.0), 2: _child("Failed")}
+    status = sst.sweep_status("grid", _cells(), children, stop_on_failure=True)
+    assert sst.SweepStatus.model_validate(status_body(status)) == status
 
 
 def test_sweep_crd_names_and_columns() -> None:

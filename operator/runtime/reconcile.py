@@ -26,6 +26,7 @@ from ckptbench.operator.runtime.steps import patch_if_changed, read_live
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
 from ckptbench.operator.spec.names import validate_name
 from ckptbench.operator.spec.parse import SpecError, parse_spec
+from ckptbench.operator.spec.status_schema import BenchmarkStatus, status_body
 from ckptbench.operator.status import compute as st
 from ckptbench.operator.status.conditions import timestamp
 from ckptbench.operator.status.events import Event, transitions
@@ -54,7 +55,7 @@ class Api(Protocol):
 
 @dataclass(frozen=True)
 class Outcome:
-    status: dict[str, Any]
+    status: BenchmarkStatus
     patched: bool
     created_jobset: bool
     events: tuple[Event, ...] = ()
@@ -121,8 +122,8 @@ def reconcile_once(
         )
         backend = ran.backend.value
 
-    patched = patch_if_changed(api.patch_status, namespace, name, previous, status)
-    metrics.update_benchmark(namespace, name, backend, status)
+    body, patched = patch_if_changed(api.patch_status, namespace, name, previous, status)
+    metrics.update_benchmark(namespace, name, backend, body)
     events = tuple(transitions(previous, status, created_jobset=created))
     for event in events:
         try:
@@ -145,8 +146,9 @@ def report_error(api: Api, namespace: str, name: str, error: Exception, now: dat
         previous = (bench.get("status") or {}).get("conditions")
         message = excerpt(f"{type(error).__name__}: {error}".replace("\n", " "))
         conditions = with_reconcile_error(previous, message, now, generation)
-        if conditions != previous:
-            api.patch_status(namespace, name, {"conditions": conditions})
+        patch = status_body(BenchmarkStatus(conditions=conditions))
+        if patch["conditions"] != previous:
+            api.patch_status(namespace, name, patch)
     except Exception:
         log.warning("could not report the failed reconcile of %s/%s", namespace, name)
 

@@ -7,6 +7,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
+from ckptbench.operator.spec.status_schema import status_body
+
 Get = Callable[[str, str], dict[str, Any] | None]
 Forget = Callable[[str, str], None]
 PatchStatus = Callable[[str, str, Mapping[str, Any]], None]
@@ -37,12 +41,14 @@ def patch_if_changed(
     namespace: str,
     name: str,
     previous: Mapping[str, Any],
-    status: Mapping[str, Any],
-) -> bool:
+    status: BaseModel,
+) -> tuple[dict[str, Any], bool]:
     """Patch the status subresource when ``status`` differs from ``previous``; a key ``status``
-    no longer has is removed (None, in a JSON merge patch). True when a patch was sent."""
-    if status == previous:
-        return False
-    removed = {key: None for key in previous if key not in status}
-    patch(namespace, name, {**status, **removed})
-    return True
+    no longer has is removed (None, in a JSON merge patch). The status is dumped here, once:
+    returns that body (what the object's status now is) and whether a patch was sent."""
+    body = status_body(status)
+    if body == previous:
+        return body, False
+    removed = {key: None for key in previous if key not in body}
+    patch(namespace, name, {**body, **removed})
+    return body, True

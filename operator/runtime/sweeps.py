@@ -40,7 +40,7 @@ class SweepApi(Protocol):
 
 @dataclass(frozen=True)
 class SweepOutcome:
-    status: dict[str, Any]
+    status: sst.SweepStatus
     created: list[str]
 
 
@@ -106,8 +106,8 @@ def reconcile_sweep_once(api: SweepApi, namespace: str, name: str) -> SweepOutco
             if made is not None:
                 children[cell.number] = made
         status = sst.sweep_status(name, cells, children, spec.stop_on_failure)
-    patch_if_changed(api.patch_sweep_status, namespace, name, previous, status)
-    metrics.update_sweep(namespace, name, status)
+    body, _ = patch_if_changed(api.patch_sweep_status, namespace, name, previous, status)
+    metrics.update_sweep(namespace, name, body)
     return SweepOutcome(status, created)
 
 

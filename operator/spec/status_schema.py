@@ -1,78 +1,118 @@
-"""The typed schema of a CheckpointBenchmark's ``.status``, for the CRD (``kubectl explain``).
+"""The typed ``.status`` of a CheckpointBenchmark: what the operator writes and what the CRD says.
 
-The operator writes the status as plain JSON (``ckptbench.operator.status.compute``); this model
-only describes it, so adding a status field is one field here plus the line that sets it, and a
-test fails when the operator writes a field this model does not declare. The CRD keeps unknown
-status fields as well: an operator newer than its CRD must not lose what it reports.
+:func:`~ckptbench.operator.status.compute.compute_status` returns a :class:`BenchmarkStatus`; the
+runtime patches :func:`status_body` of it, and the CRD's status schema is generated from the same
+classes (``kubectl explain ckb.status``). Every class forbids undeclared fields, so a field the
+schema does not describe cannot be written. One class per concept: an operation's summary is the
+workload's :class:`OpSummary`, a listed rank error its :class:`RankError`, each with what the
+status adds (a readable throughput, the pod's name).
+
+The CRD also keeps status fields it does not know: Helm never upgrades a chart's CRDs, and an
+operator newer than its CRD must not lose what it reports.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict, JsonSchemaExtraCallable
+
+from ckptbench.workload.contract.results import OpSummary, RankError
+
+# The status's names for two of OpSummary's fields, as the status has always written them.
+_WIRE_NAMES = {"planning_mean_seconds": "planningSeconds", "gc_mean_seconds": "gcSeconds"}
 
 
-class _Schema(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+def wire_name(field: str) -> str:
+    """The status's (camelCase) name of a field."""
+    return _WIRE_NAMES.get(field) or to_camel(field)
 
 
-class Condition(_Schema):
+def _described(descriptions: Mapping[str, str]) -> JsonSchemaExtraCallable:
+    """Fill the descriptions the workload's classes leave out, for ``kubectl explain``."""
+
+    def fill(schema: JsonDict) -> None:
+        properties = schema["properties"]
+        assert isinstance(properties, dict)
+        for name, text in descriptions.items():
+            field = properties[name]
+            assert isinstance(field, dict)
+            field.setdefault("description", text)
+
+    return fill
+
+
+def _config(json_schema_extra: JsonSchemaExtraCallable | None = None) -> ConfigDict:
+    return ConfigDict(
+        alias_generator=wire_name,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        json_schema_extra=json_schema_extra,
+    )
+
+
+class StatusModel(BaseModel):
+    """A part of a status: camelCase on the wire, undeclared fields refused, built once."""
+
+    model_config = _config()
+
+
+class Condition(StatusModel):
     """A metav1-style condition."""
 
     type: str = Field(description="JobSetCreated, Admitted, Complete, Failed, ...")
-    status: str = Field(description="True, False or Unknown.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str = Field(description="Why, in one CamelCase word.")
     message: str = Field(description="Why, for a person.")
     last_transition_time: str = Field(description="When status last changed (RFC 3339).")
     observed_generation: int | None = Field(None, description="The spec generation it reflects.")
 
 
-class Operation(_Schema):
+class Operation(OpSummary):
     """One operation (save or load) over the timed samples; a collective lasts as long as its
-    slowest rank, sample by sample."""
+    slowest rank, sample by sample, barrier to barrier."""
 
-    samples: int = Field(description="Timed samples.")
-    mean_seconds: float = Field(description="Mean collective seconds, barrier to barrier.")
-    stdev_seconds: float = Field(description="Standard deviation of the collective seconds.")
-    p50_seconds: float = Field(description="Median collective seconds.")
-    p90_seconds: float = Field(description="90th percentile of the collective seconds.")
-    max_seconds: float = Field(description="Longest sample.")
-    min_seconds: float = Field(description="Shortest sample.")
-    throughput_bytes_per_second: float = Field(
-        description="Checkpoint bytes / mean collective seconds."
+    model_config = _config(
+        json_schema_extra=_described(
+            {
+                "samples": "Timed samples.",
+                "stdevSeconds": "Standard deviation of the collective seconds.",
+                "p50Seconds": "Median collective seconds.",
+                "p90Seconds": "90th percentile of the collective seconds.",
+                "maxSeconds": "Longest sample.",
+                "minSeconds": "Shortest sample.",
+                "rank0StdevSeconds": "Standard deviation of rank 0's seconds.",
+            }
+        )
     )
-    throughput: str = Field(description="The same, for people (1024-based units).")
-    min_rank_throughput_bytes_per_second: float = Field(
-        description="The slowest rank's own bytes / own I/O seconds (MLPerf Storage's figure)."
-    )
-    slowest_rank: int = Field(description="The rank with the longest own I/O time.")
-    slowest_rank_seconds: float = Field(description="That rank's mean I/O seconds.")
-    fastest_rank_seconds: float = Field(description="The fastest rank's mean I/O seconds.")
-    planning_seconds: float = Field(description="Largest per-rank mean planning seconds.")
-    collective_overhead_seconds: float = Field(
-        description="Mean collective seconds beyond the slowest rank's planning plus I/O."
-    )
-    rank_io_seconds: list[float] | None = Field(
-        None, description="Each rank's mean I/O seconds, by rank (small worlds only)."
-    )
+
+    throughput: str = Field(description="throughputBytesPerSecond for people (1024-based units).")
     slowest_rank_pod: str | None = Field(None, description="The slowest rank's pod.")
-    blocked_mean_seconds: float | None = Field(
-        None, description="Async save: mean seconds the caller was blocked (includes staging)."
-    )
-    gc_seconds: float | None = Field(
-        None,
-        description="Largest per-rank mean seconds of automatic garbage collection inside the "
-        "operation (absent when none ran).",
-    )
 
 
-class RankErrorEntry(_Schema):
-    rank: int = Field(description="The rank that reported the error.")
+class RankErrorEntry(RankError):
+    """A rank that reported an error."""
+
+    model_config = _config(
+        json_schema_extra=_described(
+            {
+                "rank": "The rank that reported the error.",
+                "host": "Its node.",
+                "error": "The error, cut to 200 characters.",
+            }
+        )
+    )
+
     pod: str = Field(description="Its pod.")
-    error: str = Field(description="The error, cut to 200 characters.")
 
 
-class FailedPod(_Schema):
+class PodFailure(StatusModel):
+    """A pod of the current attempt that failed."""
+
     pod: str = Field(description="The pod.")
     reason: str = Field(description="The container's or pod's reason (Error, OOMKilled, ...).")
     rank: int | None = Field(None, description="Its rank, when known.")
@@ -80,13 +120,15 @@ class FailedPod(_Schema):
     error: str | None = Field(None, description="What the rank or the kubelet said.")
 
 
-class UnreadableResult(_Schema):
+class Unreadable(StatusModel):
+    """A pod whose termination message is no result of its rank."""
+
     pod: str = Field(description="The pod.")
     rank: int | None = Field(None, description="Its rank, when known.")
     problem: str = Field(description="Why its termination message is no result.")
 
 
-class BenchmarkStatus(_Schema):
+class BenchmarkStatus(StatusModel):
     """Observed state, written by the operator: phase, conditions, ranks reported, save and load
     summaries. Lists are bounded (the first few), whatever the world size."""
 
@@ -110,7 +152,9 @@ class BenchmarkStatus(_Schema):
     checkpoint_size: str | None = Field(None, description="The same, for people.")
     save: Operation | None = Field(None, description="The saves.")
     load: Operation | None = Field(None, description="The loads.")
-    slowest_rank: int | None = Field(None, description="The rank with the longest own I/O.")
+    slowest_rank: int | None = Field(
+        None, description="The rank with the longest own I/O, saves and loads together."
+    )
     verified: bool | None = Field(None, description="Every loaded tensor matched (when verified).")
     procedure: str | None = Field(None, description="The procedure that ran.")
     cache: str | None = Field(None, description="Backend file: page cache dropped or kept.")
@@ -120,9 +164,14 @@ class BenchmarkStatus(_Schema):
     rank_error_count: int | None = Field(None, description="Ranks that reported an error.")
     rank_errors: list[RankErrorEntry] | None = Field(None, description="The first 10.")
     failed_pod_count: int | None = Field(None, description="Pods that failed.")
-    failed_pods: list[FailedPod] | None = Field(None, description="The first 10.")
+    failed_pods: list[PodFailure] | None = Field(None, description="The first 10.")
     unreadable_result_count: int | None = Field(None, description="Results that were unreadable.")
-    unreadable_results: list[UnreadableResult] | None = Field(None, description="The first 10.")
+    unreadable_results: list[Unreadable] | None = Field(None, description="The first 10.")
     start_time: str | None = Field(None, description="When the first rank started.")
     completion_time: str | None = Field(None, description="When the run ended.")
     conditions: list[Condition] | None = Field(None, description="metav1-style conditions.")
+
+
+def status_body(status: BaseModel) -> dict[str, Any]:
+    """A status as the API takes it: camelCase JSON, absent fields left out."""
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)

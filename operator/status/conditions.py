@@ -10,8 +10,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from ckptbench.operator.spec.status_schema import Condition
+
 ConditionStatus = Literal["True", "False", "Unknown"]
-Condition = dict[str, Any]
 
 
 def timestamp(moment: datetime) -> str:
@@ -32,19 +33,19 @@ def make_condition(
     if not reason or not reason[0].isalpha() or not reason.replace("_", "").isalnum():
         # metav1.Condition requires CamelCase reasons; a bad one would be rejected by the API.
         raise ValueError(f"condition reason: must be CamelCase letters and digits, got {reason!r}")
-    condition: Condition = {
-        "type": type_,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": timestamp(now),
-    }
-    if observed_generation is not None:
-        condition["observedGeneration"] = observed_generation
-    return condition
+    return Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=timestamp(now),
+        observed_generation=observed_generation,
+    )
 
 
 def find_condition(conditions: Iterable[Mapping[str, Any]], type_: str) -> Mapping[str, Any] | None:
+    """A condition of a status as read from the API (which may hold ones this version does not
+    write)."""
     for condition in conditions:
         if condition.get("type") == type_:
             return condition
@@ -55,15 +56,18 @@ def merge_conditions(
     previous: Sequence[Mapping[str, Any]] | None, desired: Sequence[Condition]
 ) -> list[Condition]:
     """The desired conditions, each keeping its previous ``lastTransitionTime`` when its status
-    did not change. Conditions absent from ``desired`` are dropped; the order is ``desired``'s."""
+    did not change. Conditions absent from ``desired`` are dropped; the order is ``desired``'s.
+
+    ``previous`` is the status as read from the API: camelCase mappings."""
     merged: list[Condition] = []
     for condition in desired:
-        before = find_condition(previous or (), condition["type"])
+        before = find_condition(previous or (), condition.type)
         if (
             before is not None
-            and before.get("status") == condition["status"]
+            and before.get("status") == condition.status
             and isinstance(before.get("lastTransitionTime"), str)
         ):
-            condition = {**condition, "lastTransitionTime": before["lastTransitionTime"]}
+            kept = before["lastTransitionTime"]
+            condition = condition.model_copy(update={"last_transition_time": kept})
         merged.append(condition)
     return merged

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ckptbench.operator.spec.status_schema import BenchmarkStatus
 from ckptbench.operator.status.conditions import find_condition
 from ckptbench.operator.status.phases import ADMITTED, FAILED, RUNNING, SUCCEEDED, TERMINAL_PHASES
 
@@ -22,27 +23,26 @@ class Event:
 
 
 def transitions(
-    previous: Mapping[str, Any], status: Mapping[str, Any], *, created_jobset: bool
+    previous: Mapping[str, Any], status: BenchmarkStatus, *, created_jobset: bool
 ) -> list[Event]:
-    """Events for what ``status`` says that ``previous`` did not: the JobSet created, admitted,
-    the ranks started, the benchmark succeeded or failed (with its machine reason)."""
+    """Events for what ``status`` says that ``previous`` (as read from the API) did not: the
+    JobSet created, admitted, the ranks started, the benchmark succeeded or failed (with its
+    machine reason)."""
     events: list[Event] = []
     if created_jobset:
-        events.append(
-            Event("Normal", "JobSetCreated", f"created JobSet {status.get('jobSetName')}")
-        )
+        events.append(Event("Normal", "JobSetCreated", f"created JobSet {status.job_set_name}"))
     before = find_condition(previous.get("conditions") or (), ADMITTED) or {}
-    now = find_condition(status.get("conditions") or (), ADMITTED) or {}
-    if now.get("status") == "True" and before.get("status") != "True":
-        events.append(Event("Normal", "Admitted", str(now.get("message", ""))))
-    was, phase = previous.get("phase"), status.get("phase")
+    admitted = next((c for c in status.conditions or () if c.type == ADMITTED), None)
+    if admitted is not None and admitted.status == "True" and before.get("status") != "True":
+        events.append(Event("Normal", "Admitted", admitted.message))
+    was, phase = previous.get("phase"), status.phase
     if phase == was or was in TERMINAL_PHASES:
         return events
-    message = str(status.get("message", ""))
+    message = status.message or ""
     if phase == RUNNING:
         events.append(Event("Normal", "Started", message))
     elif phase == SUCCEEDED:
         events.append(Event("Normal", "Succeeded", message))
     elif phase == FAILED:
-        events.append(Event("Warning", str(status.get("reason") or "Failed"), message))
+        events.append(Event("Warning", status.reason or "Failed", message))
     return events

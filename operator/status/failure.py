@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ckptbench.operator.spec.status_schema import PodFailure
 from ckptbench.operator.status.phases import RunSpec
-from ckptbench.operator.status.pods import PodFailure, Reports, excerpt
+from ckptbench.operator.status.pods import Reports, excerpt
 from ckptbench.workload.contract.results import RunSummary
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from ckptbench.operator.spec.status_schema import Condition
 from ckptbench.operator.status import conditions as cond
 from ckptbench.operator.status.pods import object_name
 
@@ -55,8 +56,8 @@ def benchmark_conditions(
     now: datetime,
     generation: int | None,
     spec_change: str | None,
-) -> list[cond.Condition]:
-    def make(type_: str, status: cond.ConditionStatus, why: str, text: str) -> cond.Condition:
+) -> list[Condition]:
+    def make(type_: str, status: cond.ConditionStatus, why: str, text: str) -> Condition:
         return cond.make_condition(type_, status, why, text, now, generation)
 
     name = object_name(jobset) if jobset is not None else ""
@@ -101,15 +102,17 @@ def benchmark_conditions(
 
 
 def with_reconcile_error(
-    conditions: list[cond.Condition] | None,
+    conditions: Sequence[Mapping[str, Any]] | None,
     message: str,
     now: datetime,
     generation: int | None,
-) -> list[cond.Condition]:
-    """``conditions`` with ReconcileError set True: the status the failed reconcile could not
-    compute stays as it was, and says why it may be stale."""
+) -> list[Condition]:
+    """``conditions`` (as read from the API) with ReconcileError set True: the status the failed
+    reconcile could not compute stays as it was, and says why it may be stale."""
     error = cond.make_condition(
         RECONCILE_ERROR, "True", "ReconcileFailed", message, now, generation
     )
-    kept = [c for c in conditions or [] if c.get("type") != RECONCILE_ERROR]
+    kept = [
+        Condition.model_validate(c) for c in conditions or [] if c.get("type") != RECONCILE_ERROR
+    ]
     return cond.merge_conditions(conditions, [*kept, error])

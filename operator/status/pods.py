@@ -1,7 +1,9 @@
 """What a benchmark's pods say: their results (termination messages), failures and waits.
 
 The ranks report through their containers' termination messages (the workload's compact
-:class:`RankResult` JSON). Only the pods of the JobSet's latest restart attempt count.
+:class:`RankResult` JSON). Only the pods of the JobSet's latest restart attempt count. A failed
+pod and an unreadable result are recorded as the status lists them (:class:`PodFailure`,
+:class:`Unreadable`).
 """
 
 from __future__ import annotations
@@ -12,27 +14,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ckptbench.operator.spec.status_schema import PodFailure, Unreadable
 from ckptbench.workload.contract.results import RankResult
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 EXCERPT = 200
-
-
-@dataclass(frozen=True)
-class PodFailure:
-    pod: str
-    rank: int | None
-    exit_code: int | None
-    reason: str
-    error: str | None
-
-
-@dataclass(frozen=True)
-class Unreadable:
-    pod: str
-    rank: int | None
-    problem: str
 
 
 @dataclass(frozen=True)
@@ -52,17 +39,27 @@ class Reports:
 def current_attempt(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Pods of the JobSet's latest restart attempt: a restarted JobSet's old pods may linger."""
 
-    def attempt(pod: Mapping[str, Any]) -> int:
-        value = _labels(pod).get(RESTART_ATTEMPT, "0")
-        return int(value) if str(value).isdigit() else 0
-
-    if not pods:
+    attempts = [_attempt(p) for p in pods]
+    if not attempts:
         return []
-    latest = max(attempt(p) for p in pods)
-    return sorted(
-        (p for p in pods if attempt(p) == latest and not _meta(p).get("deletionTimestamp")),
-        key=lambda p: (_pod_rank(p) if _pod_rank(p) is not None else 1 << 62, object_name(p)),
-    )
+    latest = max(attempts)
+    current = [
+        (_sort_rank(p), object_name(p), i)
+        for i, p in enumerate(pods)
+        if attempts[i] == latest and not _meta(p).get("deletionTimestamp")
+    ]
+    current.sort()
+    return [pods[i] for _, _, i in current]
+
+
+def _attempt(pod: Mapping[str, Any]) -> int:
+    value = _labels(pod).get(RESTART_ATTEMPT, "0")
+    return int(value) if str(value).isdigit() else 0
+
+
+def _sort_rank(pod: Mapping[str, Any]) -> int:
+    rank = _pod_rank(pod)
+    return rank if rank is not None else 1 << 62
 
 
 def read_pods(pods: Sequence[Mapping[str, Any]]) -> Reports:
@@ -92,14 +89,15 @@ def read_pods(pods: Sequence[Mapping[str, Any]]) -> Reports:
                     result = RankResult.from_termination_message(str(text))
                 except ValidationError as exc:
                     problem = f"termination message is not a ckptbench result ({_first_error(exc)})"
-                    unreadable.append(Unreadable(name, rank, problem))
+                    unreadable.append(Unreadable(pod=name, rank=rank, problem=problem))
                 else:
                     if rank is not None and result.rank != rank:
                         problem = f"reported rank {result.rank} but runs as rank {rank}"
-                        unreadable.append(Unreadable(name, rank, problem))
+                        unreadable.append(Unreadable(pod=name, rank=rank, problem=problem))
                         result = None
             elif pod_phase == "Succeeded":
-                unreadable.append(Unreadable(name, rank, "succeeded without a termination message"))
+                problem = "succeeded without a termination message"
+                unreadable.append(Unreadable(pod=name, rank=rank, problem=problem))
         if result is not None:
             results[result.rank] = result
             result_pods[result.rank] = name
@@ -137,11 +135,11 @@ def _pod_failure(
     if error is None and status.get("message"):
         error = excerpt(str(status["message"]))
     return PodFailure(
-        name,
-        rank if rank is not None else (result.rank if result else None),
-        exit_code if isinstance(exit_code, int) else None,
-        reason,
-        error,
+        pod=name,
+        rank=rank if rank is not None else (result.rank if result else None),
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        reason=reason,
+        error=error,
     )
 
 

@@ -15,6 +15,7 @@ from ckptbench.operator.spec.crd import crd_envelope, model_schema
 from ckptbench.operator.spec.names import GROUP, NAME_PATTERN
 from ckptbench.operator.sweep.cells import MAX_SWEEP_NAME_LENGTH, SWEEP_KIND
 from ckptbench.operator.sweep.model import CheckpointBenchmarkSweepSpec
+from ckptbench.operator.sweep.status import SweepStatus
 
 PLURAL = "checkpointbenchmarksweeps"
 SINGULAR = "checkpointbenchmarksweep"
@@ -82,12 +83,9 @@ def build_crd() -> dict[str, Any]:
         description=f"{SWEEP_KIND}: a grid of CheckpointBenchmarks (one per cell) compared in "
         ".status.",
         spec=model_schema(CheckpointBenchmarkSweepSpec),
-        status={
-            "type": "object",
-            "description": "Observed state, written by the operator: phase, progress, a row "
-            "per cell, the best cell for save and for load.",
-            "x-kubernetes-preserve-unknown-fields": True,
-        },
+        # Typed from the model the operator writes, so `kubectl explain ckbs.status` works;
+        # unknown fields are kept, as the benchmark's are.
+        status={**model_schema(SweepStatus), "x-kubernetes-preserve-unknown-fields": True},
         root_rules=ROOT_RULES,
         printer_columns=PRINTER_COLUMNS,
     )

@@ -2,16 +2,20 @@
 
 The status holds one row per cell (at most 64, each of fixed shape: settings, phase, save and load
 seconds and GiB/s), the best cell for save and for load (highest throughput among the cells that
-succeeded), and progress as ``done/total``. :func:`cells_to_start` decides which cells get their
-child next: in order, while fewer than ``parallelism`` children are unfinished, and none after a
-failure when ``stopOnFailure`` is set.
+succeeded), and progress as ``done/total``: a :class:`SweepStatus`, the typed model the sweep
+CRD's status schema is generated from (``kubectl explain ckbs.status``).
+:func:`cells_to_start` decides which cells get their child next: in order, while fewer than
+``parallelism`` children are unfinished, and none after a failure when ``stopOnFailure`` is set.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
+
+from ckptbench.operator.spec.status_schema import StatusModel
 from ckptbench.operator.sweep.cells import Cell, child_name
 from ckptbench.workload.contract.sizes import GIB
 
@@ -21,6 +25,58 @@ TERMINAL = (SUCCEEDED, FAILED)
 MAX_TEXT = 120
 
 Children = Mapping[int, Mapping[str, Any]]  # cell number -> its child CheckpointBenchmark
+Op = Literal["save", "load"]
+
+
+class CellRow(StatusModel):
+    """One cell of the grid and how its benchmark went."""
+
+    cell: int = Field(description="The cell's number, from 1.")
+    name: str = Field(description="Its CheckpointBenchmark.")
+    settings: dict[str, Any] = Field(
+        description="The template fields the cell sets (camelCase), strings cut to 120 characters."
+    )
+    phase: str = Field(description="Its benchmark's phase (Pending until it has one).")
+    save_seconds: float | None = Field(None, description="Mean save seconds.")
+    save_gi_bps: float | None = Field(
+        None, description="Save throughput, GiB/s (4 significant digits)."
+    )
+    load_seconds: float | None = Field(None, description="Mean load seconds.")
+    load_gi_bps: float | None = Field(
+        None, description="Load throughput, GiB/s (4 significant digits)."
+    )
+
+    def gibps(self, op: Op) -> float | None:
+        return self.save_gi_bps if op == "save" else self.load_gi_bps
+
+
+class BestCell(StatusModel):
+    """The succeeded cell with the highest throughput for one operation."""
+
+    cell: int = Field(description="The cell's number.")
+    name: str = Field(description="Its CheckpointBenchmark.")
+    settings: str = Field(description="What the cell sets, as one line.")
+    # Named as the status has always named it, not by the camelCase rule.
+    gibps: float = Field(alias="GiBps", description="Its throughput, GiB/s.")
+
+
+class SweepStatus(StatusModel):
+    """Observed state, written by the operator: phase, progress, a row per cell (at most 64), the
+    best cell for save and for load."""
+
+    phase: str = Field(description="Pending, Running, Succeeded or Failed.")
+    reason: str | None = Field(None, description="InvalidSpec when nothing could be created.")
+    message: str | None = Field(None, description="Why, for a person: failed cells, a bad spec.")
+    cells_total: int | None = Field(None, description="Cells in the grid.")
+    cells_done: int | None = Field(None, description="Cells that succeeded or failed.")
+    cells_succeeded: int | None = Field(None, description="Cells that succeeded.")
+    cells_failed: int | None = Field(None, description="Cells that failed.")
+    progress: str | None = Field(None, description="done/total.")
+    cells: list[CellRow] | None = Field(None, description="One row per cell, in cell order.")
+    best_save: BestCell | None = Field(None, description="The cell that saved fastest.")
+    best_save_cell: str | None = Field(None, description="The same, as one line: name (settings).")
+    best_load: BestCell | None = Field(None, description="The cell that loaded fastest.")
+    best_load_cell: str | None = Field(None, description="The same, as one line: name (settings).")
 
 
 def child_phase(child: Mapping[str, Any] | None) -> str:
@@ -42,7 +98,7 @@ def cells_to_start(
     return [c for c in cells if c.number not in children][:free]
 
 
-def _op(child: Mapping[str, Any] | None, op: str) -> tuple[float | None, float | None]:
+def _op(child: Mapping[str, Any] | None, op: Op) -> tuple[float | None, float | None]:
     """(mean seconds, GiB/s) of a child's save or load, when it has them."""
     summary = ((child or {}).get("status") or {}).get(op)
     if not isinstance(summary, Mapping):
@@ -56,30 +112,27 @@ def _op(child: Mapping[str, Any] | None, op: str) -> tuple[float | None, float |
     )
 
 
-def _row(sweep: str, cell: Cell, child: Mapping[str, Any] | None) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "cell": cell.number,
-        "name": child_name(sweep, cell.number),
-        "settings": {
-            k: v if not isinstance(v, str) else v[:MAX_TEXT] for k, v in cell.values.items()
-        },
-        "phase": child_phase(child),
-    }
-    for op in ("save", "load"):
-        seconds, rate = _op(child, op)
-        if seconds is not None:
-            row[f"{op}Seconds"] = seconds
-        if rate is not None:
-            row[f"{op}GiBps"] = rate
-    return row
+def _row(sweep: str, cell: Cell, child: Mapping[str, Any] | None) -> CellRow:
+    save_seconds, save_rate = _op(child, "save")
+    load_seconds, load_rate = _op(child, "load")
+    return CellRow(
+        cell=cell.number,
+        name=child_name(sweep, cell.number),
+        settings={k: v if not isinstance(v, str) else v[:MAX_TEXT] for k, v in cell.values.items()},
+        phase=child_phase(child),
+        save_seconds=save_seconds,
+        save_gi_bps=save_rate,
+        load_seconds=load_seconds,
+        load_gi_bps=load_rate,
+    )
 
 
-def best(rows: Sequence[Mapping[str, Any]], op: str) -> Mapping[str, Any] | None:
+def best(rows: Sequence[CellRow], op: Op) -> CellRow | None:
     """The succeeded row with the highest throughput for ``op``; the lower cell number on a tie."""
-    scored = [r for r in rows if r["phase"] == SUCCEEDED and f"{op}GiBps" in r]
+    scored = [r for r in rows if r.phase == SUCCEEDED and r.gibps(op) is not None]
     if not scored:
         return None
-    return max(scored, key=lambda r: (r[f"{op}GiBps"], -r["cell"]))
+    return max(scored, key=lambda r: (r.gibps(op) or 0.0, -r.cell))
 
 
 def _label(cell: Cell) -> str:
@@ -88,14 +141,14 @@ def _label(cell: Cell) -> str:
 
 def sweep_status(
     sweep: str, cells: Sequence[Cell], children: Children, stop_on_failure: bool
-) -> dict[str, Any]:
+) -> SweepStatus:
     rows = [_row(sweep, c, children.get(c.number)) for c in cells]
     total = len(cells)
-    succeeded = sum(1 for r in rows if r["phase"] == SUCCEEDED)
-    failed = sum(1 for r in rows if r["phase"] == FAILED)
+    succeeded = sum(1 for r in rows if r.phase == SUCCEEDED)
+    failed = sum(1 for r in rows if r.phase == FAILED)
     done = succeeded + failed
     running = sum(
-        1 for c in cells if c.number in children and rows[c.number - 1]["phase"] not in TERMINAL
+        1 for c in cells if c.number in children and rows[c.number - 1].phase not in TERMINAL
     )
     stopped = stop_on_failure and failed > 0 and running == 0
     if done == total or stopped:
@@ -104,36 +157,40 @@ def sweep_status(
         phase = RUNNING
     else:
         phase = PENDING
-    status: dict[str, Any] = {
-        "phase": phase,
-        "cellsTotal": total,
-        "cellsDone": done,
-        "cellsSucceeded": succeeded,
-        "cellsFailed": failed,
-        "progress": f"{done}/{total}",
-        "cells": rows,
-    }
+    message = None
     if failed and done < total and stopped:
-        status["message"] = (
-            f"stopped after {failed} failed cell(s) (stopOnFailure); {done}/{total} done"
-        )
+        message = f"stopped after {failed} failed cell(s) (stopOnFailure); {done}/{total} done"
     elif failed:
-        status["message"] = f"{failed} of {total} cells failed"
+        message = f"{failed} of {total} cells failed"
     by_number = {c.number: c for c in cells}
-    for op in ("save", "load"):
-        top = best(rows, op)
-        if top is not None:
-            cell = by_number[top["cell"]]
-            status[f"best{op.capitalize()}"] = {
-                "cell": top["cell"],
-                "name": top["name"],
-                "settings": _label(cell),
-                "GiBps": top[f"{op}GiBps"],
-            }
-            status[f"best{op.capitalize()}Cell"] = f"{top['name']} ({_label(cell)})"
-    return status
+    tops = {op: _best_cell(best(rows, op), by_number, op) for op in ("save", "load")}
+    return SweepStatus(
+        phase=phase,
+        message=message,
+        cells_total=total,
+        cells_done=done,
+        cells_succeeded=succeeded,
+        cells_failed=failed,
+        progress=f"{done}/{total}",
+        cells=rows,
+        best_save=tops["save"],
+        best_save_cell=_one_line(tops["save"]),
+        best_load=tops["load"],
+        best_load_cell=_one_line(tops["load"]),
+    )
 
 
-def invalid_status(problem: str) -> dict[str, Any]:
+def _best_cell(row: CellRow | None, cells: Mapping[int, Cell], op: Op) -> BestCell | None:
+    rate = row.gibps(op) if row is not None else None
+    if row is None or rate is None:
+        return None
+    return BestCell(cell=row.cell, name=row.name, settings=_label(cells[row.cell]), GiBps=rate)
+
+
+def _one_line(top: BestCell | None) -> str | None:
+    return f"{top.name} ({top.settings})" if top is not None else None
+
+
+def invalid_status(problem: str) -> SweepStatus:
     """A sweep whose spec (or a cell's) is invalid: nothing is created; the message says why."""
-    return {"phase": FAILED, "reason": "InvalidSpec", "message": problem[:2000]}
+    return SweepStatus(phase=FAILED, reason="InvalidSpec", message=problem[:2000])
