@@ -11,7 +11,7 @@ from typing import Any
 
 from ckptbench.operator.status.phases import RunSpec
 from ckptbench.operator.status.pods import PodFailure, Reports, excerpt
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract import figures, sizes
 from ckptbench.workload.contract.results import OpSummary, RankResult, RunSummary
 
 LISTED = 10  # bounded lists: failed pods, unreadable results, rank errors
@@ -31,18 +31,8 @@ def ranks_status(spec: RunSpec, summary: RunSummary) -> dict[str, Any]:
 
 
 def slowest_rank(results: Sequence[RankResult]) -> int | None:
-    """The rank whose own save plus load I/O time is the largest: the one holding the others up.
-
-    I/O time is timed inside the storage layer; barrier-to-barrier time is equal on every rank.
-    """
-
-    def own(result: RankResult) -> float:
-        return sum(op.io.mean for op in (result.save, result.load) if op is not None)
-
-    timed = [r for r in results if r.save is not None or r.load is not None]
-    if not timed:
-        return None
-    return max(timed, key=lambda r: (own(r), -r.rank)).rank
+    """The rank whose own save plus load I/O time is the largest (the workload's figure)."""
+    return figures.slowest_rank(results)
 
 
 def op_status(op: OpSummary, result_pods: Mapping[int, str]) -> dict[str, Any]:

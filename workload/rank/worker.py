@@ -101,6 +101,8 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
         rendezvous.init_process_group(config, log=say)
         grouped = True
         result = loop.run(config, after_save=_measure_stored(config, stored, after_save), log=say)
+        if config.rank == 0:  # the local runner and the operator read them from the result
+            result = result.model_copy(update={"checkpoint": checkpoint_facts(config, stored)})
     except Exception as exc:
         say(f"error: {RankResult.error_text(exc)}")
         result = RankResult(
