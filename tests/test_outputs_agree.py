@@ -22,6 +22,7 @@ from ckptbench.operator.runtime import metrics
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.status import compute as st
 from ckptbench.workload.contract import models
+from ckptbench.workload.contract.config import Procedure
 from ckptbench.workload.contract.results import RankResult
 from tests.test_status import NOW, jobset, pod
 
@@ -119,7 +120,7 @@ def test_every_output_of_one_run_reports_each_figure_the_same(
     ranks = _rank_results(results, 2)
     spec = CheckpointBenchmarkSpec(
         world_size=2, layer_size=1000, padding_size=4, checkpoint_path="gs://bucket/agree",
-        procedure=procedure, sample_count=int(samples), warmup_samples=0,
+        procedure=Procedure(procedure), sample_count=int(samples), warmup_samples=0,
     )  # fmt: skip
     pods = [pod(r.rank, "Succeeded", r.to_termination_message()) for r in ranks]
     status = st.compute_status(spec, jobset(), pods, None, NOW)
