@@ -11,12 +11,13 @@ from __future__ import annotations
 import csv
 import io
 import statistics
+from pathlib import Path
 
 import pytest
 
 from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.config import Procedure
-from ckptbench.workload.contract.results import OpTiming, RankResult, RunSummary
+from ckptbench.workload.contract.results import OpSummary, OpTiming, RankResult, RunSummary
 from ckptbench.workload.local.outputs import csvfile
 
 GIB = 2**30
@@ -165,3 +166,15 @@ def test_the_csvs_mlperf_columns_are_the_summarys() -> None:
     assert set(figures.mlperf_keys()) <= set(row)
     for key, value in s.mlperf.items():
         assert float(row[key]) == value, key
+
+
+def test_every_published_figure_is_defined_in_measurement_md() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "measurement.md").read_text()
+    definitions = doc[doc.index("## Definitions") :]
+    for name in OpSummary.model_fields:
+        assert f"`{name}`" in definitions, name
+    for name in ("total_bytes", "shard_bytes", "load_shard_bytes", "stored_bytes", "objects"):
+        assert f"`{name}`" in definitions, name
+    for key in figures.mlperf_keys():
+        shown = key.replace("load_", "save_").replace("_read_", "_write_")
+        assert f"`{shown}`" in definitions, key
