@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckptbench.workload.contract.results import OpTiming, RankResult, RunSummary, summarize
+from ckptbench.workload.contract.figures import summarize
+from ckptbench.workload.contract.results import OpTiming, RankResult, RunSummary
 from ckptbench.workload.local import report
 
 GIB = 1024**3

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
+from ckptbench.workload.contract.figures import summarize
 from ckptbench.workload.contract.results import (
     TERMINATION_MESSAGE_LIMIT,
     OpStats,
     OpTiming,
     RankResult,
-    summarize,
 )
 
 

@@ -165,7 +165,7 @@ def _csv_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return repr(value)  # the JSON's digits
     return "" if value is None else str(value)
 
 

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckptbench.workload.contract.results import OpTiming, RankResult, RunSummary, summarize
+from ckptbench.workload.contract.figures import summarize
+from ckptbench.workload.contract.results import OpTiming, RankResult, RunSummary
 from ckptbench.workload.local import report
 from ckptbench.workload.local.outputs import compare, csvfile, document, plot
 from ckptbench.workload.local.progress import Progress
@@ -144,7 +145,7 @@ def test_document_errors_name_file_and_field(tmp_path: Path, text: str, reason: 
 # CSV
 
 
-def test_csv_has_a_row_per_cell_with_settings_figures_and_mlperf_names() -> None:
+def test_csv_has_a_row_per_cell_with_settings_and_figures() -> None:
     runs = _grid()
     runs[0] = (
         runs[0][0],
@@ -159,25 +160,39 @@ def test_csv_has_a_row_per_cell_with_settings_figures_and_mlperf_names() -> None
     first = rows[0]
     assert first["backend"] == "gcs" and first["world_size"] == "2"
     assert float(first["save_mean_seconds"]) == 1.0
-    # 2 GiB in a 1 s save, 0.5 s load: MLPerf's names beside ours.
-    assert float(first["checkpoint_size_GB"]) == 2.0
-    assert float(first["checkpoint_write_bw_gibps"]) == 2.0
-    assert float(first["checkpoint_read_bw_gibps"]) == 4.0
-    assert float(first["checkpoint_write_duration_secs"]) == 1.0
-    assert float(first["save_checkpoint_io_mean_GB_per_second"]) == 2.0
-    assert float(first["save_checkpoint_io_stdev_GB_per_second"]) == 0.0
-    assert float(first["load_checkpoint_duration_mean_seconds"]) == 0.5
+    # 2 GiB in a 1 s save, 0.5 s load.
+    assert float(first["save_throughput_gib_per_second"]) == 2.0
+    assert float(first["load_throughput_gib_per_second"]) == 4.0
     assert rows[2]["succeeded"] == "false"
-    # One sample: no stdev, an empty field rather than a made-up zero.
-    assert rows[2]["save_checkpoint_io_stdev_GB_per_second"] == ""
+    # Not the mlperf procedure: MLPerf's columns are there, empty, not our figures renamed.
+    assert first["checkpoint_write_bw_gibps"] == first["checkpoint_size_GB"] == ""
 
 
-def test_csv_io_mean_is_over_samples_not_total_over_mean() -> None:
-    # 2 GiB at 1 s and 3 s: per-sample 2 and 0.667 GiB/s, mean 1.333; total/mean is 1.0.
-    runs = [("gcs", _summary([1.0, 3.0], [1.0, 1.0], axes={}))]
-    [row] = list(csv.DictReader(io.StringIO(csvfile.to_csv(runs))))
-    assert float(row["save_checkpoint_io_mean_GB_per_second"]) == pytest.approx(4 / 3, rel=1e-5)
-    assert float(row["checkpoint_write_bw_gibps"]) == pytest.approx(1.0)
+def _mlperf_rank(rank: int, starts: list[float], seconds: list[float], io: float) -> RankResult:
+    ends = [a + b for a, b in zip(starts, seconds, strict=True)]
+    t = OpTiming.of(seconds, [io] * len(seconds), started_at=starts, ended_at=ends)
+    return RankResult(rank=rank, bytes=GIB, save=t, load=t, procedure="mlperf")
+
+
+def test_csv_mlperf_columns_are_the_summarys_mlperf_block() -> None:
+    # Rank 1 starts 0.5 s after rank 0 each sample: spans (1.5, 3.5 s) differ from the
+    # collective durations (1, 3 s), so a CSV computing MLPerf's figures its own way disagrees.
+    ranks = [
+        _mlperf_rank(0, [100.0, 200.0], [1.0, 3.0], 0.5),
+        _mlperf_rank(1, [100.5, 200.5], [1.0, 3.0], 0.8),
+    ]
+    s = summarize(ranks, world_size=2, total_bytes=2 * GIB)
+    assert s.mlperf is not None
+    [row] = list(csv.DictReader(io.StringIO(csvfile.to_csv([("gcs", s)]))))
+    for key, value in s.mlperf.items():
+        assert float(row[key]) == value, key
+    # 2 GiB over spans of 1.5 and 3.5 s: mean span 2.5 s, per-sample 4/3 and 4/7 GiB/s.
+    assert float(row["checkpoint_write_bw_gibps"]) == pytest.approx(2 / 2.5, abs=1e-6)
+    assert float(row["save_checkpoint_io_mean_GB_per_second"]) == pytest.approx(
+        (4 / 3 + 4 / 7) / 2, abs=1e-6
+    )
+    assert float(row["save_span_mean_seconds"]) == 2.5
+    assert float(row["save_mean_seconds"]) == 2.0  # the collective mean, under its own name
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,11 @@
 """The operator's Prometheus metrics, on a registry of its own (not the process-global one).
 
 Per benchmark: labels namespace, name, backend; no rank label (cardinality grows with world size).
-A deleted benchmark's series are removed with :func:`remove_benchmark`.
+A deleted benchmark's series are removed with :func:`remove_benchmark`. Every value is copied from
+the status, whose figures the workload's contract computed (``workload/contract/figures.py``):
+nothing is computed here, so a series reads what ``kubectl get`` and ``ckptbench run`` show. The
+one exception is a sweep cell's throughput: the sweep's status keeps only GiB/s to four
+significant digits, so that series is converted back from it and is that precise.
 """
 
 from __future__ import annotations

@@ -10,27 +10,15 @@ from collections.abc import Mapping, Sequence
 
 from ckptbench.operator.spec.status_schema import Operation, PodFailure, RankErrorEntry
 from ckptbench.operator.status.pods import Reports, excerpt
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract import figures, sizes
 from ckptbench.workload.contract.results import OpSummary, RankResult, RunSummary
 
 LISTED = 10  # bounded lists: failed pods, unreadable results, rank errors
 
 
 def slowest_rank(results: Sequence[RankResult]) -> int | None:
-    """The rank whose own save plus load I/O time is the largest: the one holding the others up.
-
-    I/O time is timed inside the storage layer; barrier-to-barrier time is equal on every rank.
-    """
-    found: int | None = None
-    longest = 0.0
-    for r in results:
-        if r.save is None and r.load is None:
-            continue
-        own = (r.save.io.mean if r.save else 0.0) + (r.load.io.mean if r.load else 0.0)
-        # Ties go to the lower rank, so the answer does not depend on the order ranks reported in.
-        if found is None or own > longest or (own == longest and r.rank < found):
-            found, longest = r.rank, own
-    return found
+    """The rank whose own save plus load I/O time is the largest (the workload's figure)."""
+    return figures.slowest_rank(results)
 
 
 def operation(op: OpSummary, result_pods: Mapping[int, str]) -> Operation:

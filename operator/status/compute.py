@@ -46,7 +46,7 @@ from ckptbench.operator.status.phases import (
 )
 from ckptbench.operator.status.pods import current_attempt, object_name, read_pods
 from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.results import summarize
+from ckptbench.workload.contract.figures import summarize
 
 
 @contextmanager

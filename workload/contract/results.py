@@ -1,9 +1,10 @@
-"""Result models and their pure aggregation, shared by the workload and the operator.
+"""Result models, shared by the workload and the operator.
 
 A rank reports a :class:`RankResult`. Its compact JSON form is the container's termination
 message (Kubernetes keeps at most 4 KiB of it), so it always carries summary statistics and keeps
-the per-sample lists only while they fit. :func:`summarize` turns the ranks' results into one
-:class:`RunSummary`; the local runner prints it and the operator derives the status from it.
+the per-sample lists only while they fit. :func:`~ckptbench.workload.contract.figures.summarize`
+turns the ranks' results into one :class:`RunSummary`, computing every figure once; the local
+runner prints it and the operator derives the status from it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from ckptbench.workload.contract.choices import CacheMode, Procedure
 SCHEMA_VERSION = 2
 TERMINATION_MESSAGE_LIMIT = 4096
 _ERROR_LIMIT = 1000
-_ROUND = 6  # microseconds: far below any measured operation, and keeps the JSON short
-_GIB = 1024**3
+ROUND = 6  # microseconds: far below any measured operation, and keeps the JSON short
 RANKS_LISTED = 64  # per-rank I/O seconds in the summary, bounded whatever the world size
 
 
@@ -41,12 +41,12 @@ class OpStats(BaseModel):
     def of(cls, samples: Sequence[float]) -> OpStats:
         return cls(
             n=len(samples),
-            mean=round(stats.mean(samples), _ROUND),
-            stdev=round(stats.stdev(samples), _ROUND),
-            p50=round(stats.percentile(samples, 50), _ROUND),
-            p90=round(stats.percentile(samples, 90), _ROUND),
-            max=round(max(samples), _ROUND),
-            min=round(min(samples), _ROUND),
+            mean=round(stats.mean(samples), ROUND),
+            stdev=round(stats.stdev(samples), ROUND),
+            p50=round(stats.percentile(samples, 50), ROUND),
+            p90=round(stats.percentile(samples, 90), ROUND),
+            max=round(max(samples), ROUND),
+            min=round(min(samples), ROUND),
         )
 
 
@@ -140,7 +140,15 @@ class RankResult(BaseModel):
     v: int = SCHEMA_VERSION
     rank: int = Field(ge=0)
     host: str = ""
-    bytes: int = Field(0, ge=0, description="Bytes in this rank's shard.")
+    bytes: int = Field(0, ge=0, description="Tensor bytes in this rank's shard: what it saves.")
+    load_bytes: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "Tensor bytes this rank's load template holds: what it loads. Equal to bytes, except "
+            "on a resharding load (0 on a rank outside the load world). None: not recorded."
+        ),
+    )
     save: OpTiming | None = None
     load: OpTiming | None = None
     verified: bool | None = Field(None, description="Every load verified; None when not checked.")
@@ -166,6 +174,13 @@ class RankResult(BaseModel):
     procedure: Procedure = Field(Procedure.CKPTBENCH, description="The procedure that ran.")
     cache: CacheMode | None = Field(
         None, description="file backend: whether written files were evicted before each load."
+    )
+    checkpoint: dict[str, int] | None = Field(
+        None,
+        description=(
+            "Rank 0: the first timed checkpoint as storage holds it (payload_bytes, stored_bytes, "
+            "objects, metadata_bytes; for a model stored_items, metadata_bytes_estimate)."
+        ),
     )
 
     def to_termination_message(self, limit: int = TERMINATION_MESSAGE_LIMIT) -> str:
@@ -203,15 +218,17 @@ class RankResult(BaseModel):
 class OpSummary(BaseModel):
     """One operation across all ranks, in the reference's terms and MLPerf Storage's.
 
-    Per-rank figures (slowest rank, per-rank throughput) come from each rank's own I/O time,
-    measured inside the storage layer: barrier-to-barrier time is the same on every rank.
+    Every field is computed in :mod:`ckptbench.workload.contract.figures` and defined in
+    docs/measurement.md. Per-rank figures come from each rank's own I/O time, measured inside the
+    storage layer (barrier-to-barrier time is the same on every rank), over the ranks that moved
+    bytes: a resharding load's ranks outside the load world read nothing and are left out.
     """
 
     model_config = ConfigDict(frozen=True)
 
     samples: int
     mean_seconds: float = Field(description="Mean collective duration (max over ranks per sample).")
-    stdev_seconds: float
+    stdev_seconds: float = Field(description="Sample stdev (n-1) of the collective durations.")
     p50_seconds: float
     p90_seconds: float
     max_seconds: float
@@ -220,10 +237,17 @@ class OpSummary(BaseModel):
         description="Total checkpoint bytes / mean collective duration (the reference's figure)."
     )
     min_rank_throughput_bytes_per_second: float = Field(
-        description="Lowest per-rank throughput: shard bytes / the rank's mean I/O seconds."
+        description="Lowest per-rank throughput: the rank's bytes / its mean I/O seconds."
     )
     median_rank_throughput_bytes_per_second: float = Field(
-        0.0, description="Median per-rank throughput: shard bytes / the rank's mean I/O seconds."
+        0.0, description="Median per-rank throughput: the rank's bytes / its mean I/O seconds."
+    )
+    ranks_left_out: int = Field(
+        0,
+        ge=0,
+        description="Ranks that moved no bytes (a resharding load's ranks outside the load "
+        "world), left out of the per-rank figures: min and median per-rank throughput, slowest "
+        "and fastest rank.",
     )
     slowest_rank: int = Field(description="The rank with the largest mean I/O seconds.")
     slowest_rank_seconds: float = Field(description="The slowest rank's mean I/O seconds.")
@@ -243,7 +267,9 @@ class OpSummary(BaseModel):
     rank0_mean_seconds: float | None = Field(
         None, description="Rank 0's mean barrier-to-barrier seconds: the reference's figure."
     )
-    rank0_stdev_seconds: float | None = None
+    rank0_stdev_seconds: float | None = Field(
+        None, description="Rank 0's sample stdev (n-1) of its barrier-to-barrier seconds."
+    )
     blocked_mean_seconds: float | None = Field(
         None, description="Async save: mean time the caller was blocked (includes staging)."
     )
@@ -252,6 +278,9 @@ class OpSummary(BaseModel):
         description="Mean over samples of the latest rank end minus the earliest rank start "
         "(MLPerf Storage's duration).",
     )
+    span_throughput_bytes_per_second: float | None = Field(
+        None, description="Total checkpoint bytes / mean span (MLPerf Storage's bandwidth)."
+    )
     gc_mean_seconds: float | None = Field(
         None,
         description="Largest per-rank mean seconds of automatic garbage collection inside the "
@@ -259,6 +288,9 @@ class OpSummary(BaseModel):
     )
     seconds: list[float] | None = Field(
         None, description="Per-sample collective durations, when every rank reported them."
+    )
+    span_seconds: list[float] | None = Field(
+        None, description="Per-sample spans, when every rank reported its start and end times."
     )
 
 
@@ -283,7 +315,12 @@ class RunSummary(BaseModel):
     )
     missing_rank_count: int = 0
     total_bytes: int
-    shard_bytes: int = Field(description="The largest shard.")
+    shard_bytes: int = Field(description="The largest shard saved.")
+    load_shard_bytes: int | None = Field(
+        None,
+        description="The largest shard loaded (larger than shard_bytes on a resharding load "
+        "onto fewer ranks); None when no rank recorded what it loaded.",
+    )
     save: OpSummary | None = None
     load: OpSummary | None = None
     verified: bool | None = Field(None, description="Every rank verified every load.")
@@ -311,136 +348,5 @@ class RunSummary(BaseModel):
         )
 
 
-_MISSING_LISTED = 20
-_ERRORS_LISTED = 10
-
-
-def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) -> RunSummary:
-    """Aggregate the ranks' results. Pure: the operator calls it on termination messages."""
-    by_rank = {r.rank: r for r in results if 0 <= r.rank < world_size}
-    missing = [rank for rank in range(world_size) if rank not in by_rank]
-    ordered = [by_rank[rank] for rank in sorted(by_rank)]
-    errors = [RankError(rank=r.rank, host=r.host, error=r.error) for r in ordered if r.error]
-    verdicts = [r.verified for r in ordered]
-    if any(v is False for v in verdicts):
-        verified: bool | None = False
-    elif ordered and not missing and all(v is True for v in verdicts):
-        verified = True
-    else:
-        verified = None
-    procedure = ordered[0].procedure if ordered else Procedure.CKPTBENCH
-    save = summarize_op([(r.rank, r.bytes, r.save) for r in ordered if r.save], total_bytes)
-    load = summarize_op([(r.rank, r.bytes, r.load) for r in ordered if r.load], total_bytes)
-    return RunSummary(
-        world_size=world_size,
-        ranks_reported=len(ordered),
-        missing_ranks=missing[:_MISSING_LISTED],
-        missing_rank_count=len(missing),
-        total_bytes=total_bytes,
-        shard_bytes=max((r.bytes for r in ordered), default=0),
-        save=save,
-        load=load,
-        verified=verified,
-        errors=errors[:_ERRORS_LISTED],
-        error_count=len(errors),
-        procedure=procedure,
-        cache=ordered[0].cache if ordered else None,
-        mlperf=mlperf_metrics(save, load, total_bytes) if procedure is Procedure.MLPERF else None,
-    )
-
-
-def summarize_op(
-    timings: Sequence[tuple[int, int, OpTiming]], total_bytes: int
-) -> OpSummary | None:
-    """One operation across ranks: ``(rank, shard bytes, timing)`` for each rank that has it."""
-    if not timings:
-        return None
-    if all(t.seconds for _, _, t in timings):
-        per_sample = stats.elementwise_max([t.seconds or [] for _, _, t in timings])
-        collective = OpStats.of(per_sample)
-        seconds: list[float] | None = per_sample
-    else:
-        # Some rank's message was too long for its samples: the worst rank's statistics stand in.
-        collective = max((t.stats for _, _, t in timings), key=lambda s: s.mean)
-        seconds = None
-    # Ties go to the lower rank, so the answer does not depend on the order ranks reported in.
-    slowest_rank, _, slowest = max(timings, key=lambda x: (x[2].io.mean, -x[0]))
-    fastest = min(t.io.mean for _, _, t in timings)
-    rank_tp = [stats.throughput(b, t.io.mean) for _, b, t in timings]
-    own = max(t.planning.mean + t.io.mean for _, _, t in timings)
-    blocked = [t.blocked.mean for _, _, t in timings if t.blocked]
-    collected = [t.gc.mean for _, _, t in timings if t.gc]
-    rank0 = next((t.stats for rank, _, t in timings if rank == 0), None)
-    return OpSummary(
-        samples=collective.n,
-        mean_seconds=collective.mean,
-        stdev_seconds=collective.stdev,
-        p50_seconds=collective.p50,
-        p90_seconds=collective.p90,
-        max_seconds=collective.max,
-        min_seconds=collective.min,
-        throughput_bytes_per_second=stats.throughput(total_bytes, collective.mean),
-        min_rank_throughput_bytes_per_second=min(rank_tp),
-        median_rank_throughput_bytes_per_second=stats.percentile(rank_tp, 50),
-        slowest_rank=slowest_rank,
-        slowest_rank_seconds=slowest.io.mean,
-        fastest_rank_seconds=fastest,
-        planning_mean_seconds=max(t.planning.mean for _, _, t in timings),
-        collective_overhead_seconds=round(max(0.0, collective.mean - own), _ROUND),
-        rank_io_seconds=(
-            [t.io.mean for _, _, t in timings] if len(timings) <= RANKS_LISTED else None
-        ),
-        rank0_mean_seconds=rank0.mean if rank0 else None,
-        rank0_stdev_seconds=rank0.stdev if rank0 else None,
-        blocked_mean_seconds=max(blocked) if blocked else None,
-        span_mean_seconds=_span_mean(timings),
-        gc_mean_seconds=max(collected) if collected else None,
-        seconds=seconds,
-    )
-
-
-def _span_mean(timings: Sequence[tuple[int, int, OpTiming]]) -> float | None:
-    """Mean over samples of (latest rank end - earliest rank start), when every rank has them."""
-    starts = [t.started_at for _, _, t in timings]
-    ends = [t.ended_at for _, _, t in timings]
-    if not all(starts) or not all(ends):
-        return None
-    n = min(len(x or []) for x in (*starts, *ends))
-    if n == 0:
-        return None
-    spans = [max((e or [])[i] for e in ends) - min((s or [])[i] for s in starts) for i in range(n)]
-    return round(stats.mean(spans), _ROUND)
-
-
-# MLPerf Storage's names (DLIO's summary keys and the report's columns). It labels GiB as "GB".
-def mlperf_metrics(
-    save: OpSummary | None, load: OpSummary | None, total_bytes: int
-) -> dict[str, float]:
-    """The mlperf procedure's figures: duration is the span, throughput total GiB / duration."""
-    out: dict[str, float] = {"checkpoint_size_GB": round(total_bytes / _GIB, 6)}
-    for op, name, column in ((save, "save", "write"), (load, "load", "read")):
-        if op is None:
-            continue
-        duration = op.span_mean_seconds if op.span_mean_seconds is not None else op.mean_seconds
-        per_sample = [stats.throughput(total_bytes, x) / _GIB for x in op.seconds or []]
-        out[f"{name}_checkpoint_duration_mean_seconds"] = round(duration, _ROUND)
-        if per_sample:
-            out[f"{name}_checkpoint_io_mean_GB_per_second"] = round(stats.mean(per_sample), _ROUND)
-            out[f"{name}_checkpoint_io_stdev_GB_per_second"] = round(
-                stats.stdev(per_sample), _ROUND
-            )
-        out[f"checkpoint_{column}_bw_gibps"] = round(
-            stats.throughput(total_bytes, duration) / _GIB, _ROUND
-        )
-        out[f"checkpoint_{column}_duration_secs"] = round(duration, _ROUND)
-        out[f"checkpoint_{column}_min_rank_gibps"] = round(
-            op.min_rank_throughput_bytes_per_second / _GIB, _ROUND
-        )
-        out[f"checkpoint_{column}_median_rank_gibps"] = round(
-            op.median_rank_throughput_bytes_per_second / _GIB, _ROUND
-        )
-    return out
-
-
 def _rounded(xs: Sequence[float]) -> list[float]:
-    return [round(x, _ROUND) for x in xs]
+    return [round(x, ROUND) for x in xs]

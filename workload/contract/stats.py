@@ -44,3 +44,11 @@ def elementwise_max(series: Sequence[Sequence[float]]) -> list[float]:
         return []
     n = min(len(s) for s in series)
     return [max(s[i] for s in series) for i in range(n)]
+
+
+def pstdev(xs: Sequence[float]) -> float:
+    """Population standard deviation (n), as numpy's ``np.std``; 0 for one sample."""
+    if len(xs) < 2:
+        return 0.0
+    m = mean(xs)
+    return math.sqrt(math.fsum((x - m) ** 2 for x in xs) / len(xs))

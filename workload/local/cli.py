@@ -18,10 +18,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract import figures, sizes
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
-from ckptbench.workload.contract.results import RunSummary, summarize
+from ckptbench.workload.contract.results import RunSummary
 from ckptbench.workload.local import report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
 from ckptbench.workload.local.options import UsageError, build_parser, parse_size
@@ -58,7 +58,7 @@ def summary_of(
     emulator: str | None,
     axes: dict[str, str] | None = None,
 ) -> RunSummary:
-    s = summarize(outcome.results, config.world_size, config.total_bytes)
+    s = figures.summarize(outcome.results, config.world_size, config.total_bytes)
     extra: dict[str, Any] = {
         **environment.machine(),
         "settings": settings(config, emulator),
@@ -67,6 +67,10 @@ def summary_of(
         "exit_codes": [e.returncode for e in sorted(outcome.exits, key=lambda e: e.rank)],
         "peak_rss_bytes": outcome.peak_rss_bytes(),
     }
+    facts = figures.checkpoint_facts(outcome.results)
+    if facts is not None:
+        # Rank 0 lists the stored checkpoint; its summary.json may be gone with the emulator.
+        extra["checkpoint"] = facts
     why = outcome.missing_why()
     if why:
         extra["missing_why"] = why

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.results import OpSummary, RunSummary
 from ckptbench.workload.contract.sizes import GIB
@@ -112,6 +113,8 @@ _OP_ROWS = (
     # Inside the figures above: automatic garbage collections (none with manual collection).
     _Figure("garbage collection (s)", lambda o: o.gc_mean_seconds or 0.0, "seconds"),
 )
+# A resharding load's ranks outside the load world read nothing: not in the per-rank rows.
+_LEFT_OUT_ROW = _Figure("ranks left out", lambda o: o.ranks_left_out, "count")
 # The reference's own figures: rank 0's barrier-to-barrier mean and stdev.
 _REFERENCE_ROWS = (
     _Figure("rank-0 mean (s)", lambda o: o.rank0_mean_seconds, "seconds"),
@@ -119,25 +122,23 @@ _REFERENCE_ROWS = (
 )
 
 
-def _rows(name: str, rate: Unit, figures: Sequence[_Figure]) -> list[Row]:
+def _rows(name: str, rate: Unit, figs: Sequence[_Figure]) -> list[Row]:
     formats = {"seconds": fmt_seconds, "count": fmt_int, "rate": fmt_in(rate, 3)}
     return [
         Row(f"{name} {f.label.format(rate=rate.name)}", _op(name, f.get), formats[f.kind], f.ratio)
-        for f in figures
+        for f in figs
     ]
 
 
 def _mlperf_rows(name: str, rate: Unit) -> list[Row]:
     """MLPerf Storage's duration (latest rank end - earliest start) and total / duration."""
-
-    def span_rate(o: OpSummary) -> float | None:
-        if o.span_mean_seconds is None or o.span_mean_seconds <= 0:
-            return None
-        return o.throughput_bytes_per_second * o.mean_seconds / o.span_mean_seconds
-
     return [
         Row(f"{name} span (s)", _op(name, lambda o: o.span_mean_seconds), fmt_seconds),
-        Row(f"{name} span throughput ({rate.name}/s)", _op(name, span_rate), fmt_in(rate, 3)),
+        Row(
+            f"{name} span throughput ({rate.name}/s)",
+            _op(name, lambda o: o.span_throughput_bytes_per_second),
+            fmt_in(rate, 3),
+        ),
         Row(
             f"{name} median per-rank ({rate.name}/s)",
             _op(name, lambda o: o.median_rank_throughput_bytes_per_second),
@@ -146,26 +147,30 @@ def _mlperf_rows(name: str, rate: Unit) -> list[Row]:
     ]
 
 
-def _stored(s: RunSummary, key: str) -> int | None:
-    """A fact about the first timed checkpoint as storage holds it (rank 0 listed it)."""
-    facts: Mapping[str, Any] = s.extra.get("checkpoint", {})
-    value = facts.get(key)
-    return value if isinstance(value, int) else None
+def _stored(
+    get: Callable[[figures.StoredFigures], float | int | None],
+) -> Callable[[RunSummary], float | int | None]:
+    """A figure of the first timed checkpoint as storage holds it (rank 0 listed it)."""
+
+    def value(s: RunSummary) -> float | int | None:
+        stored = figures.stored_figures(s)
+        return None if stored is None else get(stored)
+
+    return value
 
 
 def _stored_rows(size: Unit) -> list[Row]:
     """What storage holds beside the payload: per-item torch.save overhead and ``.metadata``."""
-
-    def overhead(s: RunSummary) -> float | None:
-        stored = _stored(s, "stored_bytes")
-        return None if stored is None or s.total_bytes <= 0 else stored / s.total_bytes
-
     return [
-        Row(f"stored size ({size.name})", lambda s: _stored(s, "stored_bytes"), fmt_in(size, 2)),
-        Row("stored / payload", overhead, lambda x: f"{x:.4f}"),
-        Row("stored objects", lambda s: _stored(s, "objects"), fmt_int),
-        Row(".metadata (MiB)", lambda s: _stored(s, "metadata_bytes"), fmt_in(MIB_UNIT, 3)),
+        Row(f"stored size ({size.name})", _stored(lambda f: f.stored_bytes), fmt_in(size, 2)),
+        Row("stored / payload", _stored(lambda f: f.stored_per_payload), lambda x: f"{x:.4f}"),
+        Row("stored objects", _stored(lambda f: f.objects), fmt_int),
+        Row(".metadata (MiB)", _stored(lambda f: f.metadata_bytes), fmt_in(MIB_UNIT, 3)),
     ]
+
+
+def _resharded(s: RunSummary) -> bool:
+    return s.load_shard_bytes is not None and s.load_shard_bytes != s.shard_bytes
 
 
 def _blocked_row() -> Row:
@@ -204,7 +209,11 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         ),
         Row(f"total size ({size.name})", lambda s: s.total_bytes, fmt_in(size, 2)),
     ]
-    if any(_stored(s, "stored_bytes") is not None for s in runs):
+    if any(_resharded(s) for s in runs):
+        rows.append(
+            Row(f"load shard size ({size.name})", lambda s: s.load_shard_bytes, fmt_in(size, 2))
+        )
+    if any(figures.stored_figures(s) is not None for s in runs):
         rows += _stored_rows(size)
     procedures = {s.procedure for s in runs}
     rows.append(Row("procedure", lambda s: s.procedure.value, str))
@@ -212,6 +221,9 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         rows.append(Row("page cache", lambda s: s.cache.value if s.cache else None, str))
     for name in ("save", "load"):
         op_rows = _rows(name, rate, _OP_ROWS)
+        if any((op := getattr(s, name)) is not None and op.ranks_left_out for s in runs):
+            at = next(i for i, r in enumerate(op_rows) if r.label.endswith(" slowest rank"))
+            op_rows[at + 1 : at + 1] = _rows(name, rate, [_LEFT_OUT_ROW])
         if name == "save" and any(
             s.save is not None and s.save.blocked_mean_seconds is not None for s in runs
         ):

@@ -107,6 +107,7 @@ class _Loop:
         self.saves = Series()
         self.loads = Series()
         self.verified: bool | None = None
+        self.load_bytes: int | None = None  # what this rank's load template holds
         self.save_group: Any = None
         self.session: backends.StorageSession | None = None
         # Checkpoints saved (or being saved) and not yet cleaned up: what a failure leaves.
@@ -169,6 +170,7 @@ class _Loop:
         template: dict[str, torch.Tensor] = self._step(
             "prepare load", lambda: state.empty_template(config)
         )
+        self.load_bytes = state.tensor_bytes(template)  # more than the shard on a reshard
         loaded = self._load(checkpoint_id, template)
         self._report("load", label, loaded)
         if timed:
@@ -203,6 +205,7 @@ class _Loop:
         template: dict[str, torch.Tensor] = self._step(
             "prepare load", lambda: state.empty_template(config)
         )
+        self.load_bytes = state.tensor_bytes(template)  # more than the shard on a reshard
         for index, checkpoint_id in enumerate(ids):
             loaded = self._load(checkpoint_id, template)
             self._report("load", self._label(index, True), loaded)
@@ -409,6 +412,7 @@ class _Loop:
             rank=self.config.rank,
             host=socket.gethostname(),
             bytes=self.config.shard_bytes,
+            load_bytes=self.load_bytes,
             save=self.saves.timing(),
             load=self.loads.timing(),
             verified=verified if self.config.verify else None,

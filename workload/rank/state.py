@@ -120,6 +120,17 @@ def empty_template(config: WorkloadConfig) -> dict[str, Any]:
     return {name: torch.empty(shape, dtype=torch.float32) for name in owned_names(config)}
 
 
+def tensor_bytes(template: Mapping[str, Any]) -> int:
+    """Tensor bytes a template holds on this rank (a DTensor's local rows): what a load reads."""
+    total = 0
+    for tensor in template.values():
+        if hasattr(tensor, "to_local"):
+            tensor = tensor.to_local()
+        if isinstance(tensor, torch.Tensor):
+            total += tensor.numel() * tensor.element_size()
+    return total
+
+
 def mark_unwritten(template: Mapping[str, Any]) -> None:
     """Fill every tensor with NaN before a load, outside its timing.
 

@@ -24,7 +24,8 @@ from ckptbench.workload.contract import config as config_module
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
-from ckptbench.workload.contract.results import RankResult, RunSummary, summarize
+from ckptbench.workload.contract.figures import summarize
+from ckptbench.workload.contract.results import RankResult, RunSummary
 from ckptbench.workload.storage import objects as objectio
 
 if TYPE_CHECKING:
@@ -102,6 +103,8 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
         rendezvous.init_process_group(config, log=say)
         grouped = True
         result = loop.run(config, after_save=_measure_stored(config, stored, after_save), log=say)
+        if config.rank == 0:  # the local runner and the operator read them from the result
+            result = result.model_copy(update={"checkpoint": checkpoint_facts(config, stored)})
     except Exception as exc:
         say(f"error: {RankResult.error_text(exc)}")
         result = RankResult(

@@ -1,31 +1,33 @@
 """``ckptbench run --csv FILE``: one row per cell, its settings then its figures, for spreadsheets.
 
-Where a figure is one MLPerf Storage reports, its column carries MLPerf's name too (MLPerf labels
-GiB as "GB"; these columns are GiB, 2^30 bytes, as MLPerf's are):
-
-- ``checkpoint_size_GB``: the checkpoint's payload, all ranks;
-- ``checkpoint_write_bw_gibps`` / ``checkpoint_read_bw_gibps``: total GiB over the mean duration,
-  a duration being the slowest rank's (MLPerf's rule: duration = max over processes);
-- ``checkpoint_write_duration_secs`` / ``checkpoint_read_duration_secs`` and
-  ``save_checkpoint_duration_mean_seconds`` / ``load_...``: that mean duration;
-- ``save_checkpoint_io_mean_GB_per_second`` / ``..._stdev_...`` (and ``load_``): the mean and
-  sample stdev over samples of total GiB / that sample's duration, as DLIO summarises them.
+Every figure is read from the cell's :class:`RunSummary`, where
+:mod:`ckptbench.workload.contract.figures` computed it; none is computed here (rates are only
+converted to GiB/s, 2^30 bytes). Columns are named as in the JSON, each operation's prefixed with
+``save_`` or ``load_``; see docs/measurement.md for what each means. MLPerf Storage's figures
+(MLPerf labels GiB as "GB") are the summary's ``mlperf`` block, under MLPerf's names: filled only
+when the mlperf procedure ran, since only then were they measured MLPerf's way (its order and its
+duration, the span).
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.results import OpSummary, RunSummary
 from ckptbench.workload.contract.sizes import GIB
 
 # Settings that only repeat another column in a form for people.
 _SKIPPED_SETTINGS = {"part_size"}
+
+
+def _gib(x: float | None) -> float | None:
+    return None if x is None else x / GIB
+
 
 _OP_FIGURES: list[tuple[str, Callable[[OpSummary], float | int | None]]] = [
     ("samples", lambda o: o.samples),
@@ -34,33 +36,37 @@ _OP_FIGURES: list[tuple[str, Callable[[OpSummary], float | int | None]]] = [
     ("p50_seconds", lambda o: o.p50_seconds),
     ("p90_seconds", lambda o: o.p90_seconds),
     ("max_seconds", lambda o: o.max_seconds),
-    ("throughput_gib_per_second", lambda o: o.throughput_bytes_per_second / GIB),
-    ("min_rank_gib_per_second", lambda o: o.min_rank_throughput_bytes_per_second / GIB),
+    ("min_seconds", lambda o: o.min_seconds),
+    ("throughput_gib_per_second", lambda o: _gib(o.throughput_bytes_per_second)),
+    ("min_rank_gib_per_second", lambda o: _gib(o.min_rank_throughput_bytes_per_second)),
+    ("median_rank_gib_per_second", lambda o: _gib(o.median_rank_throughput_bytes_per_second)),
+    ("ranks_left_out", lambda o: o.ranks_left_out),
+    ("slowest_rank", lambda o: o.slowest_rank),
+    ("slowest_rank_seconds", lambda o: o.slowest_rank_seconds),
+    ("fastest_rank_seconds", lambda o: o.fastest_rank_seconds),
+    ("planning_mean_seconds", lambda o: o.planning_mean_seconds),
+    ("collective_overhead_seconds", lambda o: o.collective_overhead_seconds),
+    ("span_mean_seconds", lambda o: o.span_mean_seconds),
+    ("span_throughput_gib_per_second", lambda o: _gib(o.span_throughput_bytes_per_second)),
+    ("rank0_mean_seconds", lambda o: o.rank0_mean_seconds),
+    ("rank0_stdev_seconds", lambda o: o.rank0_stdev_seconds),
     ("gc_mean_seconds", lambda o: o.gc_mean_seconds or 0.0),
 ]
 
-_MLPERF_OP = {"save": "write", "load": "read"}
 
-
-def _per_sample_gib_s(s: RunSummary, op: OpSummary) -> list[float]:
-    return [s.total_bytes / GIB / x for x in (op.seconds or []) if x > 0]
+def _stored(s: RunSummary) -> dict[str, Any]:
+    stored = figures.stored_figures(s)
+    return {
+        "stored_bytes": stored.stored_bytes if stored else None,
+        "stored_per_payload": stored.stored_per_payload if stored else None,
+        "stored_objects": stored.objects if stored else None,
+        "metadata_bytes": stored.metadata_bytes if stored else None,
+    }
 
 
 def _mlperf(s: RunSummary) -> dict[str, Any]:
-    row: dict[str, Any] = {"checkpoint_size_GB": s.total_bytes / GIB}
-    for op_name, short in _MLPERF_OP.items():
-        op: OpSummary | None = getattr(s, op_name)
-        rates = _per_sample_gib_s(s, op) if op is not None else []
-        row[f"checkpoint_{short}_bw_gibps"] = op.throughput_bytes_per_second / GIB if op else None
-        row[f"checkpoint_{short}_duration_secs"] = op.mean_seconds if op else None
-        row[f"{op_name}_checkpoint_duration_mean_seconds"] = op.mean_seconds if op else None
-        row[f"{op_name}_checkpoint_io_mean_GB_per_second"] = (
-            statistics.fmean(rates) if rates else None
-        )
-        row[f"{op_name}_checkpoint_io_stdev_GB_per_second"] = (
-            statistics.stdev(rates) if len(rates) >= 2 else None
-        )
-    return row
+    measured = s.mlperf or {}
+    return {key: measured.get(key) for key in figures.mlperf_keys()}
 
 
 def settings_of(s: RunSummary) -> dict[str, Any]:
@@ -77,6 +83,8 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
         "ranks_reported": s.ranks_reported,
         "total_bytes": s.total_bytes,
         "shard_bytes": s.shard_bytes,
+        "load_shard_bytes": s.load_shard_bytes,
+        **_stored(s),
     }
     for op_name in ("save", "load"):
         op: OpSummary | None = getattr(s, op_name)
@@ -114,7 +122,7 @@ def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return repr(value)  # every digit the JSON has: the same figure reads the same in both
     return str(value)
 
 

@@ -1,0 +1,299 @@
+"""Every figure ckptbench publishes, each computed by one function here, from the ranks' results.
+
+The table, the JSON and CSV files, the report's plots, the operator's status and its metrics read
+these figures; none computes its own. Each is defined in docs/measurement.md.
+
+- per sample: :func:`collective_seconds` (max over ranks), :func:`span_seconds` (latest end minus
+  earliest start);
+- per rank: :func:`moved_bytes` and :func:`rank_throughput` (the rank's bytes / its mean I/O);
+- per operation: :func:`summarize_op` (an :class:`OpSummary`), gathered by :func:`summarize`;
+- MLPerf Storage's, under its names: :func:`mlperf_metrics`;
+- across operations: :func:`slowest_rank`; the checkpoint as stored: :func:`stored_figures`.
+
+Pure: no torch, no storage client. The operator calls these on termination messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NamedTuple
+
+from ckptbench.workload.contract import stats
+from ckptbench.workload.contract.choices import Procedure
+from ckptbench.workload.contract.results import (
+    RANKS_LISTED,
+    ROUND,
+    OpStats,
+    OpSummary,
+    OpTiming,
+    RankError,
+    RankResult,
+    RunSummary,
+)
+from ckptbench.workload.contract.sizes import GIB
+
+_MISSING_LISTED = 20
+_ERRORS_LISTED = 10
+
+Operation = Literal["save", "load"]
+
+
+class RankOp(NamedTuple):
+    """One rank's timing of one operation and the tensor bytes it moved in it."""
+
+    rank: int
+    bytes: int
+    timing: OpTiming
+
+
+# -- per rank ------------------------------------------------------------------------------------
+
+
+def moved_bytes(result: RankResult, op: Operation) -> int:
+    """Tensor bytes the rank moved: its shard on save; on load, what its load template held."""
+    if op == "load" and result.load_bytes is not None:
+        return result.load_bytes
+    return result.bytes
+
+
+def rank_throughput(r: RankOp) -> float:
+    """The rank's bytes / its mean I/O seconds (MLPerf Storage's per-process figure)."""
+    return stats.throughput(r.bytes, r.timing.io.mean)
+
+
+def rank_ops(results: Sequence[RankResult], op: Operation) -> list[RankOp]:
+    """``(rank, bytes moved, timing)`` of each rank that timed ``op``, in the order given."""
+    out = []
+    for r in results:
+        timing: OpTiming | None = getattr(r, op)
+        if timing is not None:
+            out.append(RankOp(r.rank, moved_bytes(r, op), timing))
+    return out
+
+
+# -- per sample ----------------------------------------------------------------------------------
+
+
+def collective_seconds(timings: Sequence[RankOp]) -> list[float] | None:
+    """Each sample's collective duration: the max over ranks (a collective lasts as long as its
+    slowest rank). None when some rank's message was too long to carry its samples."""
+    if not timings or not all(t.timing.seconds for t in timings):
+        return None
+    return stats.elementwise_max([t.timing.seconds or [] for t in timings])
+
+
+def span_seconds(timings: Sequence[RankOp]) -> list[float] | None:
+    """Each sample's span: the latest rank end minus the earliest rank start (wall clock)."""
+    starts = [t.timing.started_at for t in timings]
+    ends = [t.timing.ended_at for t in timings]
+    if not timings or not all(starts) or not all(ends):
+        return None
+    n = min(len(x or []) for x in (*starts, *ends))
+    if n == 0:
+        return None
+    return [
+        round(max((e or [])[i] for e in ends) - min((s or [])[i] for s in starts), ROUND)
+        for i in range(n)
+    ]
+
+
+# -- per operation -------------------------------------------------------------------------------
+
+
+def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | None:
+    """One operation across the ranks that timed it."""
+    if not timings:
+        return None
+    per_sample = collective_seconds(timings)
+    if per_sample is not None:
+        collective = OpStats.of(per_sample)
+    else:
+        # Some rank's message was too long for its samples: the worst rank's statistics stand in.
+        collective = max((t.timing.stats for t in timings), key=lambda s: s.mean)
+    # A rank that moved nothing (outside a resharding load's world) has no throughput to rank.
+    moving = [t for t in timings if t.bytes > 0] or list(timings)
+    # Ties go to the lower rank, so the answer does not depend on the order ranks reported in.
+    slowest = max(moving, key=lambda t: (t.timing.io.mean, -t.rank))
+    rates = [rank_throughput(t) for t in moving]
+    own = max(t.timing.planning.mean + t.timing.io.mean for t in timings)
+    blocked = [t.timing.blocked.mean for t in timings if t.timing.blocked]
+    collected = [t.timing.gc.mean for t in timings if t.timing.gc]
+    rank0 = next((t.timing.stats for t in timings if t.rank == 0), None)
+    spans = span_seconds(timings)
+    span_mean = round(stats.mean(spans), ROUND) if spans else None
+    return OpSummary(
+        samples=collective.n,
+        mean_seconds=collective.mean,
+        stdev_seconds=collective.stdev,
+        p50_seconds=collective.p50,
+        p90_seconds=collective.p90,
+        max_seconds=collective.max,
+        min_seconds=collective.min,
+        throughput_bytes_per_second=stats.throughput(total_bytes, collective.mean),
+        min_rank_throughput_bytes_per_second=min(rates),
+        median_rank_throughput_bytes_per_second=stats.percentile(rates, 50),
+        ranks_left_out=len(timings) - len(moving),
+        slowest_rank=slowest.rank,
+        slowest_rank_seconds=slowest.timing.io.mean,
+        fastest_rank_seconds=min(t.timing.io.mean for t in moving),
+        planning_mean_seconds=max(t.timing.planning.mean for t in timings),
+        collective_overhead_seconds=round(max(0.0, collective.mean - own), ROUND),
+        rank_io_seconds=(
+            [t.timing.io.mean for t in timings] if len(timings) <= RANKS_LISTED else None
+        ),
+        rank0_mean_seconds=rank0.mean if rank0 else None,
+        rank0_stdev_seconds=rank0.stdev if rank0 else None,
+        blocked_mean_seconds=max(blocked) if blocked else None,
+        span_mean_seconds=span_mean,
+        span_throughput_bytes_per_second=(
+            stats.throughput(total_bytes, span_mean) if span_mean is not None else None
+        ),
+        gc_mean_seconds=max(collected) if collected else None,
+        seconds=per_sample,
+        span_seconds=spans,
+    )
+
+
+def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) -> RunSummary:
+    """Aggregate the ranks' results into the run's summary."""
+    by_rank = {r.rank: r for r in results if 0 <= r.rank < world_size}
+    missing = [rank for rank in range(world_size) if rank not in by_rank]
+    ordered = [by_rank[rank] for rank in sorted(by_rank)]
+    errors = [RankError(rank=r.rank, host=r.host, error=r.error) for r in ordered if r.error]
+    verdicts = [r.verified for r in ordered]
+    if any(v is False for v in verdicts):
+        verified: bool | None = False
+    elif ordered and not missing and all(v is True for v in verdicts):
+        verified = True
+    else:
+        verified = None
+    procedure = ordered[0].procedure if ordered else Procedure.CKPTBENCH
+    save = summarize_op(rank_ops(ordered, "save"), total_bytes)
+    load = summarize_op(rank_ops(ordered, "load"), total_bytes)
+    loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
+    return RunSummary(
+        world_size=world_size,
+        ranks_reported=len(ordered),
+        missing_ranks=missing[:_MISSING_LISTED],
+        missing_rank_count=len(missing),
+        total_bytes=total_bytes,
+        shard_bytes=max((r.bytes for r in ordered), default=0),
+        load_shard_bytes=max(loaded) if loaded else None,
+        save=save,
+        load=load,
+        verified=verified,
+        errors=errors[:_ERRORS_LISTED],
+        error_count=len(errors),
+        procedure=procedure,
+        cache=ordered[0].cache if ordered else None,
+        mlperf=mlperf_metrics(save, load, total_bytes) if procedure is Procedure.MLPERF else None,
+    )
+
+
+# -- MLPerf Storage's ----------------------------------------------------------------------------
+
+MLPERF_COLUMNS: dict[Operation, str] = {"save": "write", "load": "read"}
+
+
+def mlperf_keys() -> list[str]:
+    """Every key :func:`mlperf_metrics` can give, in its order (the CSV's columns)."""
+    keys = ["checkpoint_size_GB"]
+    for name, column in MLPERF_COLUMNS.items():
+        keys += [
+            f"{name}_checkpoint_duration_mean_seconds",
+            f"{name}_checkpoint_io_mean_GB_per_second",
+            f"{name}_checkpoint_io_stdev_GB_per_second",
+            f"checkpoint_{column}_bw_gibps",
+            f"checkpoint_{column}_duration_secs",
+            f"checkpoint_{column}_min_rank_gibps",
+            f"checkpoint_{column}_median_rank_gibps",
+        ]
+    return keys
+
+
+def mlperf_metrics(
+    save: OpSummary | None, load: OpSummary | None, total_bytes: int
+) -> dict[str, float]:
+    """MLPerf Storage's figures under its names (DLIO's summary keys and the report's columns).
+
+    Its duration is the span; its bandwidth total bytes / mean span; per sample, total bytes /
+    that sample's span, summarised as DLIO does (mean and population stdev, numpy's ``std``).
+    MLPerf labels GiB as "GB": every rate and size here is in GiB (2^30 bytes). When some rank's
+    message was too long to carry its sample times, the collective duration stands in for the
+    span.
+    """
+    out: dict[str, float] = {"checkpoint_size_GB": round(total_bytes / GIB, ROUND)}
+    ops: dict[Operation, OpSummary | None] = {"save": save, "load": load}
+    for name, column in MLPERF_COLUMNS.items():
+        op = ops[name]
+        if op is None:
+            continue
+        if op.span_mean_seconds is not None and op.span_throughput_bytes_per_second is not None:
+            duration, rate = op.span_mean_seconds, op.span_throughput_bytes_per_second
+            samples = op.span_seconds or []
+        else:
+            duration, rate = op.mean_seconds, op.throughput_bytes_per_second
+            samples = op.seconds or []
+        per_sample = [stats.throughput(total_bytes, x) / GIB for x in samples]
+        out[f"{name}_checkpoint_duration_mean_seconds"] = round(duration, ROUND)
+        if per_sample:
+            out[f"{name}_checkpoint_io_mean_GB_per_second"] = round(stats.mean(per_sample), ROUND)
+            out[f"{name}_checkpoint_io_stdev_GB_per_second"] = round(
+                stats.pstdev(per_sample), ROUND
+            )
+        out[f"checkpoint_{column}_bw_gibps"] = round(rate / GIB, ROUND)
+        out[f"checkpoint_{column}_duration_secs"] = round(duration, ROUND)
+        out[f"checkpoint_{column}_min_rank_gibps"] = round(
+            op.min_rank_throughput_bytes_per_second / GIB, ROUND
+        )
+        out[f"checkpoint_{column}_median_rank_gibps"] = round(
+            op.median_rank_throughput_bytes_per_second / GIB, ROUND
+        )
+    return out
+
+
+# -- across operations, and the checkpoint as stored ---------------------------------------------
+
+
+def slowest_rank(results: Sequence[RankResult]) -> int | None:
+    """The rank whose own save plus load I/O time is the largest: the one holding the others up.
+
+    I/O time is timed inside the storage layer; barrier-to-barrier time is equal on every rank.
+    """
+
+    def own(result: RankResult) -> float:
+        return sum(op.io.mean for op in (result.save, result.load) if op is not None)
+
+    timed = [r for r in results if r.save is not None or r.load is not None]
+    if not timed:
+        return None
+    return max(timed, key=lambda r: (own(r), -r.rank)).rank
+
+
+def checkpoint_facts(results: Sequence[RankResult]) -> dict[str, int] | None:
+    """What rank 0 reported of the first timed checkpoint as storage holds it, if it did."""
+    return next((dict(r.checkpoint) for r in results if r.rank == 0 and r.checkpoint), None)
+
+
+class StoredFigures(NamedTuple):
+    stored_bytes: int  # every object of the checkpoint: data files with framing, .metadata
+    objects: int | None
+    metadata_bytes: int | None
+    stored_per_payload: float | None  # stored bytes / tensor payload bytes
+
+
+def stored_figures(summary: RunSummary) -> StoredFigures | None:
+    """The first timed checkpoint as storage holds it (``extra.checkpoint``); None if unlisted."""
+    facts: Mapping[str, Any] = summary.extra.get("checkpoint") or {}
+    stored = facts.get("stored_bytes")
+    if not isinstance(stored, int):
+        return None
+    objects, metadata = facts.get("objects"), facts.get("metadata_bytes")
+    return StoredFigures(
+        stored_bytes=stored,
+        objects=objects if isinstance(objects, int) else None,
+        metadata_bytes=metadata if isinstance(metadata, int) else None,
+        stored_per_payload=(
+            round(stored / summary.total_bytes, ROUND) if summary.total_bytes > 0 else None
+        ),
+    )
