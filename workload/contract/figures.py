@@ -88,13 +88,12 @@ def span_seconds(timings: Sequence[RankOp]) -> list[float] | None:
     ends = [t.timing.ended_at for t in timings]
     if not timings or not all(starts) or not all(ends):
         return None
-    n = min(len(x or []) for x in (*starts, *ends))
+    latest = [max(column) for column in zip(*(e or [] for e in ends), strict=False)]
+    earliest = [min(column) for column in zip(*(s or [] for s in starts), strict=False)]
+    n = min(len(latest), len(earliest))
     if n == 0:
         return None
-    return [
-        round(max((e or [])[i] for e in ends) - min((s or [])[i] for s in starts), ROUND)
-        for i in range(n)
-    ]
+    return [round(latest[i] - earliest[i], ROUND) for i in range(n)]
 
 
 # -- per operation -------------------------------------------------------------------------------

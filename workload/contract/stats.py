@@ -40,10 +40,8 @@ def throughput(nbytes: int, seconds: float) -> float:
 
 def elementwise_max(series: Sequence[Sequence[float]]) -> list[float]:
     """Per-sample maximum across ranks: a collective operation lasts as long as its slowest rank."""
-    if not series:
-        return []
-    n = min(len(s) for s in series)
-    return [max(s[i] for s in series) for i in range(n)]
+    # zip stops at the shortest series, as a sample some rank lacks has no collective duration.
+    return [max(column) for column in zip(*series, strict=False)]
 
 
 def pstdev(xs: Sequence[float]) -> float:
