@@ -5,8 +5,9 @@ after wrapping, in its own process, the calls the rules of measurement are about
 it saw to ``$MEASURE_PROBE_DIR/events-RANK.json``: one ``[kind, name, wall time]`` per event, the
 wall time from ``time.time()`` (the clock of each sample's ``started_at``/``ended_at``).
 
-- ``enter``/``exit``: setup work (the shard built, load templates made and marked, storage writers
-  and readers made and wrapped, the storage session opened) and DCP's ``save``/``load`` calls;
+- ``enter``/``exit``: work around the samples (the shard built, load templates made and marked,
+  storage writers and readers made and wrapped, the storage session opened, loads verified) and
+  DCP's ``save``/``load`` calls;
 - ``barrier-enter``/``barrier-exit``: the loop's own barriers (DCP's internal ones are not ours);
 - ``gc-start``/``gc-stop``: every full (oldest generation) garbage collection, on any thread;
 - ``client``: a gcsfs file system constructed (its ``id``); ``fs``: the file system a gcsfs
@@ -42,10 +43,13 @@ ENV_SLOW_FINISH = "MEASURE_PROBE_SLOW_FINISH"
 ENV_SLOW_BUILD = "MEASURE_PROBE_SLOW_BUILD"
 COMMAND = [sys.executable, "-m", "tests.measure_probe"]
 
-# Setup work: each must run outside every timed region.
+# Work around the samples (setup, and verification after a load): each must run outside every
+# timed region.
 SETUP = (
     "open_session",
     "build_state",
+    "fill_expected",
+    "verify",
     "empty_template",
     "mark_unwritten",
     "session.writer",
@@ -89,6 +93,8 @@ def _install(rec: _Recorder, config: WorkloadConfig) -> None:
     # By module attribute, as the loop calls them (``state.build_state(...)``, ``dcp_save(...)``).
     wrapped: list[tuple[Any, str, str, float]] = [
         (state, "build_state", "build_state", build_delay),
+        (state, "fill_expected", "fill_expected", 0.0),  # a tensor's values, within build_state
+        (state, "verify", "verify", 0.0),
         (state, "empty_template", "empty_template", 0.0),
         (state, "mark_unwritten", "mark_unwritten", 0.0),
         (timing, "timed_writer", "timed_writer", 0.0),

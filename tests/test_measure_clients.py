@@ -8,6 +8,7 @@ gcsfs file system constructed, and the one each DCP writer and reader was given.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -26,9 +27,10 @@ def run(
     gcs_emulator: GcsEmulator, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[WorkloadConfig, list[Rank]]]:
     tmp = tmp_path_factory.mktemp("gcsfs")
-    gcs_emulator.create_bucket("measure-clients")
+    bucket = f"clients-{uuid.uuid4().hex[:12]}"
+    gcs_emulator.create_bucket(bucket)
     config = workers.small_config(
-        "gs://measure-clients/bench", layer_size=100, padding_size=5, sample_count=2
+        f"gs://{bucket}/bench", layer_size=100, padding_size=5, sample_count=2
     )
     probe_dir = tmp / "probe"
     probe_dir.mkdir()

@@ -98,13 +98,13 @@ def test_each_window_holds_its_dcp_call(name: str, request: pytest.FixtureReques
 
 
 @pytest.mark.parametrize("name", RUNS)
-def test_no_setup_work_runs_inside_a_timed_sample(
+def test_no_setup_or_verification_runs_inside_a_timed_sample(
     name: str, request: pytest.FixtureRequest
 ) -> None:
     run: Run = request.getfixturevalue(name)
     for rank in run.ranks:
         seen = {what: rank.spans(what) for what in measure_probe.SETUP}
-        # Every kind of setup ran (so its absence from the windows means something).
+        # Every kind of work ran (so its absence from the windows means something).
         assert all(seen.values()), {k: len(v) for k, v in seen.items()}
         for window in _windows(rank):
             inside = [w for w, spans in seen.items() for s in spans if _overlaps(s, window)]
