@@ -29,8 +29,13 @@ def run(
     tmp = tmp_path_factory.mktemp("gcsfs")
     bucket = f"clients-{uuid.uuid4().hex[:12]}"
     gcs_emulator.create_bucket(bucket)
+    # Automatic collection: the manual setting's full collections would only make the run longer.
     config = workers.small_config(
-        f"gs://{bucket}/bench", layer_size=100, padding_size=5, sample_count=2
+        f"gs://{bucket}/bench",
+        layer_size=100,
+        padding_size=5,
+        sample_count=2,
+        garbage_collection="automatic",
     )
     probe_dir = tmp / "probe"
     probe_dir.mkdir()

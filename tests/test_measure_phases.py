@@ -25,8 +25,15 @@ FINISH_SECONDS = 0.3
 def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[WorkloadConfig, list[Rank]]:
     tmp = tmp_path_factory.mktemp("finish")
     # Seven tensors on three ranks (3, 2, 2): rank 0 also writes the most data.
+    # Automatic collection: the full collections of the manual setting (a second each on a busy
+    # machine) are tested elsewhere and would only make this run longer.
     config = workers.small_config(
-        str(tmp / "ckpt"), world_size=3, layer_size=100, padding_size=7, warmup_samples=1
+        str(tmp / "ckpt"),
+        world_size=3,
+        layer_size=100,
+        padding_size=7,
+        warmup_samples=1,
+        garbage_collection="automatic",
     )
     probe_dir = tmp / "probe"
     probe_dir.mkdir()
