@@ -1,11 +1,12 @@
 """What lies inside each timed sample, observed in real ranks: the sample is ``barrier(); t0; op;
-barrier(); t1`` and nothing else. Setup work and the manual garbage collection run outside it,
-and each sample's ``started_at`` (the mlperf procedure's span starts at the earliest rank's) is
-read after the opening barrier, not while a rank waits there for a late one.
+barrier(); t1`` and nothing else. Setup work, verification and the manual garbage collection run
+outside it, and each sample's ``started_at`` (the mlperf procedure's span starts at the earliest
+rank's) is read after the opening barrier, not while a rank waits there for a late one.
 
 Two runs of real worker processes over gloo and DCP on a local folder, each recorded by
-:mod:`tests.measure_probe`: the mlperf procedure with rank 1 arriving late at every barrier, and
-the ckptbench procedure (with its warm-up) on three ranks whose shard takes a second to build.
+:mod:`tests.measure_probe`: the mlperf procedure on two ranks, rank 1 coming late to every
+barrier; the ckptbench procedure (with its warm-up and manual collection) on three ranks whose
+shard takes half a second to build.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def mlperf(tmp_path_factory: pytest.TempPathFactory) -> Run:
 def ckptbench(tmp_path_factory: pytest.TempPathFactory) -> Run:
     slow = {measure_probe.ENV_SLOW_BUILD: str(BUILD_SECONDS)}
     tmp = tmp_path_factory.mktemp("ckptbench")
-    # Seven tensors on three ranks: 3, 2 and 2 of them, so no two neighbours look alike.
+    # Seven tensors on three ranks: uneven shards of 3, 2 and 2 tensors.
     return _run(tmp, slow, world_size=3, padding_size=7, sample_count=2, warmup_samples=1)
 
 
