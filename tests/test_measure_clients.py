@@ -73,5 +73,5 @@ def test_every_writer_and_reader_uses_the_rank_s_one_client(
         clients = [name for kind, name, _ in rank.events if kind == "client"]
         given = [name for kind, name, _ in rank.events if kind == "fs"]
         # A writer and a reader per sample, warm-up included.
-        assert len(given) == 2 * (config.warmup_samples + config.sample_count)
+        assert len(given) == 2 * (config.warmups + config.samples)
         assert set(given) == set(clients[:1]), f"rank {rank.result.rank}: {len(set(given))} used"

@@ -88,12 +88,12 @@ def _overlaps(span: tuple[float, float], window: tuple[float, float]) -> bool:
 def test_each_window_holds_its_dcp_call(name: str, request: pytest.FixtureRequest) -> None:
     # The windows the other tests check are the samples' own: each brackets one DCP call.
     run: Run = request.getfixturevalue(name)
-    warmups = run.config.warmup_samples
+    warmups = run.config.warmups
     for rank in run.ranks:
         for op in ("save", "load"):
             calls = rank.spans(f"dcp.{op}")[warmups:]
             windows = rank.windows(op)
-            assert len(calls) == len(windows) == run.config.sample_count
+            assert len(calls) == len(windows) == run.config.samples
             for (start, end), (called, returned) in zip(windows, calls, strict=True):
                 assert start <= called + SLACK and returned <= end + SLACK
 
