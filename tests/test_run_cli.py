@@ -340,6 +340,8 @@ def test_emulator_runs_both_gcs_backends(tmp_path: Path) -> None:
     header = proc.stdout.splitlines()[0].split()
     assert header == ["gcs", "gcsfs", "gcs/gcsfs"]
     assert "[rank 0]" in proc.stderr  # progress was shown
+    # The JSON keeps the results: no word of the bucket that went with the emulator.
+    assert "is gone with it" not in proc.stderr
 
 
 def test_file_storage(tmp_path: Path) -> None:

@@ -188,6 +188,14 @@ def main(argv: Sequence[str]) -> int:
         document.write_json(Path(args.json), runs, ok and not stop.is_set())
     if args.csv is not None and runs:
         csvfile.write_csv(Path(args.csv), runs)
+    if runs and p.emulator_bucket is not None and args.json is None:
+        # The ranks' logs name results/summary.json in the bucket; that bucket went with the
+        # embedded emulator.
+        print(
+            "ckptbench run: the embedded emulator's bucket, results/ included, is gone with it; "
+            "--json FILE keeps every figure and setting of the run",
+            file=sys.stderr,
+        )
     if stop.is_set():
         print("ckptbench run: interrupted; every rank was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
