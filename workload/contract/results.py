@@ -10,7 +10,7 @@ runner prints it and the operator derives the status from it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,19 +23,33 @@ _ERROR_LIMIT = 1000
 ROUND = 6  # microseconds: far below any measured operation, and keeps the JSON short
 RANKS_LISTED = 64  # per-rank I/O seconds in the summary, bounded whatever the world size
 
+# A rank's report is untrusted input to the operator (a benchmark's image writes it): every number
+# in it is finite and bounded before a figure is computed from it, so a forged one makes that rank
+# unreadable instead of an overflow, or a NaN the API server refuses, in the status.
+MAX_SECONDS = 1e8  # three years: longer than any deadline a benchmark can have
+MAX_TIMESTAMP = 1e11  # Unix seconds, year 5138
+MAX_BYTES = 2**60
+MAX_COUNT = 10**9
+MAX_SAMPLES_LISTED = 2000  # samples plus warm-ups, with room
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS, allow_inf_nan=False)]
+Timestamp = Annotated[float, Field(ge=0, le=MAX_TIMESTAMP, allow_inf_nan=False)]
+Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+SecondsList = Annotated[list[Seconds], Field(max_length=MAX_SAMPLES_LISTED)]
+
 
 class OpStats(BaseModel):
     """Statistics of one operation's samples, in seconds."""
 
     model_config = ConfigDict(frozen=True)
 
-    n: int = Field(ge=0)
-    mean: float
-    stdev: float
-    p50: float
-    p90: float
-    max: float
-    min: float
+    n: Count
+    mean: Seconds
+    stdev: Seconds
+    p50: Seconds
+    p90: Seconds
+    max: Seconds
+    min: Seconds
 
     @classmethod
     def of(cls, samples: Sequence[float]) -> OpStats:
@@ -74,14 +88,14 @@ class OpTiming(BaseModel):
     finish: OpStats | None = None
     blocked: OpStats | None = None
     gc: OpStats | None = None
-    seconds: list[float] | None = None
-    io_seconds: list[float] | None = None
-    planning_seconds: list[float] | None = None
-    finish_seconds: list[float] | None = None
-    blocked_seconds: list[float] | None = None
-    gc_seconds: list[float] | None = None
-    started_at: list[float] | None = None
-    ended_at: list[float] | None = None
+    seconds: SecondsList | None = None
+    io_seconds: SecondsList | None = None
+    planning_seconds: SecondsList | None = None
+    finish_seconds: SecondsList | None = None
+    blocked_seconds: SecondsList | None = None
+    gc_seconds: SecondsList | None = None
+    started_at: Annotated[list[Timestamp], Field(max_length=MAX_SAMPLES_LISTED)] | None = None
+    ended_at: Annotated[list[Timestamp], Field(max_length=MAX_SAMPLES_LISTED)] | None = None
 
     @classmethod
     def of(
@@ -138,12 +152,11 @@ class RankResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     v: int = SCHEMA_VERSION
-    rank: int = Field(ge=0)
-    host: str = ""
-    bytes: int = Field(0, ge=0, description="Tensor bytes in this rank's shard: what it saves.")
-    load_bytes: int | None = Field(
+    rank: int = Field(ge=0, le=MAX_COUNT)
+    host: str = Field("", max_length=253)
+    bytes: Bytes = Field(0, description="Tensor bytes in this rank's shard: what it saves.")
+    load_bytes: Bytes | None = Field(
         None,
-        ge=0,
         description=(
             "Tensor bytes this rank's load template holds: what it loads. Equal to bytes, except "
             "on a resharding load (0 on a rank outside the load world). None: not recorded."
@@ -152,10 +165,10 @@ class RankResult(BaseModel):
     save: OpTiming | None = None
     load: OpTiming | None = None
     verified: bool | None = Field(None, description="Every load verified; None when not checked.")
-    setup_seconds: float | None = Field(
+    setup_seconds: Seconds | None = Field(
         None, description="Making the storage client and authenticating, once, before timing."
     )
-    read_paths: dict[str, int] | None = Field(
+    read_paths: Annotated[dict[str, Count], Field(max_length=16)] | None = Field(
         None,
         description=(
             "gcs: loaded items per read path: direct (ranged reads into the tensor), scattered "
@@ -175,7 +188,7 @@ class RankResult(BaseModel):
     cache: CacheMode | None = Field(
         None, description="file backend: whether written files were evicted before each load."
     )
-    checkpoint: dict[str, int] | None = Field(
+    checkpoint: Annotated[dict[str, Bytes], Field(max_length=16)] | None = Field(
         None,
         description=(
             "Rank 0: the first timed checkpoint as storage holds it (payload_bytes, stored_bytes, "
