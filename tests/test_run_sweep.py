@@ -49,7 +49,9 @@ def test_csv_has_a_row_per_cell(sweep: tuple[Path, Path, str]) -> None:
     rows = list(csv.DictReader(sweep[1].open()))
     assert [(r["backend"], r["cell"]) for r in rows] == [(b, f"{b} threads={t}") for b, t in CELLS]
     assert [r["threads"] for r in rows] == ["4", "16", "", ""]
-    assert all(float(r["checkpoint_write_bw_gibps"]) > 0 for r in rows)
+    assert all(float(r["save_throughput_gib_per_second"]) > 0 for r in rows)
+    # MLPerf's columns hold figures of MLPerf's procedure only.
+    assert all(r["checkpoint_write_bw_gibps"] == "" for r in rows)
     assert all(r["succeeded"] == "true" for r in rows)
 
 

@@ -14,7 +14,6 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -183,12 +182,14 @@ def main(argv: Sequence[str]) -> int:
             print(f"ckptbench run: the embedded GCS emulator failed: {exc}", file=sys.stderr)
             return EXIT_FAILED
     if runs:
-        print(report.format_report(runs))
-    if args.json is not None and runs:
-        document.write_json(Path(args.json), runs, ok and not stop.is_set())
-    if args.csv is not None and runs:
-        csvfile.write_csv(Path(args.csv), runs)
-    if runs and p.emulator_bucket is not None and args.json is None:
+        # Standard output carries the JSON or the CSV when asked to; the table then goes aside.
+        aside = any(t is not None and t.is_stdout for t in (p.json, p.csv))
+        print(report.format_report(runs), file=sys.stderr if aside else sys.stdout)
+    if p.json is not None and runs:
+        p.json.write(document.to_text(runs, ok and not stop.is_set()))
+    if p.csv is not None and runs:
+        p.csv.write(csvfile.to_csv(runs))
+    if runs and p.emulator_bucket is not None and p.json is None:
         # The ranks' logs name results/summary.json in the bucket; that bucket went with the
         # embedded emulator.
         print(

@@ -10,7 +10,6 @@ import argparse
 import datetime as dt
 import secrets
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,6 +18,7 @@ from ckptbench.workload.contract import cells, memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, UploadScheme
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
+from ckptbench.workload.local.outputs import target
 from ckptbench.workload.rank import memory
 from ckptbench.workload.storage.paths import local_path
 
@@ -45,6 +45,8 @@ class Plan:
     emulator_bucket: str | None  # start an embedded emulator and create this bucket
     storage: str
     timeout: float
+    json: target.Target | None = None  # --json: where the summaries go, checked before the run
+    csv: target.Target | None = None
 
     @property
     def configs(self) -> list[WorkloadConfig]:
@@ -117,8 +119,7 @@ def plan(args: argparse.Namespace) -> Plan:
         if args.emulator:
             raise UsageError("--emulator: needs a gs:// --storage")
         storage = _local_path(raw_storage)
-    if args.json is not None:
-        check_writable("--json", Path(args.json))
+    outputs = _outputs(args)
     timeout: float = _one(args, "--timeout")
     if not timeout > 0:
         raise UsageError(f"--timeout: must be positive, got {timeout}")
@@ -149,7 +150,21 @@ def plan(args: argparse.Namespace) -> Plan:
         if emulator_bucket is not None:
             check_emulator_can(cell)
         check_memory(cell, memory.available_bytes())
-    return Plan(planned, emulator_bucket, storage, timeout)
+    return Plan(planned, emulator_bucket, storage, timeout, **outputs)
+
+
+def _outputs(args: argparse.Namespace) -> dict[str, target.Target]:
+    """The output files, each checked now, so a bad one costs no run and loses no results."""
+    found = {}
+    try:
+        for name in ("json", "csv"):
+            raw = getattr(args, name)
+            if raw is not None:
+                found[name] = target.check(f"--{name}", raw)
+        target.check_all(list(found.values()))
+    except target.TargetError as exc:
+        raise UsageError(str(exc)) from None
+    return found
 
 
 def check_emulator_can(cell: Cell) -> None:
@@ -242,21 +257,6 @@ def _cells(
             raise UsageError(explain(exc, where if several else ())) from None
         out.append(Cell(_label(varied, backend), config, varied))
     return out
-
-
-def check_writable(flag: str, path: Path) -> None:
-    """Refuse, before any work, an output file that could not be written after the run."""
-    if path.is_dir():
-        raise UsageError(f"{flag}: {str(path)!r} is a directory; give a file name")
-    existed = path.exists()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a"):  # appends nothing: an existing file keeps its content until then
-            pass
-    except OSError as exc:
-        raise UsageError(f"{flag}: cannot write {str(path)!r}: {exc.strerror or exc}") from None
-    if not existed:
-        path.unlink(missing_ok=True)
 
 
 def _label(varied: dict[str, str], backend: Backend) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.results import OpSummary, RunSummary
 from ckptbench.workload.contract.sizes import GIB
+from ckptbench.workload.local.outputs import target
 
 # Settings that only repeat another column in a form for people.
 _SKIPPED_SETTINGS = {"part_size"}
@@ -127,7 +128,4 @@ def _cell(value: Any) -> str:
 
 
 def write_csv(path: Path, runs: Sequence[tuple[str, RunSummary]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(to_csv(runs))
-    tmp.replace(path)
+    target.Target("--csv", path).write(to_csv(runs))

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ckptbench.workload.contract.results import RunSummary
+from ckptbench.workload.local.outputs import target
 
 
 class DocumentError(ValueError):
@@ -49,11 +50,12 @@ def to_json(runs: Sequence[tuple[str, RunSummary]], ok: bool) -> dict[str, Any]:
     }
 
 
+def to_text(runs: Sequence[tuple[str, RunSummary]], ok: bool) -> str:
+    return json.dumps(to_json(runs, ok), indent=2) + "\n"
+
+
 def write_json(path: Path, runs: Sequence[tuple[str, RunSummary]], ok: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(to_json(runs, ok), indent=2) + "\n")
-    tmp.replace(path)
+    target.Target("--json", path).write(to_text(runs, ok))
 
 
 def read_json(path: Path) -> Document:

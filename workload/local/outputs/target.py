@@ -1,0 +1,97 @@
+"""Where an output file goes: checked before the run, written whole after it.
+
+A target is standard output (``-``) or a regular file. Anything else is refused before any work
+is done, naming the option: a directory, a device or other special file (as root, renaming a
+temporary file over ``/dev/full`` or ``/dev/null`` would replace the device with a file), a place
+that cannot be written, or a file another option already writes. A regular file is written
+atomically: a temporary file beside it, then renamed over it, so an interrupted write never
+leaves half a results file, and a failed one leaves no temporary file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+STDOUT = "-"
+
+
+class TargetError(ValueError):
+    """An output target that cannot be written; the message names the option."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """An output's destination: ``path`` None is standard output."""
+
+    flag: str
+    path: Path | None
+
+    @property
+    def is_stdout(self) -> bool:
+        return self.path is None
+
+    def write(self, text: str) -> None:
+        if self.path is None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        _write_atomically(self.path, text)
+
+
+def check(flag: str, raw: str) -> Target:
+    """The target an option names, refused now if it could not be written after the run."""
+    if raw == STDOUT:
+        return Target(flag, None)
+    path = Path(raw).absolute()
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise TargetError(f"{flag}: cannot use {raw!r}: {exc.strerror or exc}") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise TargetError(f"{flag}: {raw!r} is a directory; give a file name")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise TargetError(
+            f"{flag}: {raw!r} is not a regular file (a device, pipe or socket); give a file "
+            f"name, or {STDOUT} for standard output"
+        )
+    parent = path.parent
+    if not parent.is_dir():
+        raise TargetError(f"{flag}: {str(parent)!r} is not an existing directory")
+    if not os.access(parent, os.W_OK | os.X_OK) or (
+        mode is not None and not os.access(path, os.W_OK)
+    ):
+        raise TargetError(f"{flag}: cannot write {raw!r}: permission denied")
+    return Target(flag, path)
+
+
+def check_all(targets: list[Target]) -> None:
+    """Refuse two options writing to one place: the second would overwrite the first."""
+    seen: dict[str, str] = {}
+    for t in targets:
+        key = STDOUT if t.path is None else str(t.path.resolve())
+        if key in seen:
+            where = "standard output" if t.path is None else repr(str(t.path))
+            raise TargetError(f"{t.flag}: {seen[key]} already writes {where}")
+        seen[key] = t.flag
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
