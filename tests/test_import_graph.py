@@ -298,14 +298,17 @@ def test_a_circle_closed_by_a_type_checking_import_is_named(tmp_path: Path) -> N
         {
             "__init__.py": "",
             "a.py": (
-                "import typing\nif typing.TYPE_CHECKING:\n    from . import b\nelse:\n    b = 0\n"
+                "import typing\nif typing.TYPE_CHECKING:\n    from . import b\nelse:\n"
+                "    from . import c\n"
             ),
             "b.py": "from .a import thing\n",
+            "c.py": "",
         },
     )
     assert [[str(e) for e in c] for c in cycles(edges)] == [
         ["pkg.a -> pkg.b (line 3, type-checking)", "pkg.b -> pkg.a (line 1, top)"]
     ]
+    assert "pkg.a -> pkg.c (line 5, top)" in map(str, edges)  # the ``else`` runs
 
 
 def test_longer_circles_through_relative_imports_and_subpackages(tmp_path: Path) -> None:

@@ -1,15 +1,29 @@
 """What stops a rank's loop, each named so that the result says which rank failed and why.
 
-A rank that fails tells the others through the loop's closing barrier; they stop with a
-:class:`PeerFailure` and the failing rank reports the cause. DCP gathers every rank's exception
-into one ``CheckpointException``, which :class:`CheckpointFailure` turns into a line per rank.
+A rank whose load differs from what was saved raises :class:`VerificationError` (either layout,
+:mod:`.state` or :mod:`.model_state`). A rank that fails tells the others through the loop's
+closing barrier; they stop with a :class:`PeerFailure` and the failing rank reports the cause. DCP
+gathers every rank's exception into one ``CheckpointException``, which :class:`CheckpointFailure`
+turns into a line per rank.
 """
 
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
 
 from torch.distributed.checkpoint.api import CheckpointException
+
+
+class VerificationError(AssertionError):
+    """Loaded tensors differ from what was saved. Names the rank and every tensor at fault."""
+
+    def __init__(self, rank: int, tensors: Sequence[str], details: Sequence[str]) -> None:
+        self.rank = rank
+        self.tensors = list(tensors)
+        self.details = list(details)
+        shown = ", ".join(self.tensors[:8]) + (" ..." if len(self.tensors) > 8 else "")
+        super().__init__(f"{shown} on rank {rank}: " + "; ".join(self.details[:8]))
 
 
 class PeerFailure(RuntimeError):

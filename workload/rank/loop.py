@@ -41,8 +41,12 @@ from ckptbench.workload.contract.config import CacheMode, Procedure, WorkloadCon
 from ckptbench.workload.contract.results import OpTiming, RankResult
 from ckptbench.workload.rank import state
 from ckptbench.workload.rank.collector import Collector
-from ckptbench.workload.rank.content import VerificationError
-from ckptbench.workload.rank.failures import AsyncSaveError, CheckpointFailure, PeerFailure
+from ckptbench.workload.rank.failures import (
+    AsyncSaveError,
+    CheckpointFailure,
+    PeerFailure,
+    VerificationError,
+)
 from ckptbench.workload.storage import cache, timing
 from ckptbench.workload.storage import factory as backends
 

@@ -28,7 +28,8 @@ from torch.distributed.tensor import DTensor, Shard
 
 from ckptbench.workload.contract import models
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.rank.content import BLOCK, VerificationError, splitmix64
+from ckptbench.workload.rank.content import BLOCK, splitmix64
+from ckptbench.workload.rank.failures import VerificationError
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _F32_BASE, _F32_OFFSET = 1 << 20, 1 << 22  # sums below 2**23: exact in float32

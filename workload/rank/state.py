@@ -10,7 +10,7 @@ so float32 holds it exactly and comparisons can be bitwise.
 
 A model preset (``config.model``) is built, templated and verified by :mod:`.model_state`
 instead: the functions here hand over to it, so the loop calls one set of functions for both
-layouts. What the two layouts share (the block, the hash, the error) is in :mod:`.content`.
+layouts. What the two layouts share (the block and the hash) is in :mod:`.content`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import torch
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.rank import model_state
-from ckptbench.workload.rank.content import BLOCK, VerificationError, splitmix64
+from ckptbench.workload.rank.content import BLOCK, splitmix64
+from ckptbench.workload.rank.failures import VerificationError
 
 _BASE_LIMIT = 1 << 20  # block values are in [1, 2**20)
 _OFFSET_LIMIT = 1 << 22  # chunk offsets are in [0, 2**22): sums stay below 2**23, exact in float32
