@@ -202,7 +202,7 @@ def rss_probe(url: str, backend: str, shard: int, threads: int) -> None:
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     from ckptbench.workload.contract.config import Backend, WorkloadConfig
-    from ckptbench.workload.storage.factory import open_session
+    from ckptbench.workload.storage.session import open_session
 
     warnings.simplefilter("ignore", UserWarning)
     os.environ["STORAGE_EMULATOR_HOST"] = url

@@ -11,8 +11,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from ckptbench.workload.local.emulator import GcsEmulator
-from ckptbench.workload.storage.factory import open_session
 from ckptbench.workload.storage.gcs.backend import Upload
+from ckptbench.workload.storage.session import open_session
 from tests import workers
 from tests.fault_proxy import FaultProxy, Rule
 

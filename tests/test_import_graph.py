@@ -230,7 +230,7 @@ RANK_PATH = (
     ("ckptbench.workload.rank.worker", "ckptbench.workload.rank.loop"),
     ("ckptbench.workload.rank.loop", "ckptbench.workload.rank.state"),
     ("ckptbench.workload.rank.state", "ckptbench.workload.rank.model_state"),
-    ("ckptbench.workload.rank.loop", "ckptbench.workload.storage.factory"),
+    ("ckptbench.workload.rank.loop", "ckptbench.workload.storage.session"),
     ("ckptbench.workload.rank.worker", "ckptbench.workload.storage.objects"),
 )
 

@@ -48,7 +48,7 @@ from ckptbench.workload.rank.failures import (
     VerificationError,
 )
 from ckptbench.workload.storage import cache, timing
-from ckptbench.workload.storage import factory as backends
+from ckptbench.workload.storage import session as backends
 
 AfterSave = Callable[[int, str], None]
 """A hook run on every rank after a sample's save, before its load: ``(sample, checkpoint id)``."""

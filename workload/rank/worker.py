@@ -27,8 +27,8 @@ from ckptbench.workload.contract.config import ConfigError, Procedure, WorkloadC
 from ckptbench.workload.contract.results import RankResult, RunSummary, summarize
 from ckptbench.workload.rank import cpus, environment, loop, memory, rendezvous
 from ckptbench.workload.rank.loop import AfterSave
-from ckptbench.workload.storage import factory as backends
 from ckptbench.workload.storage import objects as objectio
+from ckptbench.workload.storage import session as backends
 
 EXIT_OK = 0
 EXIT_FAILED = 1
