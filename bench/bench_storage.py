@@ -203,7 +203,7 @@ def rss_probe(url: str, backend: str, shard: int, threads: int) -> None:
 
     from ckptbench.workload.contract.choices import Backend
     from ckptbench.workload.contract.config import WorkloadConfig
-    from ckptbench.workload.storage.factory import open_session
+    from ckptbench.workload.storage.session import open_session
 
     warnings.simplefilter("ignore", UserWarning)
     os.environ["STORAGE_EMULATOR_HOST"] = url

@@ -183,7 +183,7 @@ def baseline_rss() -> int:
     """
     code = (
         "import torch, torch.distributed.checkpoint, ckptbench.workload.rank.state, "
-        "ckptbench.workload.storage.factory, ckptbench.workload.rank.worker\n"
+        "ckptbench.workload.storage.session, ckptbench.workload.rank.worker\n"
         "print([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1])"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -63,7 +63,7 @@ def writer_and_reader(
     reference, and the shim, refuse it), so the published peer fails the save. The extra threads
     would have had nothing to write: the peer's transfers are the same either way."""
     if system != "peer":
-        from ckptbench.workload.storage.factory import open_session
+        from ckptbench.workload.storage.session import open_session
 
         session = open_session(config)
         return (lambda: session.writer(cid)), (lambda: session.reader(cid))

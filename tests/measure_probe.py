@@ -86,7 +86,8 @@ def _install(rec: _Recorder, config: WorkloadConfig) -> None:
     from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
     from ckptbench.workload.rank import loop, state
-    from ckptbench.workload.storage import factory, timing
+    from ckptbench.workload.storage import session as factory
+    from ckptbench.workload.storage import timing
 
     env = os.environ
     build_delay = float(env.get(ENV_SLOW_BUILD, "0"))
@@ -167,7 +168,7 @@ def _noting_fs(rec: _Recorder, made: Callable[..., Any]) -> Callable[..., Any]:
 
 def main() -> int:
     from ckptbench.workload.rank import worker
-    from ckptbench.workload.storage import factory
+    from ckptbench.workload.storage import session as factory
 
     config = WorkloadConfig.from_env()
     factory.prepare_gcsfs()  # before anything imports gcsfs, as the worker does

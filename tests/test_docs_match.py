@@ -11,7 +11,7 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.workload.contract.choices import Procedure, UploadScheme
 from ckptbench.workload.contract.figures import mlperf_metrics
 from ckptbench.workload.contract.results import OpSummary
-from ckptbench.workload.rank import state
+from ckptbench.workload.rank import content, state
 from ckptbench.workload.storage.gcs import multipart, upload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ def test_measurement_doc_names_every_procedure_and_mlperf_figure() -> None:
 def test_measurement_doc_says_every_template_element_is_marked_before_its_load() -> None:
     doc = " ".join((ROOT / "docs" / "measurement.md").read_text().split())
     assert "every element of the template is set to NaN" in doc
-    template = {"t": torch.empty(3 * state.BLOCK + 5)}
+    template = {"t": torch.empty(3 * content.BLOCK + 5)}
     state.mark_unwritten(template)
     assert torch.isnan(template["t"]).all()  # the order (before the timing): tests/test_loop.py
 

@@ -11,7 +11,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from ckptbench.workload.local.emulator import GcsEmulator
-from ckptbench.workload.storage.factory import open_session
+from ckptbench.workload.storage.gcs.backend import Upload
+from ckptbench.workload.storage.session import open_session
 from tests import workers
 from tests.fault_proxy import FaultProxy, Rule
 
@@ -72,10 +73,10 @@ def test_an_aborted_upload_stops_deleting_its_parts_at_the_bound_and_the_rest_is
         fs = session.filesystem
         assert fs.policy.deadline_seconds == 900.0  # what the parts would be deleted under
         fs.discard_seconds = bound
-        fs.expected_bytes = 8 * MiB
         before = set(_upload_threads())
         with (
             pytest.raises(RuntimeError, match="the save failed"),
+            fs.uploading(Upload(expected_bytes=8 * MiB)),
             fs.create_stream(f"{cid}/__0_0.distcp", "wb") as stream,
         ):
             stream.write(bytes(8 * MiB))  # 8 parts sent (and waited for: nobody pins them)

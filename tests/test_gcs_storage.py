@@ -17,15 +17,18 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.local.emulator import GcsEmulator
+from ckptbench.workload.storage.gcs import backend
 from ckptbench.workload.storage.gcs.backend import (
+    GcsFileSystem,
     GcsStorageReader,
     GcsStorageWriter,
     PinnedTensors,
+    Upload,
     part_size_for,
 )
 from ckptbench.workload.storage.gcs.blobs import BlobLayouts, tensor_memory
 from ckptbench.workload.storage.gcs.objects import GcsObjects
-from ckptbench.workload.storage.gcs.upload import first_level_groups
+from ckptbench.workload.storage.gcs.upload import CompositeUploadStream, first_level_groups
 from ckptbench.workload.storage.retry import GcsHttpError, RetryPolicy
 from ckptbench.workload.storage.torch_seam import parse_tensor_blob
 from tests.fault_proxy import FaultProxy, Rule
@@ -239,6 +242,45 @@ def test_storage_meta_names_the_checkpoint(gcs_client: storage.Client) -> None:
     meta = writer.storage_meta()
     assert meta is not None and meta.checkpoint_id == "gs://b-meta/a/ckpt.ckpt"
     assert meta.save_id
+
+
+def test_an_object_is_written_only_with_what_its_writer_declared(
+    gcs_client: storage.Client, gcs_bucket: str
+) -> None:
+    fs = GcsFileSystem(client=gcs_client, threads=2, part_size_bytes=MiB)
+    path = f"gs://{gcs_bucket}/declared/__0_0.distcp"
+    with pytest.raises(RuntimeError, match=r"outside uploading\(\): .* how many bytes"):
+        fs.create_stream(path, "wb").__enter__()
+    with fs.uploading(Upload(expected_bytes=3 * MiB)):
+        with fs.create_stream(path, "wb") as stream:
+            stream.write(bytes(3 * MiB))
+        with pytest.raises(RuntimeError, match="another save is writing"):
+            fs.uploading(Upload(expected_bytes=1)).__enter__()
+    assert names(gcs_client, gcs_bucket) == ["declared/__0_0.distcp"]
+    with pytest.raises(RuntimeError, match="outside uploading"):  # the block's end clears it
+        fs.create_stream(path, "wb").__enter__()
+
+
+def test_the_writer_declares_each_objects_size_and_pins(
+    gcs_client: storage.Client, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: dict[str, dict[str, Any]] = {}
+
+    class Recording(CompositeUploadStream):
+        def __init__(self, objects: GcsObjects, name: str, **options: Any) -> None:
+            opened[name.rsplit("/", 1)[1]] = options
+            super().__init__(objects, name, **options)
+
+    monkeypatch.setattr(backend, "CompositeUploadStream", Recording)
+    sd = {"a": torch.rand(500, 1000), "b": torch.rand(300, 1000)}
+    saved(sd, gcs_bucket, "declared")
+    payload = 800 * 1000 * 4
+    data = opened["__0_0.distcp"]
+    # The payload and under 4 KiB of torch.save's framing per tensor.
+    assert payload < data["expected_bytes"] <= payload + 2 * 4096
+    assert data["keepalive"] is not None
+    metadata = opened[".metadata.tmp"]
+    assert (metadata["expected_bytes"], metadata["keepalive"]) == (0, None)
 
 
 def test_blob_parser_finds_the_payload_and_rejects_views() -> None:

@@ -19,7 +19,8 @@ from torch.distributed.tensor import DTensor
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.local.emulator import free_port
 from ckptbench.workload.rank import model_state, state
-from ckptbench.workload.rank.state import BLOCK, VerificationError
+from ckptbench.workload.rank.content import BLOCK
+from ckptbench.workload.rank.failures import VerificationError
 
 SMALL_PARTS = {"lr_scheduler", "train_state", "dataloader"}
 

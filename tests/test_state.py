@@ -7,7 +7,7 @@ import torch
 
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.rank import state
+from ckptbench.workload.rank import content, failures, state
 
 
 def _config(**kw: object) -> WorkloadConfig:
@@ -50,7 +50,7 @@ def test_content_is_deterministic_and_differs_by_index_and_seed() -> None:
     assert not torch.equal(a["dummy_tensor_0"], other_seed["dummy_tensor_0"])
     # Each chunk carries its own offset: a tensor is not a repetition of one block.
     flat = a["dummy_tensor_0"].view(-1)
-    assert not torch.equal(flat[: state.BLOCK], flat[state.BLOCK : 2 * state.BLOCK])
+    assert not torch.equal(flat[: content.BLOCK], flat[content.BLOCK : 2 * content.BLOCK])
 
 
 def test_values_are_exact_integers_in_float32() -> None:
@@ -70,7 +70,7 @@ def test_verify_catches_one_flipped_bit_anywhere(where: int) -> None:
     shard = state.build_state(config)
     ints = shard["dummy_tensor_3"].view(-1).view(torch.int32)
     ints[where] ^= 1  # the lowest mantissa bit: the smallest change float32 can show
-    with pytest.raises(state.VerificationError) as info:
+    with pytest.raises(failures.VerificationError) as info:
         state.verify(shard, config)
     err = info.value
     assert err.tensors == ["dummy_tensor_3"] and err.rank == 1
@@ -85,7 +85,7 @@ def test_verify_names_every_bad_tensor_and_missing_or_foreign_keys() -> None:
     shard["dummy_tensor_2"].zero_()
     del shard["dummy_tensor_4"]
     shard["dummy_tensor_1"] = torch.zeros(300, 1000)
-    with pytest.raises(state.VerificationError) as info:
+    with pytest.raises(failures.VerificationError) as info:
         state.verify(shard, config)
     assert sorted(info.value.tensors) == ["dummy_tensor_1", "dummy_tensor_2", "dummy_tensor_4"]
     assert "dummy_tensor_4: missing" in str(info.value)
@@ -96,7 +96,7 @@ def test_verify_rejects_a_wrong_shape() -> None:
     config = _config(rank=0)
     shard = state.build_state(config)
     shard["dummy_tensor_0"] = shard["dummy_tensor_0"][:-1]
-    with pytest.raises(state.VerificationError, match=r"dummy_tensor_0: expected float32"):
+    with pytest.raises(failures.VerificationError, match=r"dummy_tensor_0: expected float32"):
         state.verify(shard, config)
 
 
@@ -107,7 +107,7 @@ def test_verify_detects_a_tensor_stored_under_another_name() -> None:
         shard["dummy_tensor_1"],
         shard["dummy_tensor_0"],
     )
-    with pytest.raises(state.VerificationError) as info:
+    with pytest.raises(failures.VerificationError) as info:
         state.verify(shard, config)
     assert info.value.tensors == ["dummy_tensor_0", "dummy_tensor_1"]
 
@@ -133,8 +133,8 @@ def test_a_load_that_skips_a_chunk_fails_even_on_reused_memory() -> None:
         index = int(name.rsplit("_", 1)[1])
         state.fill_expected(tensor, config.seed, index)
     # Rewrite everything but the second chunk of one tensor with a fresh mark.
-    skipped[state.BLOCK] = float("nan")
-    with pytest.raises(state.VerificationError, match=r"dummy_tensor_1 on rank 0"):
+    skipped[content.BLOCK] = float("nan")
+    with pytest.raises(failures.VerificationError, match=r"dummy_tensor_1 on rank 0"):
         state.verify(template, config)
 
 
@@ -143,6 +143,6 @@ def test_marked_template_fully_written_verifies() -> None:
     template = state.empty_template(config)
     state.mark_unwritten(template)
     for index, name in enumerate(template):
-        assert torch.isnan(template[name].view(-1)[:: state.BLOCK]).all()
+        assert torch.isnan(template[name].view(-1)[:: content.BLOCK]).all()
         state.fill_expected(template[name], config.seed, index)
     state.verify(template, config)

@@ -13,7 +13,8 @@ from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV
 from ckptbench.workload.contract.results import RankResult
 from ckptbench.workload.local.emulator import GcsEmulator
-from ckptbench.workload.storage import factory, torch_seam
+from ckptbench.workload.storage import session as storage_session
+from ckptbench.workload.storage import torch_seam
 from ckptbench.workload.storage.gcs import google_seam
 from ckptbench.workload.storage.paths import local_path
 
@@ -35,7 +36,7 @@ def test_gcs_session_makes_one_client_and_counts_read_paths(
     gcs_emulator: GcsEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(EMULATOR_ENV, gcs_emulator.url)
-    session = factory.open_session(config(f"gs://{gcs_bucket}/s", part_size_bytes=1 << 20))
+    session = storage_session.open_session(config(f"gs://{gcs_bucket}/s", part_size_bytes=1 << 20))
     assert session.setup_seconds > 0
     sd = {"big": torch.rand(600, 1000), "small": torch.arange(10.0)}
     for sample in range(2):
@@ -67,19 +68,19 @@ def test_gcs_session_fails_at_setup_naming_a_missing_bucket(
 ) -> None:
     monkeypatch.setenv(EMULATOR_ENV, gcs_emulator.url)
     with pytest.raises(Exception, match="no-such-bucket-ckptbench"):
-        factory.open_session(config("gs://no-such-bucket-ckptbench/x"))
+        storage_session.open_session(config("gs://no-such-bucket-ckptbench/x"))
 
 
 def test_gcsfs_runs_as_the_reference_runs_it_unless_asked(
     gcs_emulator: GcsEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(EMULATOR_ENV, gcs_emulator.url)
-    fair = factory.open_session(config(f"gs://{gcs_bucket}/f", backend="gcsfs"))
+    fair = storage_session.open_session(config(f"gs://{gcs_bucket}/f", backend="gcsfs"))
     writer = fair.writer(f"gs://{gcs_bucket}/f/ckpt_0")
     assert writer.sync_files is False  # type: ignore[attr-defined]
     # fsspec hands the writer the session's instance: one client, authenticated at setup.
     assert writer.fs.fs is fair.filesystem  # type: ignore[attr-defined]
-    handicapped = factory.open_session(
+    handicapped = storage_session.open_session(
         config(f"gs://{gcs_bucket}/f", backend="gcsfs", sync_files=True)
     )
     assert handicapped.writer(f"gs://{gcs_bucket}/f/ckpt_1").sync_files is True  # type: ignore[attr-defined]
@@ -89,7 +90,7 @@ def test_gcsfs_runs_as_the_reference_runs_it_unless_asked(
 
 
 def test_file_session_has_no_client(tmp_path: Path) -> None:
-    session = factory.open_session(config(f"file://{tmp_path}", backend="file"))
+    session = storage_session.open_session(config(f"file://{tmp_path}", backend="file"))
     assert session.filesystem is None and session.read_paths is None
     writer = session.writer(f"file://{tmp_path}/ckpt")
     dcp_save({"a": torch.ones(3)}, storage_writer=writer)
@@ -163,7 +164,7 @@ def test_gcsfs_names_a_truncated_shard_instead_of_a_bare_eof(
     from ckptbench.workload.storage.gcs.client import make_client
 
     monkeypatch.setenv(EMULATOR_ENV, gcs_emulator.url)
-    session = factory.open_session(config(f"gs://{gcs_bucket}/g", backend="gcsfs"))
+    session = storage_session.open_session(config(f"gs://{gcs_bucket}/g", backend="gcsfs"))
     cid = f"gs://{gcs_bucket}/g/ckpt_0"
     sd = {"t": torch.rand(100, 100)}
     dcp_save(sd, storage_writer=session.writer(cid))

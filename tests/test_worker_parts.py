@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -146,6 +148,14 @@ def test_environment_records_versions_node_cpus_and_settings(
     assert described["settings"]["part_size_bytes"] == 32 * 1024 * 1024
     assert "rank" not in described["settings"]
     json.dumps(described)
+
+
+def test_the_rank_programs_imports_leave_gcsfs_unimported() -> None:
+    """``worker.run`` sets gcsfs's HNS flag, which gcsfs reads when it is imported, after the
+    worker's own imports: none of them may import gcsfs first."""
+    code = "import sys, ckptbench.workload.rank.worker; print(sorted({'gcsfs'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_world_size_1_runs_end_to_end_in_this_process(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ckptbench.operator.spec.names import (
     CONTROL_PLANE_KEYS,
@@ -18,12 +18,61 @@ from ckptbench.operator.spec.names import (
     TMP_VOLUME,
     VOLUME_SOURCES,
 )
-from ckptbench.workload.contract import memory_plan, sizes
-from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend
+from ckptbench.workload.contract import memory_plan, models, sizes
+from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend, Procedure
+from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.settings import REFERENCE_LAYER_SIZE, REFERENCE_PADDING_SIZE
 
-if TYPE_CHECKING:
-    from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+
+class Spec(Protocol):
+    """What the rules read of a CheckpointBenchmark spec: its model runs them, so this module
+    names the fields rather than importing the model (which would be an import circle)."""
+
+    @property
+    def model_fields_set(self) -> set[str]: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def layer_size(self) -> int: ...
+    @property
+    def padding_size(self) -> int: ...
+    @property
+    def model(self) -> models.Preset | None: ...
+    @property
+    def layers(self) -> int | None: ...
+    @property
+    def vocab(self) -> int | None: ...
+    @property
+    def load_world_size(self) -> int | None: ...
+    @property
+    def memory_check(self) -> bool: ...
+    @property
+    def procedure(self) -> Procedure: ...
+    @property
+    def sample_count(self) -> int | None: ...
+    @property
+    def warmup_samples(self) -> int | None: ...
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def checkpoint_path(self) -> str: ...
+    @property
+    def resources(self) -> dict[str, Any] | None: ...
+    @property
+    def queue_name(self) -> str | None: ...
+    @property
+    def workload_priority_class_name(self) -> str | None: ...
+    @property
+    def priority_class_name(self) -> str | None: ...
+    @property
+    def node_selector(self) -> dict[str, str] | None: ...
+    @property
+    def tolerations(self) -> list[dict[str, Any]]: ...
+    @property
+    def volumes(self) -> list[dict[str, Any]]: ...
+    @property
+    def volume_mounts(self) -> list[dict[str, Any]]: ...
+    def to_workload_config(self, run_id: str, master_addr: str) -> WorkloadConfig: ...
 
 
 @dataclass(frozen=True)
@@ -33,13 +82,13 @@ class Rule:
     field: str  # camelCase name of the field the message is about
     cel: str
     message: str
-    check: Callable[[CheckpointBenchmarkSpec], bool]
+    check: Callable[[Spec], bool]
 
     def to_crd(self) -> dict[str, str]:
         return {"rule": self.cel, "message": self.message, "fieldPath": f".{self.field}"}
 
 
-def _under_a_mount(spec: CheckpointBenchmarkSpec) -> bool:
+def _under_a_mount(spec: Spec) -> bool:
     path = spec.checkpoint_path
     for mount in spec.volume_mounts:
         mount_path = str(mount.get("mountPath", ""))
@@ -49,17 +98,17 @@ def _under_a_mount(spec: CheckpointBenchmarkSpec) -> bool:
     return False
 
 
-def _mounts_name_volumes(spec: CheckpointBenchmarkSpec) -> bool:
+def _mounts_name_volumes(spec: Spec) -> bool:
     names = {volume.get("name") for volume in spec.volumes}
     return all(mount.get("name") in names for mount in spec.volume_mounts)
 
 
-def _volume_names_unique(spec: CheckpointBenchmarkSpec) -> bool:
+def _volume_names_unique(spec: Spec) -> bool:
     names = [volume.get("name") for volume in spec.volumes]
     return len(names) == len(set(names))
 
 
-def _one_source_each(spec: CheckpointBenchmarkSpec) -> bool:
+def _one_source_each(spec: Spec) -> bool:
     return all(sum(source in v for source in VOLUME_SOURCES) == 1 for v in spec.volumes)
 
 
@@ -75,7 +124,7 @@ _LAYER = f"(has(self.layerSize) ? self.layerSize : {REFERENCE_LAYER_SIZE})"
 _PADDING = f"(has(self.paddingSize) ? self.paddingSize : {REFERENCE_PADDING_SIZE})"
 
 
-def _model_alone(spec: CheckpointBenchmarkSpec) -> bool:
+def _model_alone(spec: Spec) -> bool:
     return spec.model is None or not ({"layer_size", "padding_size"} & spec.model_fields_set)
 
 
@@ -237,7 +286,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def memory_problem(spec: CheckpointBenchmarkSpec) -> str | None:
+def memory_problem(spec: Spec) -> str | None:
     """``resources.limits.memory`` below a rank's estimated peak, or None (no limit, forced).
 
     The estimate is the workload's own (``contract/memory_plan.py``), for the largest rank.

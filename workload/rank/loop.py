@@ -20,66 +20,73 @@ an async save holds DCP's staging copy (a second full shard) until it is durable
 from __future__ import annotations
 
 import contextlib
-import errno
+import datetime
 import socket
 import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.contract.choices import CacheMode, Procedure
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results import OpTiming, RankResult
 from ckptbench.workload.rank import state
 from ckptbench.workload.rank.collector import Collector
-from ckptbench.workload.rank.samples import Op, Series
+from ckptbench.workload.rank.failures import (
+    AsyncSaveError,
+    CheckpointFailure,
+    PeerFailure,
+    VerificationError,
+)
 from ckptbench.workload.storage import cache, timing
-from ckptbench.workload.storage import factory as backends
+from ckptbench.workload.storage import session as backends
 
 AfterSave = Callable[[int, str], None]
 """A hook run on every rank after a sample's save, before its load: ``(sample, checkpoint id)``."""
 
 
-class PeerFailure(RuntimeError):
-    """Another rank failed; this one stops with it. The failing rank reports the cause."""
+@dataclass
+class Op:
+    """One timed operation on this rank."""
+
+    seconds: float  # barrier to barrier: the collective as this rank saw it
+    phases: timing.Phases  # planning, I/O and finish, timed inside the storage layer
+    started_at: float  # wall clock (Unix seconds), for spans across ranks
+    ended_at: float
+    blocked_seconds: float | None = None
+    gc_seconds: float = 0.0  # automatic garbage collections inside the operation
 
 
-class CheckpointFailure(RuntimeError):
-    """DCP reported failures; the message names each failing rank and its error, briefly."""
+@dataclass
+class Series:
+    """One operation's timed samples on this rank."""
 
-    @classmethod
-    def of(cls, op: str, exc: CheckpointException, where: str) -> CheckpointFailure:
-        parts = []
-        for rank, (cause, _trace) in sorted(exc.failures.items()):
-            parts.append(f"rank {rank}: {_describe(cause, where)}")
-        return cls(f"{op} failed on " + "; ".join(parts))
+    ops: list[Op] = field(default_factory=list)
 
-
-def _describe(cause: BaseException, where: str) -> str:
-    # torch.save reports a full disk as "unexpected pos 704 vs 598"; the OSError that caused it
-    # is only in the exception's context. Name the errno and the path instead.
-    seen: BaseException | None = cause
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno is not None:
-            name = errno.errorcode.get(seen.errno, str(seen.errno))
-            path = seen.filename or where
-            if seen is not cause or seen.errno == errno.ENOSPC:
-                return f"{name}: {seen.strerror} ({path})"
-            break
-        seen = seen.__cause__ or seen.__context__
-    return f"{type(cause).__name__}: {cause}"
-
-
-class AsyncSaveError(RuntimeError):
-    """An async save's future did not deliver the checkpoint's metadata."""
+    def timing(self) -> OpTiming | None:
+        if not self.ops:
+            return None
+        blocked = [op.blocked_seconds for op in self.ops if op.blocked_seconds is not None]
+        return OpTiming.of(
+            [op.seconds for op in self.ops],
+            [op.phases.own_io or 0.0 for op in self.ops],
+            [op.phases.planning or 0.0 for op in self.ops],
+            finish_seconds=[op.phases.finish for op in self.ops],
+            blocked_seconds=blocked or None,
+            gc_seconds=[op.gc_seconds for op in self.ops],
+            started_at=[op.started_at for op in self.ops],
+            ended_at=[op.ended_at for op in self.ops],
+        )
 
 
 def run(
@@ -321,8 +328,6 @@ class _Loop:
                 "async save: checkpoint not durable within "
                 f"{self.config.collective_timeout_seconds:.0f} s"
             ) from exc
-        from torch.distributed.checkpoint.metadata import Metadata
-
         if not isinstance(metadata, Metadata):
             raise AsyncSaveError(
                 f"async save: future returned {type(metadata).__name__}, not Metadata"
@@ -336,7 +341,7 @@ class _Loop:
     def _verify(self, loaded: dict[str, torch.Tensor]) -> None:
         try:
             state.verify(loaded, self.config)
-        except state.VerificationError:
+        except VerificationError:
             self.verified = False
             raise
 
@@ -425,7 +430,5 @@ class _Loop:
         )
 
 
-def _timedelta(seconds: float) -> Any:
-    import datetime
-
+def _timedelta(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)

@@ -28,7 +28,8 @@ from torch.distributed.tensor import DTensor, Shard
 
 from ckptbench.workload.contract import models
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.rank.state import BLOCK, VerificationError, splitmix64
+from ckptbench.workload.rank.content import BLOCK, splitmix64
+from ckptbench.workload.rank.failures import VerificationError
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 _F32_BASE, _F32_OFFSET = 1 << 20, 1 << 22  # sums below 2**23: exact in float32
@@ -215,15 +216,6 @@ def _state(config: WorkloadConfig, mesh: DeviceMesh, *, fill: bool) -> dict[str,
     for key, value in small_items(spec, config.seed, config.world_size, config.rank).items():
         out[key] = value if fill else _UNREAD
     return out
-
-
-def mark_unwritten(template: Mapping[str, Any]) -> None:
-    """A NaN in every block of every tensor, so a load that skips a chunk fails verification."""
-    for value in template.values():
-        if isinstance(value, DTensor):
-            value = value.to_local()
-        if isinstance(value, torch.Tensor) and value.numel():
-            value.view(-1)[::BLOCK] = float("nan")
 
 
 def verify(state: Mapping[str, Any], config: WorkloadConfig) -> None:

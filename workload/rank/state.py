@@ -8,37 +8,27 @@ stays in cache, so building runs at memory speed (``randn`` over gigabytes would
 and any rank can recompute what it should have loaded. Every value is an integer below 2**23,
 so float32 holds it exactly and comparisons can be bitwise.
 
-A model preset (``config.model``) is built, templated and verified by ``model_state`` instead:
-the functions here hand over to it, so the loop calls one set of functions for both layouts.
+A model preset (``config.model``) is built, templated and verified by :mod:`.model_state`
+instead: the functions here hand over to it, so the loop calls one set of functions for both
+layouts. What the two layouts share (the block and the hash) is in :mod:`.content`.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.rank import model_state
+from ckptbench.workload.rank.content import BLOCK, splitmix64
+from ckptbench.workload.rank.failures import VerificationError
 
-BLOCK = 1 << 18  # elements: 1 MiB of float32, small enough to stay in cache while we stream
 _BASE_LIMIT = 1 << 20  # block values are in [1, 2**20)
 _OFFSET_LIMIT = 1 << 22  # chunk offsets are in [0, 2**22): sums stay below 2**23, exact in float32
-_MASK64 = (1 << 64) - 1
-_REPORTED_PER_TENSOR = 1
-
-
-class VerificationError(AssertionError):
-    """Loaded tensors differ from what was saved. Names the rank and every tensor at fault."""
-
-    def __init__(self, rank: int, tensors: Sequence[str], details: Sequence[str]) -> None:
-        self.rank = rank
-        self.tensors = list(tensors)
-        self.details = list(details)
-        shown = ", ".join(self.tensors[:8]) + (" ..." if len(self.tensors) > 8 else "")
-        super().__init__(f"{shown} on rank {rank}: " + "; ".join(self.details[:8]))
 
 
 def tensor_name(index: int) -> str:
@@ -61,13 +51,6 @@ def _base_block(seed: int) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     ints = torch.randint(1, _BASE_LIMIT, (BLOCK,), generator=gen, dtype=torch.int32)
     return ints.to(torch.float32)
-
-
-def splitmix64(x: int) -> int:
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
 
 
 def _chunk_offset(seed: int, index: int, chunk: int) -> float:
@@ -101,8 +84,6 @@ def expected_tensor(config: WorkloadConfig, index: int) -> torch.Tensor:
 def build_state(config: WorkloadConfig) -> dict[str, Any]:
     """This rank's shard: its own tensors, in index order (or a model preset's, as DTensors)."""
     if config.model is not None:
-        from ckptbench.workload.rank import model_state
-
         return model_state.build_state(config)
     return {
         tensor_name(i): expected_tensor(config, i)
@@ -113,8 +94,6 @@ def build_state(config: WorkloadConfig) -> dict[str, Any]:
 def empty_template(config: WorkloadConfig) -> dict[str, Any]:
     """Uninitialised tensors of this rank's keys, for DCP to load into in place."""
     if config.model is not None:
-        from ckptbench.workload.rank import model_state
-
         return model_state.empty_template(config)
     shape = tensor_shape(config)
     return {name: torch.empty(shape, dtype=torch.float32) for name in owned_names(config)}
@@ -149,8 +128,6 @@ def mark_unwritten(template: Mapping[str, Any]) -> None:
 def verify(state: Mapping[str, Any], config: WorkloadConfig) -> None:
     """Check every one of this rank's tensors bit for bit; raise :class:`VerificationError`."""
     if config.model is not None:
-        from ckptbench.workload.rank import model_state
-
         model_state.verify(state, config)
         return
     bad: list[str] = []

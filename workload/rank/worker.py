@@ -18,18 +18,19 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import torch.distributed as dist
 
 from ckptbench.workload.contract import config as config_module
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract import memory_plan, sizes
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
 from ckptbench.workload.contract.figures import summarize
 from ckptbench.workload.contract.results import RankResult, RunSummary
+from ckptbench.workload.rank import cpus, environment, loop, memory, rendezvous
+from ckptbench.workload.rank.loop import AfterSave
 from ckptbench.workload.storage import objects as objectio
-
-if TYPE_CHECKING:
-    from ckptbench.workload.rank.loop import AfterSave
+from ckptbench.workload.storage import session as backends
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -66,16 +67,9 @@ def main(argv: Sequence[str]) -> int:
 
 def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     """Run one rank to the end and report; ``after_save`` is a fault-injection hook for tests."""
-    from ckptbench.workload.rank import memory
-
     memory.return_big_buffers_to_the_os()
-    # Before torch or fsspec can import gcsfs: the flag is read at import time.
-    from ckptbench.workload.storage import factory as backends
-
+    # Before the first gs:// URL, on which fsspec imports gcsfs: the flag is read at its import.
     backends.prepare_gcsfs()
-
-    from ckptbench.workload.rank import cpus, environment, loop, rendezvous
-
     threads = cpus.limit_torch_threads()
     say = _logger(config.rank)
     refused = _memory_refusal(config)
@@ -140,9 +134,6 @@ def _memory_refusal(config: WorkloadConfig) -> str | None:
     """Why this rank cannot fit in the memory it has, or None (also when unknown or forced)."""
     if not config.memory_check:
         return None
-    from ckptbench.workload.contract import memory_plan
-    from ckptbench.workload.rank import memory
-
     if config.memory_limit_bytes is not None:
         budget, source = config.memory_limit_bytes, "CKPTBENCH_MEMORY_LIMIT_BYTES"
     else:
@@ -235,8 +226,6 @@ def _write_rank_result(
 def _gather(
     result: RankResult, config: WorkloadConfig, say: Callable[[str], None]
 ) -> list[RankResult]:
-    import torch.distributed as dist
-
     mine = result.model_dump_json()
     gathered: list[object] | None = [None] * config.world_size if config.rank == 0 else None
     try:

@@ -14,8 +14,9 @@ from __future__ import annotations
 import io
 import os
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack, cast
 
 import torch
@@ -25,7 +26,7 @@ from torch.distributed.checkpoint.filesystem import (
     FileSystemReader,
     FileSystemWriter,
 )
-from torch.distributed.checkpoint.metadata import StorageMeta
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import (
     LoadPlan,
     LoadPlanner,
@@ -117,8 +118,23 @@ def part_size_for(
     return needed
 
 
+@dataclass(frozen=True)
+class Upload:
+    """What a writer knows of the objects it is about to write, which DCP's ``create_stream(path,
+    mode)`` has no room to say: the bytes a stream will carry (they size its parts and its budget
+    of short parts; 0 when not known before writing, as for the pickled ``.metadata``), and the
+    tensors pinned while it is written (a write of their memory returns without waiting for its
+    upload)."""
+
+    expected_bytes: int
+    pins: PinnedTensors | None = None
+
+
 class GcsFileSystem(FileSystemBase):
-    """DCP's file-system interface over one bucket. Paths are ``gs://bucket/name`` strings."""
+    """DCP's file-system interface over one bucket. Paths are ``gs://bucket/name`` strings.
+
+    Objects are written only inside :meth:`uploading`, which says what DCP's call cannot.
+    """
 
     def __init__(
         self,
@@ -141,9 +157,7 @@ class GcsFileSystem(FileSystemBase):
         self.checksums = checksums
         # How long an aborted upload may take to delete its parts.
         self.discard_seconds = discard_seconds
-        # Set by the writer before the data stream opens: the bytes the stream will carry.
-        self.expected_bytes = 0
-        self.pins: PinnedTensors | None = None
+        self._upload: Upload | None = None
         # Counted across every load through this file system (one per rank with a session).
         self.read_paths = ReadPaths()
         self._buckets: dict[str, GcsObjects] = {}
@@ -162,6 +176,18 @@ class GcsFileSystem(FileSystemBase):
         return self.objects(bucket), name
 
     @contextmanager
+    def uploading(self, upload: Upload) -> Iterator[None]:
+        """Write objects as ``upload`` says until the block ends (DCP's writes inside it are
+        synchronous: every stream is closed or aborted by then)."""
+        if self._upload is not None:
+            raise RuntimeError("GcsFileSystem.uploading: another save is writing through it")
+        self._upload = upload
+        try:
+            yield
+        finally:
+            self._upload = None
+
+    @contextmanager
     def create_stream(
         self, path: str | os.PathLike[str], mode: str
     ) -> Generator[io.IOBase, None, None]:
@@ -169,8 +195,16 @@ class GcsFileSystem(FileSystemBase):
         if mode == "rb":
             yield io.BytesIO(objects.read_all(name))
         elif mode == "wb":
+            upload = self._upload
+            if upload is None:
+                # A guess would size the parts for a small object and, nothing being pinned,
+                # make every write of a tensor wait for its upload.
+                raise RuntimeError(
+                    f"GcsFileSystem.create_stream({os.fspath(path)!r}, 'wb') outside uploading():"
+                    " the writer must say how many bytes the object will carry and what it pins"
+                )
             scheme = self.upload_scheme
-            part = part_size_for(self.part_size, self.expected_bytes, self.threads, scheme)
+            part = part_size_for(self.part_size, upload.expected_bytes, self.threads, scheme)
             kind: type[PartedUploadStream] = (
                 MultipartUploadStream if scheme is UploadScheme.MULTIPART else CompositeUploadStream
             )
@@ -179,8 +213,8 @@ class GcsFileSystem(FileSystemBase):
                 name,
                 threads=self.threads,
                 part_size=part,
-                keepalive=self.pins.owner if self.pins is not None else None,
-                expected_bytes=self.expected_bytes,
+                keepalive=upload.pins.owner if upload.pins is not None else None,
+                expected_bytes=upload.expected_bytes,
                 discard_seconds=self.discard_seconds,
             )
             try:
@@ -339,18 +373,18 @@ class GcsStorageWriter(_OnGcs, FileSystemWriter):
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         # torch.save adds under a KiB of zip framing per tensor.
-        self.gcs.expected_bytes = sum(
+        expected = sum(
             torch_seam.item_size(i) + 4096 if i.tensor_data is not None else 4096
             for i in plan.items
         )
-        self.gcs.pins = PinnedTensors()
-        try:
-            return super().write_data(
-                plan, cast(SavePlanner, _PinningPlanner(planner, self.gcs.pins))
-            )
-        finally:
-            # DCP's write is synchronous: every upload has finished by now.
-            self.gcs.pins = None
+        pins = PinnedTensors()
+        with self.gcs.uploading(Upload(expected, pins)):
+            return super().write_data(plan, cast(SavePlanner, _PinningPlanner(planner, pins)))
+
+    def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
+        # The coordinator's .metadata: pickled as it is written, so its size is not known first.
+        with self.gcs.uploading(Upload(expected_bytes=0)):
+            super().finish(metadata, results)
 
     def storage_meta(self) -> StorageMeta | None:
         return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=self.save_id)
