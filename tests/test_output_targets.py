@@ -85,3 +85,22 @@ def test_json_to_standard_output_puts_the_table_aside(tmp_path: Path) -> None:
     doc = json.loads(proc.stdout)  # the JSON alone on standard output
     assert doc["succeeded"] is True
     assert "ranks reported" in proc.stderr  # the table went to standard error
+
+
+@pytest.mark.parametrize(
+    ("storage", "says"),
+    [
+        ("{tmp}/afile", "--storage: '{tmp}/afile' is not a directory"),
+        ("{tmp}/afile/x", "--storage: '{tmp}/afile/x' lies under '{tmp}/afile', which is not a"),
+        ("/proc/ckb", "--storage: cannot create folders in '/proc'"),
+    ],
+)
+def test_a_local_storage_the_ranks_cannot_write_under_is_refused_before_they_start(
+    tmp_path: Path, storage: str, says: str
+) -> None:
+    (tmp_path / "afile").write_text("")
+    args = build_parser().parse_args(["--storage", storage.format(tmp=tmp_path), *TINY])
+    with pytest.raises(UsageError) as err:
+        plan(args)
+    assert says.format(tmp=tmp_path) in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # the probe left nothing

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import secrets
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -63,9 +66,32 @@ def _storage_kind(storage: str | None) -> str:
 
 def _local_path(storage: str) -> str:
     try:
-        return str(local_path(storage).absolute())
+        path = local_path(storage).absolute()
     except ValueError as exc:
         raise UsageError(f"--storage: {exc}") from None
+    _check_can_hold(path)
+    return str(path)
+
+
+def _check_can_hold(path: Path) -> None:
+    """Refuse, before any rank starts, a local storage path the ranks could not write under.
+
+    A folder is made there, and removed, in the nearest folder that exists: what the ranks will
+    do, without leaving anything (permission bits alone do not tell, for root, that /proc takes
+    no folder).
+    """
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is" if existing == path else f"lies under {str(existing)!r}, which is"
+        raise UsageError(f"--storage: {str(path)!r} {what} not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ckptbench-probe-", dir=existing))
+    except OSError as exc:
+        raise UsageError(
+            f"--storage: cannot create folders in {str(existing)!r}: {exc.strerror or exc}"
+        ) from None
 
 
 def _backends(raw: str | None, kind: str) -> list[tuple[str, Any]]:
