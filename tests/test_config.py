@@ -99,6 +99,22 @@ def test_rank_sources_in_order() -> None:
         ({"CKPTBENCH_WORLD_SIZE": "8", "PADDING_SIZE": "4"}, ["PADDING_SIZE", "at least"]),
         ({"CKPTBENCH_BACKEND": "file"}, ["CKPTBENCH_CHECKPOINT_PATH", "backend is file"]),
         ({"CKPTBENCH_CHECKPOINT_PATH": "gs://"}, ["CKPTBENCH_CHECKPOINT_PATH", "no bucket"]),
+        # A file backend given another scheme wrote under ./s3:/b/x in the working directory.
+        (
+            {"CKPTBENCH_BACKEND": "file", "CKPTBENCH_CHECKPOINT_PATH": "s3://b/x"},
+            [
+                "CKPTBENCH_CHECKPOINT_PATH",
+                "must be gs://bucket/prefix, file:///path or an absolute",
+            ],
+        ),
+        (
+            {"CKPTBENCH_BACKEND": "file", "CKPTBENCH_CHECKPOINT_PATH": "http://h/x"},
+            ["CKPTBENCH_CHECKPOINT_PATH", "must be gs://bucket/prefix"],
+        ),
+        (
+            {"CKPTBENCH_BACKEND": "file", "CKPTBENCH_CHECKPOINT_PATH": "relative/dir"},
+            ["CKPTBENCH_CHECKPOINT_PATH", "an absolute path"],
+        ),
         ({"CKPTBENCH_CHECKPOINT_PATH": "gs:///x"}, ["CKPTBENCH_CHECKPOINT_PATH", "no bucket"]),
         (
             {"CKPTBENCH_PROCEDURE": "mlperf", "CKPTBENCH_WARMUP_SAMPLES": "1"},
