@@ -29,20 +29,64 @@ def load_all(text: str) -> list[Any]:
     return [doc for doc in yaml.safe_load_all(text) if doc is not None]
 
 
-class AliasError(ValueError):
-    """A YAML stream uses anchors or aliases, which ``load_plain`` refuses."""
+# Bounds on what a manifest file may hold, checked while parsing, before anything is built: the API
+# server takes requests of at most 3 MiB, and nothing a benchmark needs nests deeper than a few
+# levels (a 100,000-deep list took 91 s to fail with a RecursionError; 800,000 small documents
+# did not finish in 120 s).
+MAX_BYTES = 3 * 1024**2
+MAX_DOCUMENTS = 1000
+MAX_DEPTH = 64
+
+
+class ManifestError(ValueError):
+    """A manifest refused before it is built: too big, too deep, anchors, or a key set twice."""
+
+
+# The older name, for callers that catch only the anchors' refusal.
+AliasError = ManifestError
+
+
+class _NoDuplicates(yaml.SafeLoader):
+    """YAML's own rule, which PyYAML does not enforce: a key appears once in a mapping (last-wins
+    hid `worldSize: 999999` under a later `worldSize: 2`)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise ManifestError(f"line {line}: key {key!r} is set twice in one mapping")
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_plain(text: str) -> list[Any]:
-    """Like :func:`load_all`, but refuses anchors and aliases before anything is built: a few
-    hundred bytes of nested aliases expand to gigabytes (and hashing a spec expands them)."""
+    """Like :func:`load_all`, but first refuses, from the parser's events alone: more than
+    :data:`MAX_BYTES` or :data:`MAX_DOCUMENTS`, nesting deeper than :data:`MAX_DEPTH`, and anchors
+    and aliases (a few hundred bytes of nested aliases expand to gigabytes); then a key set twice.
+    """
+    size = len(text.encode())
+    if size > MAX_BYTES:
+        raise ManifestError(f"{size} bytes: a manifest file may hold at most {MAX_BYTES} bytes")
+    depth = documents = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = event.start_mark.line + 1 if event.start_mark else 0
         anchor = getattr(event, "anchor", None)
         if isinstance(event, yaml.AliasEvent) or anchor:
             kind = "alias" if isinstance(event, yaml.AliasEvent) else "anchor"
-            line = event.start_mark.line + 1 if event.start_mark else 0
-            raise AliasError(
+            raise ManifestError(
                 f"line {line}: YAML {kind} {anchor!r}: anchors and aliases are not "
                 "accepted in benchmark manifests; write the values out"
             )
-    return load_all(text)
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ManifestError(f"line {line}: nested deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        elif isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > MAX_DOCUMENTS:
+                raise ManifestError(f"line {line}: more than {MAX_DOCUMENTS} documents")
+    return [doc for doc in yaml.load_all(text, Loader=_NoDuplicates) if doc is not None]

@@ -29,7 +29,13 @@ import yaml
 from ckptbench.operator import manifests
 from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset
 from ckptbench.operator.render.security import Policy
-from ckptbench.operator.spec.names import API_VERSION, IMAGE_PULL_POLICIES, KIND, validate_name
+from ckptbench.operator.spec.names import (
+    API_VERSION,
+    CHART_WORKLOAD_IMAGE,
+    IMAGE_PULL_POLICIES,
+    KIND,
+    validate_name,
+)
 from ckptbench.operator.spec.parse import SpecError, parse_spec
 
 DRY_RUN_UID = "00000000-0000-0000-0000-000000000000"
@@ -45,14 +51,20 @@ class Options:
 
 
 def render_documents(
-    documents: list[Any], source: str, options: Options, notes: list[str] | None = None
+    documents: list[Any],
+    source: str,
+    options: Options,
+    notes: list[str] | None = None,
+    seen: dict[tuple[str, str], str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[str], bool]:
     """JobSets for ``documents``, the problems found, and whether the placeholder uid was used.
-    Documents of other kinds are skipped, each with a line in ``notes``."""
+    Documents of other kinds are skipped, each with a line in ``notes``; ``seen`` holds the
+    benchmarks already named (namespace, name), across files."""
     notes = [] if notes is None else notes
     jobsets: list[dict[str, Any]] = []
     problems: list[str] = []
     placeholder = False
+    named: dict[tuple[str, str], str] = {} if seen is None else seen
     for number, document in enumerate(documents, start=1):
         where = f"{source} (document {number})"
         if not isinstance(document, dict):
@@ -73,6 +85,13 @@ def render_documents(
         metadata = document["metadata"]
         name: str = metadata["name"]
         namespace: str = metadata.get("namespace") or DEFAULT_NAMESPACE
+        if (namespace, name) in named:
+            # Applied together, the second would replace the first.
+            problems.append(
+                f"{where}: metadata.name: {namespace}/{name} is also {named[(namespace, name)]}"
+            )
+            continue
+        named[(namespace, name)] = where
         where = f"{source} ({namespace}/{name})"
         uid = metadata.get("uid") or options.uid
         if not uid:
@@ -86,8 +105,15 @@ def render_documents(
     return jobsets, problems, placeholder
 
 
+_TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
+
+
 def _check_document(document: dict[str, Any]) -> list[str]:
-    problems = []
+    problems = [
+        f"{key}: unknown field (a {KIND} has {', '.join(_TOP_LEVEL)})"
+        for key in document
+        if key not in _TOP_LEVEL
+    ]
     if document.get("apiVersion") != API_VERSION:
         problems.append(f"apiVersion: expected {API_VERSION}, got {document.get('apiVersion')!r}")
     if document.get("kind") != KIND:
@@ -211,7 +237,7 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     options = Options(
         defaults=RenderDefaults(
-            image=args.default_image,
+            image=args.default_image or CHART_WORKLOAD_IMAGE,
             image_pull_policy=args.default_image_pull_policy,
             policy=Policy(
                 toleration_keys=frozenset(args.allow_toleration_key),
@@ -224,7 +250,13 @@ def main(argv: list[str]) -> int:
     jobsets: list[dict[str, Any]] = []
     paths, problems = expand(args.filename)
     notes: list[str] = []
+    named: dict[tuple[str, str], str] = {}
     placeholder = False
+    if args.default_image is None:
+        notes.append(
+            f"benchmarks without spec.image get the chart's default workload image "
+            f"{CHART_WORKLOAD_IMAGE} (--default-image or CKPTBENCH_DEFAULT_IMAGE for another)"
+        )
     for path in paths:
         source = "<stdin>" if path == "-" else path
         try:
@@ -238,7 +270,7 @@ def main(argv: list[str]) -> int:
                 f"{exc.start})"
             )
             continue
-        except manifests.AliasError as exc:
+        except manifests.ManifestError as exc:
             problems.append(f"{source}: {exc}")
             continue
         except yaml.YAMLError as exc:
@@ -247,7 +279,7 @@ def main(argv: list[str]) -> int:
         if not documents:
             problems.append(f"{source}: no documents")
             continue
-        rendered, found, used = render_documents(documents, source, options, notes)
+        rendered, found, used = render_documents(documents, source, options, notes, named)
         jobsets += rendered
         problems += found
         placeholder = placeholder or used

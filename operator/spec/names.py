@@ -15,6 +15,9 @@ PLURAL = "checkpointbenchmarks"
 SINGULAR = "checkpointbenchmark"
 SHORT_NAME = "ckb"
 CRD_NAME = f"{PLURAL}.{GROUP}"
+# The workload image the chart gives the operator by default (values workload.image, with the
+# chart's appVersion as its tag): what `ckptbench render` uses when told no other.
+CHART_WORKLOAD_IMAGE = "ckptbench-workload:0.1.0"
 
 # Pods get the hostname `<name>-rank-0-<index>`, a DNS label (<= 63 characters).
 REPLICATED_JOB = "rank"
