@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+
+EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE's, as a shell reports a command killed by it
 
 # subcommand -> (module with a ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -61,7 +64,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ckptbench: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[command][0])
-    result: int = module.main(rest)
+    try:
+        result: int = module.main(rest)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`ckptbench sizes --json | head -1`): what it read is what it
+        # wanted. Point stdout at /dev/null so the interpreter's final flush stays quiet, and exit
+        # as a command killed by SIGPIPE does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     return result
 
 
