@@ -21,7 +21,7 @@ from ckptbench.workload.contract import figures, sizes
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
 from ckptbench.workload.contract.results import RunSummary
-from ckptbench.workload.local import report
+from ckptbench.workload.local import preflight, report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
 from ckptbench.workload.local.options import UsageError, build_parser, parse_size
 from ckptbench.workload.local.outputs import csvfile, document
@@ -174,6 +174,12 @@ def main(argv: Sequence[str]) -> int:
     except UsageError as exc:
         print(f"ckptbench run: error: {exc}\n(see: ckptbench run --help)", file=sys.stderr)
         return EXIT_USAGE
+    if p.emulator_bucket is None and p.storage.startswith("gs://"):
+        try:
+            preflight.check_gcs(p.storage, p.cells[0].config.project)
+        except preflight.PreflightError as exc:
+            print(f"ckptbench run: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     stop = threading.Event()
     with stop_on_signals(stop):
         try:

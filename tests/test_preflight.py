@@ -1,0 +1,88 @@
+"""The storage a run names is checked once, before any rank starts (issue 22).
+
+Found: ``STORAGE_EMULATOR_HOST=http://127.0.0.1:9 ckptbench run --storage gs://b/p`` took 23 s to
+fail, each rank logging 8 retry lines and then a table of dashes; without credentials the same
+error printed once a rank.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from google.cloud import storage
+
+from ckptbench.workload.contract.names import EMULATOR_ENV
+from ckptbench.workload.local import preflight
+from ckptbench.workload.local.emulator import GcsEmulator
+
+RUN = ["run", "--layer-size", "10", "--padding-size", "2", "--samples", "1", "--world-size", "2"]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run(env: dict[str, str], *argv: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckptbench.cli", *RUN, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    return proc, time.monotonic() - started
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in (EMULATOR_ENV, "GOOGLE_APPLICATION_CREDENTIALS")
+    }
+    return {**env, **extra}
+
+
+def test_an_unreachable_endpoint_fails_in_seconds_with_one_message() -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"
+    proc, seconds = _run(_env(**{EMULATOR_ENV: url}), "--storage", "gs://bkt/p")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"ckptbench run: error: --storage gs://bkt/p: cannot reach {url} within 10 s "
+        "(ConnectionError)"
+    ]
+    assert seconds < 15  # interpreter start included; the ranks took 23 s to say it
+
+
+def test_missing_credentials_are_said_once(tmp_path: Path) -> None:
+    # No GCE metadata probe: nothing may leave this machine.
+    env = _env(NO_GCE_CHECK="True", CLOUDSDK_CONFIG=str(tmp_path), HOME=str(tmp_path))
+    proc, _ = _run(env, "--storage", "gs://bkt/p")
+    assert proc.returncode == 2
+    assert proc.stderr.count("no Google credentials") == 1, proc.stderr
+    assert "[rank" not in proc.stderr  # no rank started
+
+
+def test_a_missing_bucket_is_named(
+    gcs_emulator: GcsEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(EMULATOR_ENV, gcs_emulator.url)
+    with pytest.raises(preflight.PreflightError, match="bucket 'no-such-bkt' does not exist on"):
+        preflight.check_gcs("gs://no-such-bkt/p", None)
+
+
+def test_a_writable_bucket_passes_and_keeps_nothing(
+    gcs_emulator: GcsEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(EMULATOR_ENV, gcs_emulator.url)
+    preflight.check_gcs(f"gs://{gcs_bucket}/some/prefix", None)
+    client = storage.Client(project="x", client_options={"api_endpoint": gcs_emulator.url})
+    assert list(client.list_blobs(gcs_bucket)) == []
