@@ -11,13 +11,13 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from ckptbench.operator.runtime.sweeps import parse_sweep
 from ckptbench.operator.spec.crd import model_schema
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.sweep import cells as sc
 from ckptbench.operator.sweep import crd as sweep_crd
 from ckptbench.operator.sweep import status as sst
 from ckptbench.operator.sweep.cells import CellError
+from ckptbench.operator.sweep.model import parse_sweep
 from ckptbench.workload.contract.cells import MAX_CELLS
 from tests.crd_validation import cel_failures, schema_errors
 

@@ -15,15 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from ckptbench.operator.runtime import metrics
 from ckptbench.operator.runtime.coalesce import Coalescing
 from ckptbench.operator.runtime.steps import patch_if_changed, read_live
 from ckptbench.operator.sweep import status as sst
 from ckptbench.operator.sweep.cells import LABEL_CELL, Cell, CellError, expand, render_child
 from ckptbench.operator.sweep.crd import validate_sweep_name
-from ckptbench.operator.sweep.model import CheckpointBenchmarkSweepSpec
+from ckptbench.operator.sweep.model import CheckpointBenchmarkSweepSpec, parse_sweep
 
 log = logging.getLogger(__name__)
 
@@ -42,21 +40,6 @@ class SweepApi(Protocol):
 class SweepOutcome:
     status: sst.SweepStatus
     created: list[str]
-
-
-def parse_sweep(raw: object) -> CheckpointBenchmarkSweepSpec:
-    """Validate a sweep's spec; a :class:`CellError` or ValueError names each bad field."""
-    if isinstance(raw, Mapping) and not isinstance(raw, dict):
-        raw = dict(raw)
-    try:
-        return CheckpointBenchmarkSweepSpec.model_validate(raw)
-    except ValidationError as exc:
-        problems = []
-        for e in exc.errors():
-            path = "spec" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"])
-            message = str(e["msg"]).removeprefix("Value error, ")
-            problems.append(f"{path}: {message}" if e["loc"] else f"spec.{message}")
-        raise ValueError("; ".join(problems)) from None
 
 
 def _owned(child: Mapping[str, Any], uid: str) -> bool:

@@ -12,6 +12,7 @@ cell models are built from the benchmark spec's own fields.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Self, cast
 
 from pydantic import (
@@ -19,6 +20,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    ValidationError,
     create_model,
     model_validator,
 )
@@ -155,3 +157,18 @@ class CheckpointBenchmarkSweepSpec(BaseModel):
             raise ValueError("axes or cells: give exactly one of them")
         expand(self)  # every cell's spec must be valid on its own
         return self
+
+
+def parse_sweep(raw: object) -> CheckpointBenchmarkSweepSpec:
+    """Validate a sweep's spec; a :class:`CellError` or ValueError names each bad field."""
+    if isinstance(raw, Mapping) and not isinstance(raw, dict):
+        raw = dict(raw)
+    try:
+        return CheckpointBenchmarkSweepSpec.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for e in exc.errors():
+            path = "spec" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"])
+            message = str(e["msg"]).removeprefix("Value error, ")
+            problems.append(f"{path}: {message}" if e["loc"] else f"spec.{message}")
+        raise ValueError("; ".join(problems)) from None
