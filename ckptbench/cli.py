@@ -11,7 +11,10 @@ EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE's, as a shell reports a command killed by
 
 # subcommand -> (module with a ``main(argv) -> int``, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("ckptbench.workload.local.cli", "run a benchmark on this machine (N local ranks)"),
+    "run": (
+        "ckptbench.manifest_run",
+        "run a benchmark on this machine (N local ranks), from options or a CheckpointBenchmark",
+    ),
     "sizes": (
         "ckptbench.workload.local.sizes_cli",
         "print a model's checkpoint sizes per rank and in all (computed, not run)",

@@ -173,6 +173,14 @@ def _from_setting(d: settings.Declared) -> Option:
 # The runner's own options: where the ranks run and where their results go.
 _RUNNER: tuple[Option, ...] = (
     Option(
+        "--filename",
+        "-f FILE: run the CheckpointBenchmark or CheckpointBenchmarkSweep (axes) in this YAML "
+        "file, validated as the operator would; options given beside it replace its fields",
+        parse=str,
+        metavar="FILE",
+        sweep=False,
+    ),
+    Option(
         "--storage",
         "file:///path, a plain path, or gs://bucket/prefix (default: embedded emulator)",
         parse=str,

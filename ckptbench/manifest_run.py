@@ -1,0 +1,162 @@
+"""``ckptbench run -f FILE``: the CheckpointBenchmark (or sweep) a cluster would take, run here.
+
+The file is read and validated as the operator reads it (the same strict YAML, the same spec
+model and rules, the same messages), then its benchmark settings become ``ckptbench run``
+options: each setting the spec sets becomes its declared flag (``contract/settings.py``); a
+sweep's axes become comma lists. Options typed on the command line come after, so they win, and
+the run says which fields they replaced. What only a cluster has (image, resources, volumes,
+scheduling) does not apply here, and the run says so.
+
+It lives above both halves of the package: the workload never imports the operator, so neither
+the local runner nor the spec model can hold this translation.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.alias_generators import to_camel
+
+from ckptbench.operator import manifests
+from ckptbench.operator.spec.names import API_VERSION
+from ckptbench.operator.spec.parse import SpecError, parse_spec
+from ckptbench.operator.sweep.cells import SWEEP_KIND
+from ckptbench.operator.sweep.model import parse_sweep
+from ckptbench.workload.contract.settings import BenchmarkSettings, declared
+from ckptbench.workload.local import cli as local_cli
+
+EXIT_USAGE = 2
+_FILE_FLAGS = ("-f", "--filename")
+
+
+class ManifestProblem(ValueError):
+    """The file cannot be run; the message names the file and the field."""
+
+
+def main(argv: Sequence[str]) -> int:
+    path, rest = _take_file(list(argv))
+    if path is None:
+        return local_cli.main(rest)
+    try:
+        options, notes = options_of(path)
+    except ManifestProblem as exc:
+        print(f"ckptbench run: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    typed = _flags(rest)
+    replaced = [flag for flag in _flags(options) if flag in typed]
+    for note in notes:
+        print(f"ckptbench run: note: {note}", file=sys.stderr)
+    if replaced:
+        print(
+            f"ckptbench run: the command line replaces {', '.join(replaced)} of {path}",
+            file=sys.stderr,
+        )
+    return local_cli.main([*options, *rest])
+
+
+def _take_file(argv: list[str]) -> tuple[str | None, list[str]]:
+    for i, word in enumerate(argv):
+        if word in _FILE_FLAGS:
+            if i + 1 >= len(argv):
+                raise SystemExit(f"ckptbench run: error: {word} needs a file")
+            return argv[i + 1], argv[:i] + argv[i + 2 :]
+        for flag in _FILE_FLAGS:
+            if word.startswith(flag + "="):
+                return word.split("=", 1)[1], argv[:i] + argv[i + 1 :]
+    return None, argv
+
+
+def _flags(argv: Sequence[str]) -> list[str]:
+    return [word.split("=", 1)[0] for word in argv if word.startswith("--")]
+
+
+def options_of(path: str) -> tuple[list[str], list[str]]:
+    """``ckptbench run`` options for the one benchmark or sweep in ``path``, and notes."""
+    try:
+        documents = manifests.load_plain(Path(path).read_text())
+    except OSError as exc:
+        raise ManifestProblem(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (manifests.ManifestError, ValueError) as exc:
+        raise ManifestProblem(f"{path}: {exc}") from None
+    ours = [
+        d
+        for d in documents
+        if isinstance(d, dict) and str(d.get("apiVersion", "")).split("/")[0] == _GROUP
+    ]
+    if len(ours) != 1:
+        raise ManifestProblem(
+            f"{path}: holds {len(ours)} CheckpointBenchmarks or sweeps; run one at a time"
+        )
+    (document,) = ours
+    notes = [
+        f"skipped {d.get('kind')} {(d.get('metadata') or {}).get('name', '?')}: a cluster's object"
+        for d in documents
+        if d is not document and isinstance(d, dict)
+    ]
+    try:
+        if document.get("kind") == SWEEP_KIND:
+            sweep = parse_sweep(document.get("spec"))
+            options = _settings_options(sweep.template)
+            options += _axes_options(sweep.axes, sweep.cells, path)
+            spec = sweep.template
+        else:
+            spec = parse_spec(document.get("spec"))
+            options = _settings_options(spec)
+    except (SpecError, ValueError) as exc:
+        raise ManifestProblem(f"{path}: {exc}") from None
+    cluster_only = sorted(
+        to_camel(name)
+        for name in spec.model_fields_set
+        if name not in BenchmarkSettings.model_fields
+    )
+    if cluster_only:
+        notes.append(f"{', '.join(cluster_only)}: a cluster's settings, without effect here")
+    return options, notes
+
+
+_GROUP = API_VERSION.split("/")[0]
+
+
+def _settings_options(spec: BenchmarkSettings) -> list[str]:
+    """The flags of every setting the spec sets (its defaults are the runner's own)."""
+    out: list[str] = []
+    for d in declared():
+        if d.name not in spec.model_fields_set:
+            continue
+        value = getattr(spec, d.name)
+        if isinstance(d.field.default, bool):
+            if value != d.field.default:
+                out.append(d.flag)  # a switch sets the opposite of its default
+            continue
+        if value is not None:
+            out += [d.flag, _text(value)]
+    return out
+
+
+def _axes_options(axes: BaseModel | None, cells: object, path: str) -> list[str]:
+    if axes is None:
+        raise ManifestProblem(
+            f"{path}: spec.cells: a list of cells cannot be run here; give spec.axes (a cross "
+            "product), or run each cell's CheckpointBenchmark"
+        )
+    out: list[str] = []
+    flags = {d.name: d for d in declared()}
+    for name in type(axes).model_fields:
+        values = getattr(axes, name)
+        if values is None:
+            continue
+        d = flags[name]
+        if isinstance(d.field.default, bool):
+            raise ManifestProblem(
+                f"{path}: spec.axes.{to_camel(name)}: a switch cannot vary in one local run"
+            )
+        out += [d.flag, ",".join(_text(v) for v in values)]
+    return out
+
+
+def _text(value: Any) -> str:
+    return str(getattr(value, "value", value))
