@@ -86,6 +86,7 @@ def test_the_smoke_example_runs_here_with_a_local_storage(tmp_path: Path) -> Non
         2,
     )
     assert settings["rendezvous_timeout_seconds"] == 300.0  # the file's, not the laptop default
+    assert settings["checkpoint_path"] == str(tmp_path / "store")  # the command line's
     assert run["verified"] is True
 
 
