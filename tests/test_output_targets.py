@@ -30,7 +30,8 @@ def _plan(tmp_path: Path, *argv: str) -> None:
         (["--json", "/dev/full"], "--json: '/dev/full' is not a regular file"),
         (["--csv", "/dev/null"], "--csv: '/dev/null' is not a regular file"),
         (["--csv", "/tmp"], "--csv: '/tmp' is a directory"),
-        (["--json", "/proc/ckb/x.json"], "--json: '/proc/ckb' is not an existing directory"),
+        (["--json", "/proc/ckb/x.json"], "--json: cannot create folders in '/proc'"),
+        (["--csv", "/dev/null/x.csv"], "--csv: '/dev/null' is not a directory"),
         (["--json", "-", "--csv", "-"], "--csv: --json already writes standard output"),
     ],
 )

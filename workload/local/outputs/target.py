@@ -63,13 +63,28 @@ def check(flag: str, raw: str) -> Target:
             f"name, or {STDOUT} for standard output"
         )
     parent = path.parent
-    if not parent.is_dir():
-        raise TargetError(f"{flag}: {str(parent)!r} is not an existing directory")
-    if not os.access(parent, os.W_OK | os.X_OK) or (
-        mode is not None and not os.access(path, os.W_OK)
-    ):
-        raise TargetError(f"{flag}: cannot write {raw!r}: permission denied")
+    if parent.is_dir():
+        writable = os.access(parent, os.W_OK | os.X_OK)
+        if not writable or (mode is not None and not os.access(path, os.W_OK)):
+            raise TargetError(f"{flag}: cannot write {raw!r}: permission denied")
+    else:
+        _check_folders_can_be_made(flag, parent)
     return Target(flag, path)
+
+
+def _check_folders_can_be_made(flag: str, parent: Path) -> None:
+    """The missing folders of a new output are made when it is written; that they can be is
+    checked now, by making and removing one in the nearest folder that exists."""
+    existing = parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise TargetError(f"{flag}: {str(existing)!r} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ckptbench-probe-", dir=existing))
+    except OSError as exc:
+        why = exc.strerror or exc
+        raise TargetError(f"{flag}: cannot create folders in {str(existing)!r}: {why}") from None
 
 
 def check_all(targets: list[Target]) -> None:
@@ -84,6 +99,7 @@ def check_all(targets: list[Target]) -> None:
 
 
 def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
