@@ -31,7 +31,7 @@ def _plan(tmp_path: Path, *argv: str) -> None:
         (["--csv", "/dev/null"], "--csv: '/dev/null' is not a regular file"),
         (["--csv", "/tmp"], "--csv: '/tmp' is a directory"),
         (["--json", "/proc/ckb/x.json"], "--json: cannot create folders in '/proc'"),
-        (["--csv", "/dev/null/x.csv"], "--csv: '/dev/null' is not a directory"),
+        (["--csv", "/dev/null/x.csv"], "--csv: cannot use '/dev/null/x.csv': Not a directory"),
         (["--json", "-", "--csv", "-"], "--csv: --json already writes standard output"),
     ],
 )
