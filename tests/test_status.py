@@ -562,9 +562,7 @@ def test_the_cyclic_collector_stays_out_of_the_aggregation(enabled: bool) -> Non
 
     was = gc.isenabled()
     (gc.enable if enabled else gc.disable)()
-    # Counts start from nothing: the few allocations of the call itself, before the collector is
-    # paused, must not happen to cross the threshold that the test's own setup brought near.
-    gc.collect()
+    gc.collect()  # counts start from nothing
     gc.callbacks.append(count)
     try:
         status = st.compute_status(the_spec, the_jobset, pods, None, NOW)
@@ -573,7 +571,10 @@ def test_the_cyclic_collector_stays_out_of_the_aggregation(enabled: bool) -> Non
         gc.callbacks.remove(count)
         (gc.enable if was else gc.disable)()
     assert status.ranks_reported == world
-    assert collections == []
+    # Allocations made while the collector is paused still count: the first one after it is
+    # resumed may run one young-generation pass. The passes that rescan everything alive are the
+    # older generations', and none may run.
+    assert [g for g in collections if g > 0] == [] and len(collections) <= 1
 
 
 def test_a_second_failed_reconcile_keeps_one_reconcile_error_and_its_time() -> None:
