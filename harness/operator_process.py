@@ -55,6 +55,7 @@ class Operator:
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
         args = [sys.executable, "-m", "ckptbench.cli", "operator", "--namespace", self.namespace]
         args += ["--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port)]
+        args += ["--bind-address", "127.0.0.1"]  # tests listen on loopback only
         args += ["--default-image", self.image]
         args += self.extra_args
         with self.log.open("ab") as log:

@@ -345,6 +345,7 @@ def test_ports_probe_and_flags_follow_values(
     assert probe["path"] == "/healthz" and ports[probe["port"]] == health
     args = container["args"]
     assert f"--metrics-port={metrics}" in args and f"--health-port={health}" in args
+    assert "--bind-address=0.0.0.0" in args
     assert "--default-image=ckptbench-workload:0.1.0" in args
     assert "--default-image-pull-policy=IfNotPresent" in args
     (service,) = of_kind(objects, "Service")

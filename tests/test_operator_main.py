@@ -90,3 +90,27 @@ def test_bad_options_exit_2_naming_the_option(
         parse_args(argv, env)
     assert exc.value.code == 2
     assert named in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "address", "url"),
+    [
+        ([], {}, "0.0.0.0", "http://0.0.0.0:8081/healthz"),
+        (["--bind-address", "127.0.0.1"], {}, "127.0.0.1", "http://127.0.0.1:8081/healthz"),
+        ([], {"CKPTBENCH_OPERATOR_BIND_ADDRESS": "::"}, "::", "http://[::]:8081/healthz"),
+    ],
+)
+def test_the_endpoints_listen_where_told(
+    argv: list[str], env: dict[str, str], address: str, url: str
+) -> None:
+    options = parse_args(argv, env)
+    assert options.bind_address == address and options.health_url == url
+
+
+def test_a_bind_address_that_is_not_an_address_is_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["--bind-address", "everywhere"], {})
+    assert exit_.value.code == 2
+    assert "--bind-address: not an IP address: 'everywhere'" in capsys.readouterr().err

@@ -7,6 +7,7 @@ but its pure models: the operator's image carries no torch.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +17,9 @@ from typing import TypeVar
 ENV_NAMESPACES = "CKPTBENCH_OPERATOR_NAMESPACES"
 ENV_METRICS_PORT = "CKPTBENCH_OPERATOR_METRICS_PORT"
 ENV_HEALTH_PORT = "CKPTBENCH_OPERATOR_HEALTH_PORT"
+ENV_BIND_ADDRESS = "CKPTBENCH_OPERATOR_BIND_ADDRESS"
+# Every address of the pod: the kubelet's probe and Prometheus reach it on the pod's IP.
+DEFAULT_BIND_ADDRESS = "0.0.0.0"
 ENV_DEFAULT_IMAGE = "CKPTBENCH_DEFAULT_IMAGE"
 ENV_DEFAULT_PULL_POLICY = "CKPTBENCH_DEFAULT_IMAGE_PULL_POLICY"
 ENV_RESYNC_SECONDS = "CKPTBENCH_OPERATOR_RESYNC_SECONDS"
@@ -23,6 +27,7 @@ DEFAULT_RESYNC_SECONDS = 60.0
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 N = TypeVar("N", int, float)
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,12 @@ class Options:
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
     allowed_toleration_keys: frozenset[str] = frozenset()
     allowed_priority_classes: frozenset[str] = frozenset()
+    bind_address: str = DEFAULT_BIND_ADDRESS
+
+    @property
+    def health_url(self) -> str:
+        host = f"[{self.bind_address}]" if ":" in self.bind_address else self.bind_address
+        return f"http://{host}:{self.health_port}/healthz"
 
     @property
     def clusterwide(self) -> bool:
@@ -58,6 +69,17 @@ def _bounded(convert: Callable[[str], N], what: str, low: int, high: int) -> Cal
 
 
 _port = _bounded(int, "port number", 0, 65535)
+
+
+def _address(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text.strip()))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not an IP address: {text!r} (e.g. 0.0.0.0, 127.0.0.1 or ::)"
+        ) from None
+
+
 _seconds = _bounded(float, "number of seconds", 1, 86_400)
 
 
@@ -89,6 +111,13 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         type=_port,
         default=None,
         help=f"liveness GET /healthz port (env {ENV_HEALTH_PORT}, default 8081)",
+    )
+    parser.add_argument(
+        "--bind-address",
+        type=_address,
+        default=None,
+        help=f"address the metrics and health endpoints listen on (env {ENV_BIND_ADDRESS}, "
+        f"default {DEFAULT_BIND_ADDRESS}: every address of the pod)",
     )
     parser.add_argument(
         "--default-image",
@@ -126,7 +155,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     )
     args = parser.parse_args(list(argv))
 
-    def from_env(name: str, option: str, parse: Callable[[str], N], default: N) -> N:
+    def from_env(name: str, option: str, parse: Callable[[str], V], default: V) -> V:
         text = env.get(name, "").strip()
         if not text:
             return default
@@ -162,6 +191,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         else from_env(ENV_RESYNC_SECONDS, "--resync-seconds", _seconds, DEFAULT_RESYNC_SECONDS),
         allowed_toleration_keys=frozenset(args.allow_toleration_key),
         allowed_priority_classes=frozenset(args.allow_priority_class),
+        bind_address=args.bind_address
+        if args.bind_address is not None
+        else from_env(ENV_BIND_ADDRESS, "--bind-address", _address, DEFAULT_BIND_ADDRESS),
     )
 
 
@@ -212,11 +244,12 @@ def main(argv: Sequence[str]) -> int:
         resync_seconds=options.resync_seconds,
     )
     sweeps = SweepReconciler(api=api)
-    server, thread = metrics.serve(options.metrics_port)
+    server, thread = metrics.serve(options.metrics_port, options.bind_address)
     log.info(
-        "serving metrics on :%d, liveness on :%d/healthz, watching %s (handlers: %s)",
+        "serving metrics on %s:%d, liveness on %s, watching %s (handlers: %s)",
+        options.bind_address,
         options.metrics_port,
-        options.health_port,
+        options.health_url,
         ", ".join(options.namespaces) or "all namespaces",
         f"{handlers.__name__}, {sweep_handlers.__name__}",
     )
@@ -225,7 +258,7 @@ def main(argv: Sequence[str]) -> int:
             standalone=True,
             clusterwide=options.clusterwide,
             namespaces=list(options.namespaces),
-            liveness_endpoint=f"http://0.0.0.0:{options.health_port}/healthz",
+            liveness_endpoint=options.health_url,
             settings=settings,
             memo=kopf.Memo(reconciler=reconciler, sweeps=sweeps),
         )
