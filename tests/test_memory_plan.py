@@ -5,29 +5,72 @@ from __future__ import annotations
 import pytest
 
 from ckptbench.workload.contract import memory_plan
-from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.config import Backend, WorkloadConfig
+from ckptbench.workload.contract.memory_plan import BASELINE_BYTES, RankLoad
+from ckptbench.workload.storage.gcs import objects, parts
 
 GIB = 1024**3
 MIB = 1024**2
 
 
-def test_peak_adds_shard_staging_buffer_and_interpreter() -> None:
-    sync = memory_plan.estimate(10 * GIB, 100 * MIB, async_save=False)
-    assert sync.peak_bytes == 10 * GIB + 100 * MIB + 350 * MIB
-    assync = memory_plan.estimate(10 * GIB, 100 * MIB, async_save=True)
-    assert assync.peak_bytes == 20 * GIB + 100 * MIB + 350 * MIB
+def test_file_peak_is_baseline_plus_the_larger_of_saving_and_loading() -> None:
+    sync = memory_plan.estimate(RankLoad(Backend.FILE, 10 * GIB, 100 * MIB, async_save=False))
+    # Loading holds the template and two copies of the largest item; saving, the shard alone.
+    assert sync.load_peak_bytes == BASELINE_BYTES[Backend.FILE] + 10 * GIB + 200 * MIB
+    assert sync.save_peak_bytes == BASELINE_BYTES[Backend.FILE] + 10 * GIB
+    assert sync.peak_bytes == sync.load_peak_bytes
+    assync = memory_plan.estimate(RankLoad(Backend.FILE, 10 * GIB, 100 * MIB, async_save=True))
+    # The staging copy is a second shard while saving; the template replaces the shard.
+    assert assync.peak_bytes == assync.save_peak_bytes == BASELINE_BYTES[Backend.FILE] + 20 * GIB
     assert "async staging copy 10.00 GiB" in assync.breakdown()
     assert "staging" not in sync.breakdown()
 
 
+def test_gcs_buffers_copied_tensors_in_parts_and_reads_in_slices() -> None:
+    load = RankLoad(Backend.GCS, GIB, 64 * MIB, False, copied_bytes=500 * MIB, threads=4,
+                    part_size_bytes=16 * MIB)  # fmt: skip
+    est = memory_plan.estimate(load)
+    assert est.save_buffer_bytes == (4 + 1) * 16 * MIB  # parts in flight bound the copies
+    assert est.load_buffer_bytes == 4 * 2 * MIB  # two 1 MiB slices a thread, not the items
+    few = memory_plan.estimate(RankLoad(Backend.GCS, GIB, 64 * MIB, False, copied_bytes=MIB))
+    assert few.save_buffer_bytes == MIB  # no more than the bytes that are copied
+    assert est.baseline_bytes == BASELINE_BYTES[Backend.GCS] > BASELINE_BYTES[Backend.FILE]
+
+
+def test_gcsfs_holds_copies_of_the_item_it_writes() -> None:
+    est = memory_plan.estimate(RankLoad(Backend.GCSFS, GIB, 40 * MIB, async_save=False))
+    assert est.save_buffer_bytes == memory_plan.GCSFS_WRITE_COPIES * 40 * MIB
+    assert est.load_buffer_bytes == 2 * 40 * MIB
+
+
+def test_a_model_adds_its_runtime_and_metadata() -> None:
+    plain = memory_plan.estimate(RankLoad(Backend.FILE, GIB, MIB, False))
+    model = memory_plan.estimate(RankLoad(Backend.FILE, GIB, MIB, False, 5 * MIB, model=True))
+    assert model.peak_bytes - plain.peak_bytes == memory_plan.MODEL_RUNTIME_BYTES + 5 * MIB
+
+
+def test_the_constants_are_the_storage_layers() -> None:
+    assert memory_plan.ZERO_COPY_MIN_BYTES == parts.ZERO_COPY_MIN_BYTES
+    assert memory_plan.READ_SLICE_BYTES == objects._READ_SLICE
+
+
+def test_only_tensors_below_the_zero_copy_size_are_copied() -> None:
+    assert memory_plan.copied_bytes([MIB - 1, MIB, 2 * MIB, 10]) == MIB - 1 + 10
+    small = WorkloadConfig(checkpoint_path="gs://b/x", world_size=2, layer_size=100, padding_size=8)
+    big = small.model_copy(update={"layer_size": 1000})
+    # 100 rows are 400 KB a tensor (copied into parts), 1000 rows 4 MB (sent from the tensor).
+    assert small.memory_estimate().save_buffer_bytes == 4 * 400_000
+    assert big.memory_estimate().save_buffer_bytes == 0
+
+
 def test_refusal_gives_the_numbers_and_the_way_out() -> None:
-    est = memory_plan.estimate(10 * GIB, 0, async_save=False)
+    est = memory_plan.estimate(RankLoad(Backend.FILE, 10 * GIB, 0, async_save=False))
     assert memory_plan.refusal(est, est.peak_bytes, "limit", "use more ranks", "--force") is None
     text = memory_plan.refusal(
         est, est.peak_bytes - 1, "the pod's limit", "use more ranks", "--force"
     )
     assert text is not None
-    assert "needs about 10.34 GiB" in text and "has 10.34 GiB (the pod's limit)" in text
+    assert "needs about 10.29 GiB" in text and "has 10.29 GiB (the pod's limit)" in text
     assert "use more ranks, or force the run with --force" in text
 
 
@@ -38,7 +81,7 @@ def test_the_reference_table_on_four_ranks_needs_over_18_gib_a_rank() -> None:
     )  # fmt: skip
     est = config.memory_estimate()
     assert est.shard_bytes == 49 * 100_000 * 4000  # 49 tensors on rank 0
-    assert est.buffer_bytes == 100_000 * 4000
+    assert est.load_buffer_bytes == 2 * 100_000 * 4000
     assert est.peak_bytes > 18.25 * GIB
 
 
@@ -48,7 +91,19 @@ def test_model_estimate_uses_the_largest_rank() -> None:
     )
     est = config.memory_estimate()
     assert round(est.shard_bytes / GIB, 2) == 11.22  # rank 0's, whatever this rank is
-    assert est.buffer_bytes == 16032 * 4096 * 4  # ceil(128256 / 8) embedding rows in fp32
+    assert est.load_buffer_bytes == 2 * 16032 * 4096 * 4  # ceil(128256 / 8) embedding rows
+
+
+def test_a_models_metadata_counts_because_every_rank_reads_it() -> None:
+    config = WorkloadConfig(
+        checkpoint_path="/tmp/x", backend="file", world_size=512, model="llama3-405b"
+    )
+    est = config.memory_estimate()
+    assert est.metadata_bytes > 300 * 10**6  # 1137 x 3 sharded tensors x 512 chunks
+    assert est.load_peak_bytes == (
+        est.baseline_bytes + est.shard_bytes + est.load_buffer_bytes + est.metadata_bytes
+    )
+    assert ".metadata 3" in est.breakdown()
 
 
 @pytest.mark.parametrize(
@@ -73,11 +128,14 @@ def test_a_bad_quantity_is_named() -> None:
         memory_plan.parse_quantity("lots")
 
 
-def test_a_models_metadata_counts_because_every_rank_reads_it() -> None:
-    config = WorkloadConfig(
-        checkpoint_path="/tmp/x", backend="file", world_size=512, model="llama3-405b"
-    )
-    est = config.memory_estimate()
-    assert est.metadata_bytes > 300 * 10**6  # 1137 x 3 sharded tensors x 512 chunks
-    assert est.peak_bytes == (est.shard_bytes + est.buffer_bytes + est.metadata_bytes + 350 * MIB)
-    assert ".metadata 3" in est.breakdown()
+def test_an_async_save_of_dtensors_counts_the_deep_copies_left_in_the_heap() -> None:
+    load = RankLoad(Backend.FILE, GIB, 300 * MIB, True, model=True, heap_bytes=200 * MIB)
+    est = memory_plan.estimate(load)
+    base = BASELINE_BYTES[Backend.FILE] + memory_plan.MODEL_RUNTIME_BYTES
+    assert est.deep_copy_bytes == 200 * MIB
+    assert est.peak_bytes == est.save_peak_bytes == base + 2 * GIB + 200 * MIB
+    plain = memory_plan.estimate(RankLoad(Backend.FILE, GIB, 300 * MIB, True, heap_bytes=GIB))
+    assert plain.deep_copy_bytes == 0  # plain tensors are staged into fresh ones, not deep-copied
+    sync = memory_plan.estimate(RankLoad(Backend.FILE, GIB, 0, False, model=True, heap_bytes=GIB))
+    assert sync.deep_copy_bytes == 0
+    assert memory_plan.heap_bytes([32 * MIB - 1, 32 * MIB, 5]) == 32 * MIB + 4

@@ -66,7 +66,7 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     """Run one rank to the end and report; ``after_save`` is a fault-injection hook for tests."""
     from ckptbench.workload.rank import memory
 
-    memory.return_big_buffers_to_the_os()
+    allocator = memory.configure_allocator(config.procedure)
     # Before torch or fsspec can import gcsfs: the flag is read at import time.
     from ckptbench.workload.storage import factory as backends
 
@@ -111,7 +111,7 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
         )
 
     write_termination_log(config, result, say)
-    env = environment.describe(config, torch_threads=threads)
+    env = environment.describe(config, torch_threads=threads, allocator=allocator.record())
     # After a failure the storage is often what failed: the termination log already holds the
     # essentials, so do not keep a failed pod alive for a full retry budget per results file.
     attempts = objectio.ATTEMPTS if result.error is None else 2
