@@ -22,7 +22,11 @@ this; docs/measurement.md has the figures):
   ``.metadata``, which every rank reads whole (its pickled size: a lower bound of the objects it
   unpickles into).
 
-peak = baseline + max(state + save phase, template + load phase).
+- **allocator slack**: glibc keeps free memory at the top of its heap up to its trim threshold,
+  twice the mmap threshold, which its dynamic setting raises to the largest block freed (up to
+  32 MiB): up to two of the largest tensors below 32 MiB stay resident after being freed.
+
+peak = baseline + slack + max(state + save phase, template + load phase).
 
 It holds for the allocator setting the rank runs with (``rank/memory.py``): glibc's defaults with
 freed memory trimmed once a saved shard is dropped (ckptbench and mlperf procedures). Without the
@@ -73,6 +77,8 @@ READ_COPIES = 2
 # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: under its dynamic threshold, blocks below this can
 # come from the heap (and leave holes when freed); larger ones are always mapped and unmapped.
 HEAP_BLOCK_MAX_BYTES = 32 * MIB
+# glibc's dynamic trim threshold: twice the (dynamic) mmap threshold.
+TRIM_THRESHOLD_BLOCKS = 2
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ class RankLoad:
     model: bool = False
     copied_bytes: int = 0  # gcs: payload in tensors below ZERO_COPY_MIN_BYTES
     heap_bytes: int = 0  # payload in tensors below HEAP_BLOCK_MAX_BYTES
+    heap_item_bytes: int = 0  # the largest of those tensors
     threads: int = 8  # gcs transfer threads
     part_size_bytes: int = 32 * MIB  # gcs upload part size
 
@@ -100,15 +107,17 @@ class MemoryEstimate:
     load_buffer_bytes: int  # what the backend holds while reading
     metadata_bytes: int = 0  # the .metadata every rank reads on load
     deep_copy_bytes: int = 0  # async save of DTensors: what DCP's deep copies leave behind
+    slack_bytes: int = 0  # free heap glibc keeps below its trim threshold
 
     @property
     def save_peak_bytes(self) -> int:
         held = self.staging_bytes + self.deep_copy_bytes + self.save_buffer_bytes
-        return self.baseline_bytes + self.shard_bytes + held
+        return self.baseline_bytes + self.slack_bytes + self.shard_bytes + held
 
     @property
     def load_peak_bytes(self) -> int:
-        return self.baseline_bytes + self.shard_bytes + self.load_buffer_bytes + self.metadata_bytes
+        held = self.load_buffer_bytes + self.metadata_bytes
+        return self.baseline_bytes + self.slack_bytes + self.shard_bytes + held
 
     @property
     def peak_bytes(self) -> int:
@@ -126,8 +135,9 @@ class MemoryEstimate:
             load.append(f".metadata {format_bytes(self.metadata_bytes)}")
         return (
             f"shard or load template {format_bytes(self.shard_bytes)} + the larger of saving "
-            f"({' + '.join(save)}) and loading ({' + '.join(load)}) + baseline "
-            f"{format_bytes(self.baseline_bytes)} (interpreter, torch, storage client)"
+            f"({' + '.join(save)}) and loading ({' + '.join(load)}) + allocator slack "
+            f"{format_bytes(self.slack_bytes)} + baseline {format_bytes(self.baseline_bytes)} "
+            "(interpreter, torch, storage client)"
         )
 
 
@@ -157,6 +167,7 @@ def rank_load(config: WorkloadConfig) -> RankLoad:
         model=spec is not None,
         copied_bytes=copied_bytes(tensors),
         heap_bytes=heap_bytes(tensors),
+        heap_item_bytes=largest_heap_item(tensors),
         threads=config.threads,
         part_size_bytes=config.part_size_bytes,
     )
@@ -170,6 +181,10 @@ def copied_bytes(tensor_sizes: list[int]) -> int:
 def heap_bytes(tensor_sizes: list[int]) -> int:
     """Payload in tensors small enough for glibc to place in the heap."""
     return sum(n for n in tensor_sizes if n < HEAP_BLOCK_MAX_BYTES)
+
+
+def largest_heap_item(tensor_sizes: list[int]) -> int:
+    return max((n for n in tensor_sizes if n < HEAP_BLOCK_MAX_BYTES), default=0)
 
 
 def deep_copy_bytes(load: RankLoad) -> int:
@@ -216,6 +231,7 @@ def estimate(load: RankLoad) -> MemoryEstimate:
         shard_bytes=load.shard_bytes,
         staging_bytes=load.shard_bytes if load.async_save else 0,
         deep_copy_bytes=deep_copy_bytes(load),
+        slack_bytes=TRIM_THRESHOLD_BLOCKS * load.heap_item_bytes,
         save_buffer_bytes=save_buffer_bytes(load),
         load_buffer_bytes=load_buffer_bytes(load),
         metadata_bytes=load.metadata_bytes,

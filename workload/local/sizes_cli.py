@@ -98,6 +98,7 @@ def memory_of(
             model=True,
             copied_bytes=memory_plan.copied_bytes(tensors),
             heap_bytes=memory_plan.heap_bytes(tensors),
+            heap_item_bytes=memory_plan.largest_heap_item(tensors),
         )
     )
 
