@@ -24,7 +24,9 @@ this; docs/measurement.md has the figures):
 
 - **allocator slack**: glibc keeps free memory at the top of its heap up to its trim threshold,
   twice the mmap threshold, which its dynamic setting raises to the largest block freed (up to
-  32 MiB): up to two of the largest tensors below 32 MiB stay resident after being freed.
+  32 MiB). The blocks freed over and over are DCP's item buffers on ``file`` and ``gcsfs``: up to
+  two of the largest tensors below 32 MiB stay resident after being freed. ``gcs`` reads into the
+  template and writes from the tensors, so it frees no item-sized blocks.
 
 peak = baseline + slack + max(state + save phase, template + load phase).
 
@@ -69,9 +71,10 @@ ZERO_COPY_MIN_BYTES = 1 << 20
 READ_SLICE_BYTES = 1 << 20
 SLICES_PER_THREAD = 2
 # fsspec's write buffer holds a written item; gcsfs's upload copies it out (getvalue) and slices
-# chunks off that copy while the next write fills a fresh buffer. Measured 3 to 5 copies of a
-# 38 MiB item at the peak (reference layout 10000 x 8, three runs); 4 counted.
-GCSFS_WRITE_COPIES = 4
+# chunks off that copy while the next write fills a fresh buffer. Measured 3 to 6 copies of the
+# item at the peak besides the slack (reference layout 10000 x 8 and 8192 x 16, 2 ranks, six
+# runs: 600-685 and 810-1024 MiB); 5 counted. gcsfs is the least predictable of the three.
+GCSFS_WRITE_COPIES = 5
 # DCP's FileSystemReader: the item's bytes read whole, then the tensor torch.load makes of them.
 READ_COPIES = 2
 # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: under its dynamic threshold, blocks below this can
@@ -183,6 +186,13 @@ def heap_bytes(tensor_sizes: list[int]) -> int:
     return sum(n for n in tensor_sizes if n < HEAP_BLOCK_MAX_BYTES)
 
 
+def slack_bytes(load: RankLoad) -> int:
+    """Freed item buffers glibc keeps below its trim threshold (file and gcsfs: DCP's reader)."""
+    if load.backend is Backend.GCS:
+        return 0
+    return TRIM_THRESHOLD_BLOCKS * load.heap_item_bytes
+
+
 def largest_heap_item(tensor_sizes: list[int]) -> int:
     return max((n for n in tensor_sizes if n < HEAP_BLOCK_MAX_BYTES), default=0)
 
@@ -231,7 +241,7 @@ def estimate(load: RankLoad) -> MemoryEstimate:
         shard_bytes=load.shard_bytes,
         staging_bytes=load.shard_bytes if load.async_save else 0,
         deep_copy_bytes=deep_copy_bytes(load),
-        slack_bytes=TRIM_THRESHOLD_BLOCKS * load.heap_item_bytes,
+        slack_bytes=slack_bytes(load),
         save_buffer_bytes=save_buffer_bytes(load),
         load_buffer_bytes=load_buffer_bytes(load),
         metadata_bytes=load.metadata_bytes,
