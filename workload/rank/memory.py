@@ -112,8 +112,10 @@ def after_drop() -> bool:
 
     Under glibc's dynamic threshold, tensors up to 32 MiB come from the heap, and a shard freed
     there stays resident while the next one is allocated beside it (measured: a second shard at
-    the peak). ``malloc_trim(0)`` returns every free page of every arena; the template is then
-    faulted in afresh, untimed, by its NaN fill. True when memory was trimmed.
+    the peak). ``malloc_trim(0)`` returns every free page of every arena. The next template's
+    pages are then faulted in afresh, as under a fixed threshold: the reference layout's by its
+    untimed NaN fill, a model's (marked once per block) partly during its load. True when memory
+    was trimmed.
     """
     if not (_applied and _applied[-1].trim_after_drop):
         return False
