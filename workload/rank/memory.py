@@ -7,7 +7,7 @@ that size come from the heap, are reused already faulted in, and stay resident w
 
 Fixing the threshold at 1 MiB (what every rank did before) returns freed shards to the OS, but
 makes every transfer buffer a fresh, faulted mapping: the reference procedure on gcsfs loaded
-1.37x slower with it than at the defaults (median of 6 interleaved rounds), as Google's script
+1.39x slower with it than at the defaults (median of 6 interleaved rounds), as Google's script
 does when given the same setting. So the ``reference`` procedure runs at glibc's defaults, as
 that script does; ckptbench's own procedures run at the defaults too, and hand freed memory back
 (``malloc_trim``) once a saved shard is dropped, outside any timed operation: the defaults alone
