@@ -6,11 +6,15 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from ckptbench.workload.contract.config import Procedure, WorkloadConfig
-from ckptbench.workload.rank import environment, memory
+from ckptbench.workload.local.emulator import free_port
+from ckptbench.workload.rank import environment, memory, worker
+from ckptbench.workload.storage import objects as objectio
+from tests.workers import one_rank
 
 _PROBE = textwrap.dedent(
     """
@@ -114,3 +118,18 @@ def test_each_rank_records_the_allocator_it_ran() -> None:
     described = environment.describe(config, allocator=setting.record())
     assert described["allocator"]["malloc"] == "glibc defaults (dynamic mmap threshold)"
     assert "allocator" not in environment.describe(config)
+
+
+def test_a_rank_records_in_its_result_the_allocator_it_ran(tmp_path: Path) -> None:
+    config = one_rank(
+        tmp_path, procedure="reference", sample_count=1, master_port=free_port(),
+        rendezvous_timeout_seconds=20, termination_log="",
+    )  # fmt: skip
+    assert worker.run(config) == 0
+    full = json.loads(objectio.read_text(f"{config.results_path}/rank-00000.json"))
+    assert full["environment"]["allocator"] == {
+        "malloc": "glibc defaults (dynamic mmap threshold)",
+        "mmap_threshold_bytes": None,
+        "trim_after_drop": False,
+        "source": "procedure",
+    }
