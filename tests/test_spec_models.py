@@ -94,8 +94,9 @@ def test_the_reference_table_is_checked_too() -> None:
 def test_async_save_doubles_the_shard_in_the_estimate() -> None:
     fields = {"model": "llama3-8b", "asyncSave": True}
     with pytest.raises(SpecError, match=r"async staging copy 11\.22 GiB"):
-        parse_spec(_limit("16Gi", **fields))
-    parse_spec(_limit("24Gi", **fields))
+        parse_spec(_limit("24Gi", **fields))
+    # Plus DCP's deep copies of its DTensors (those below 32 MiB stay resident): about 32.5 GiB.
+    parse_spec(_limit("34Gi", **fields))
 
 
 def test_a_resharding_load_is_rendered_and_counted_in_the_estimate() -> None:

@@ -149,19 +149,8 @@ class WorkloadConfig(BenchmarkSettings):
         return sizes.total_bytes(self.layer_size, self.padding_size)
 
     def memory_estimate(self) -> memory_plan.MemoryEstimate:
-        """Rank 0's peak (the largest rank under either layout's dealing)."""
-        sized = self.model_sizes()
-        if sized is not None:
-            largest, item = sized.largest_rank_bytes, sized.largest_item_bytes
-            if self.load_world_size is not None and self.model_spec is not None:
-                # A resharding load gives each of fewer ranks more rows.
-                loaded = models.model_sizes(self.model_spec, self.load_world_size)
-                largest = max(largest, loaded.largest_rank_bytes)
-                item = max(item, loaded.largest_item_bytes)
-            return memory_plan.estimate(largest, item, self.async_save, sized.metadata_bytes)
-        largest = sizes.shard_bytes(0, self.world_size, self.layer_size, self.padding_size)
-        item = sizes.tensor_bytes(self.layer_size)
-        return memory_plan.estimate(largest, item, self.async_save)
+        """Rank 0's peak (the largest rank under either layout's dealing), on this backend."""
+        return memory_plan.estimate(memory_plan.rank_load(self))
 
     def describe_state(self) -> str:
         spec = self.model_spec

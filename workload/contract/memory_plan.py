@@ -1,62 +1,248 @@
 """A rank's peak memory, estimated before anything is allocated, and the verdict on a budget.
 
-The timed loop holds one copy of the rank's state at a time: the shard it saves is freed before
-the load template is allocated (see ``rank/loop.py``), so the template replaces the shard rather
-than adding to it. On top of that: an async save's staging copy (a second copy of the shard
-while it uploads), one item-sized buffer (a tensor being serialised, or a saved chunk read whole
-and narrowed when a load reshards), the interpreter with torch imported (~350 MiB RSS), and for
-a model the checkpoint's ``.metadata``, which every rank reads whole on load (its pickled size: a
-lower bound of the objects it unpickles into).
+What a rank's peak resident set holds (``bench/bench_memory_plan.py`` measures each case against
+this; docs/measurement.md has the figures):
+
+- **baseline**: the interpreter with torch, DCP, the backend's client and the gloo process group
+  loaded. Calibrated per backend: the peak RSS of a rank whose state is two 4 KB tensors. A model
+  preset adds DTensor and its device mesh (:data:`MODEL_RUNTIME_BYTES`).
+- **state**: the shard the rank saves; the loop frees it before it allocates the load template,
+  so the template replaces it (one of the two at a time). Exact: tensor payload bytes.
+- **save phase**, on top of the state: an async save's staging copy (DCP copies the whole shard
+  and holds the copy until the upload is durable; for a model's DTensors it first deep-copies
+  each one, data included: the copies of tensors below 32 MiB come from the heap and stay
+  resident), and what the backend buffers while writing:
+  ``file`` nothing (``torch.save`` writes each tensor from its own storage); ``gcs`` the part
+  buffers that small tensors are copied into (tensors from 1 MiB up are sent from their own
+  memory); ``gcsfs`` copies of the largest item in fsspec's write buffer and gcsfs's upload chunks.
+- **load phase**, on top of the template: ``file`` and ``gcsfs`` read each item whole and
+  ``torch.load`` it into a new tensor before copying it into the template (two copies of the
+  largest item; a resharding load reads a saved chunk whole and narrows it); ``gcs`` reads
+  straight into the template in 1 MiB slices per transfer thread; and for a model the checkpoint's
+  ``.metadata``, which every rank reads whole (its pickled size: a lower bound of the objects it
+  unpickles into).
+
+- **allocator slack**: glibc keeps free memory at the top of its heap up to its trim threshold,
+  twice the mmap threshold, which its dynamic setting raises to the largest block freed (up to
+  32 MiB). The blocks freed over and over are DCP's item buffers on ``file`` and ``gcsfs``: up to
+  two of the largest tensors below 32 MiB stay resident after being freed. ``gcs`` reads into the
+  template and writes from the tensors, so it frees no item-sized blocks.
+
+peak = baseline + slack + max(state + save phase, template + load phase).
+
+It holds for the allocator setting the rank runs with (``rank/memory.py``): glibc's defaults with
+freed memory trimmed once a saved shard is dropped (ckptbench and mlperf procedures). Without the
+trim, glibc's dynamic mmap threshold keeps freed tensors of up to 32 MiB in the heap, and a rank
+can hold a second shard.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ckptbench.workload.contract import models, sizes
+from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.quantity import quantity
+from ckptbench.workload.contract.settings import BenchmarkSettings
 from ckptbench.workload.contract.sizes import format_bytes
 
 MIB = 1024**2
-INTERPRETER_BYTES = 350 * MIB
+
+# Peak RSS (MiB) of a rank with a negligible state: ``ckptbench run --layer-size 1
+# --padding-size 2 --samples 1`` on 2 ranks, torch 2.13.0+cpu, Python 3.11, this VM, 2026-11-25
+# (each repeated twice, within 1 MiB). ``gcs`` and ``gcsfs`` add their clients and transfer
+# threads to ``file``'s interpreter, torch, DCP and gloo.
+BASELINE_BYTES: dict[Backend, int] = {
+    Backend.FILE: 292 * MIB,
+    Backend.GCS: 318 * MIB,
+    Backend.GCSFS: 339 * MIB,
+}
+# What a model preset's rank holds beyond that: DTensor, its device mesh (gloo groups) and DCP's
+# per-item planning objects. Measured: ``--model llama3-debug --layers 1 --vocab 256`` (197 items,
+# 5.6 MiB of state) peaked at 330 MiB on ``file``, 292 + 5.6 + 32.
+MODEL_RUNTIME_BYTES = 32 * MIB
+# storage/gcs/parts.py's ZERO_COPY_MIN_BYTES: smaller writes are copied into a part buffer.
+ZERO_COPY_MIN_BYTES = 1 << 20
+# storage/gcs/objects.py's _READ_SLICE: each transfer thread reads a range in slices this big, and
+# holds the slice urllib3 returns besides the one it is filling.
+READ_SLICE_BYTES = 1 << 20
+SLICES_PER_THREAD = 2
+# fsspec's write buffer holds a written item; gcsfs's upload copies it out (getvalue) and slices
+# chunks off that copy while the next write fills a fresh buffer. Measured 3 to 6 copies of the
+# item at the peak besides the slack (reference layout 10000 x 8 and 8192 x 16, 2 ranks, six
+# runs: 600-685 and 810-1024 MiB); 5 counted. gcsfs is the least predictable of the three.
+GCSFS_WRITE_COPIES = 5
+# DCP's FileSystemReader: the item's bytes read whole, then the tensor torch.load makes of them.
+READ_COPIES = 2
+# glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: under its dynamic threshold, blocks below this can
+# come from the heap (and leave holes when freed); larger ones are always mapped and unmapped.
+HEAP_BLOCK_MAX_BYTES = 32 * MIB
+# glibc's dynamic trim threshold: twice the (dynamic) mmap threshold.
+TRIM_THRESHOLD_BLOCKS = 2
+
+
+@dataclass(frozen=True)
+class RankLoad:
+    """What a rank's memory depends on, computed from the config before anything runs."""
+
+    backend: Backend
+    shard_bytes: int  # the largest rank's payload (saved, or loaded when a load reshards)
+    largest_item_bytes: int  # the biggest single item: one local tensor, or a saved chunk
+    async_save: bool
+    metadata_bytes: int = 0  # .metadata, pickled, read by every rank on load (models only)
+    model: bool = False
+    copied_bytes: int = 0  # gcs: payload in tensors below ZERO_COPY_MIN_BYTES
+    heap_bytes: int = 0  # payload in tensors below HEAP_BLOCK_MAX_BYTES
+    heap_item_bytes: int = 0  # the largest of those tensors
+    threads: int = 8  # gcs transfer threads
+    part_size_bytes: int = 32 * MIB  # gcs upload part size
 
 
 @dataclass(frozen=True)
 class MemoryEstimate:
+    baseline_bytes: int  # interpreter, torch, DCP, backend client, process group (+ DTensor)
     shard_bytes: int  # the state the rank saves, then the template it loads into (one at a time)
-    staging_bytes: int  # async save: a second copy of the shard
-    buffer_bytes: int  # the largest single item in flight
+    staging_bytes: int  # async save: DCP's copy of the shard
+    save_buffer_bytes: int  # what the backend holds while writing
+    load_buffer_bytes: int  # what the backend holds while reading
     metadata_bytes: int = 0  # the .metadata every rank reads on load
-    interpreter_bytes: int = INTERPRETER_BYTES
+    deep_copy_bytes: int = 0  # async save of DTensors: what DCP's deep copies leave behind
+    slack_bytes: int = 0  # free heap glibc keeps below its trim threshold
+
+    @property
+    def save_peak_bytes(self) -> int:
+        held = self.staging_bytes + self.deep_copy_bytes + self.save_buffer_bytes
+        return self.baseline_bytes + self.slack_bytes + self.shard_bytes + held
+
+    @property
+    def load_peak_bytes(self) -> int:
+        held = self.load_buffer_bytes + self.metadata_bytes
+        return self.baseline_bytes + self.slack_bytes + self.shard_bytes + held
 
     @property
     def peak_bytes(self) -> int:
-        return (
-            self.interpreter_bytes
-            + self.shard_bytes
-            + self.staging_bytes
-            + self.buffer_bytes
-            + self.metadata_bytes
-        )
+        return max(self.save_peak_bytes, self.load_peak_bytes)
 
     def breakdown(self) -> str:
-        parts = [f"shard or load template {format_bytes(self.shard_bytes)}"]
+        save = []
         if self.staging_bytes:
-            parts.append(f"async staging copy {format_bytes(self.staging_bytes)}")
-        parts.append(f"largest item buffer {format_bytes(self.buffer_bytes)}")
+            save.append(f"async staging copy {format_bytes(self.staging_bytes)}")
+        if self.deep_copy_bytes:
+            save.append(f"DTensor deep copies {format_bytes(self.deep_copy_bytes)}")
+        save.append(f"write buffers {format_bytes(self.save_buffer_bytes)}")
+        load = [f"read buffers {format_bytes(self.load_buffer_bytes)}"]
         if self.metadata_bytes:
-            parts.append(f".metadata {format_bytes(self.metadata_bytes)}")
-        parts.append(f"interpreter with torch {format_bytes(self.interpreter_bytes)}")
-        return " + ".join(parts)
+            load.append(f".metadata {format_bytes(self.metadata_bytes)}")
+        return (
+            f"shard or load template {format_bytes(self.shard_bytes)} + the larger of saving "
+            f"({' + '.join(save)}) and loading ({' + '.join(load)}) + allocator slack "
+            f"{format_bytes(self.slack_bytes)} + baseline {format_bytes(self.baseline_bytes)} "
+            "(interpreter, torch, storage client)"
+        )
 
 
-def estimate(
-    shard_bytes: int, largest_item_bytes: int, async_save: bool, metadata_bytes: int = 0
-) -> MemoryEstimate:
+def rank_load(config: BenchmarkSettings) -> RankLoad:
+    """What rank 0 (the largest rank under either layout's dealing) holds, from its config."""
+    spec = config.model_spec
+    sized = None if spec is None else models.model_sizes(spec, config.world_size)
+    if sized is not None and spec is not None:
+        largest, item = sized.largest_rank_bytes, sized.largest_item_bytes
+        tensors = model_tensor_sizes(spec, config.world_size)
+        if config.load_world_size is not None:
+            # A resharding load gives each of fewer ranks more rows.
+            loaded = models.model_sizes(spec, config.load_world_size)
+            largest = max(largest, loaded.largest_rank_bytes)
+            item = max(item, loaded.largest_item_bytes)
+        metadata = sized.metadata_bytes
+    else:
+        largest = sizes.shard_bytes(0, config.world_size, config.layer_size, config.padding_size)
+        item = sizes.tensor_bytes(config.layer_size)
+        tensors = [item] * len(sizes.owned_indices(0, config.world_size, config.padding_size))
+        metadata = 0
+    return RankLoad(
+        backend=config.backend,
+        shard_bytes=largest,
+        largest_item_bytes=item,
+        async_save=config.async_save,
+        metadata_bytes=metadata,
+        model=spec is not None,
+        copied_bytes=copied_bytes(tensors),
+        heap_bytes=heap_bytes(tensors),
+        heap_item_bytes=largest_heap_item(tensors),
+        threads=config.threads,
+        part_size_bytes=config.part_size_bytes,
+    )
+
+
+def copied_bytes(tensor_sizes: list[int]) -> int:
+    """Payload the gcs writer copies into part buffers: tensors below the zero-copy size."""
+    return sum(n for n in tensor_sizes if n < ZERO_COPY_MIN_BYTES)
+
+
+def heap_bytes(tensor_sizes: list[int]) -> int:
+    """Payload in tensors small enough for glibc to place in the heap."""
+    return sum(n for n in tensor_sizes if n < HEAP_BLOCK_MAX_BYTES)
+
+
+def slack_bytes(load: RankLoad) -> int:
+    """Freed item buffers glibc keeps below its trim threshold (file and gcsfs: DCP's reader)."""
+    if load.backend is Backend.GCS:
+        return 0
+    return TRIM_THRESHOLD_BLOCKS * load.heap_item_bytes
+
+
+def largest_heap_item(tensor_sizes: list[int]) -> int:
+    return max((n for n in tensor_sizes if n < HEAP_BLOCK_MAX_BYTES), default=0)
+
+
+def deep_copy_bytes(load: RankLoad) -> int:
+    """What staging DTensors leaves besides the copy: DCP deep-copies each CPU DTensor, data
+    included, before it swaps in a fresh local tensor. Copies too big for the heap are unmapped
+    when freed; those from the heap stay resident (measured: 200 MiB of 4 MiB DTensors staged
+    with collection off held 434 MiB, of 64 MiB ones 258 MiB)."""
+    if not (load.async_save and load.model):
+        return 0
+    return load.heap_bytes
+
+
+def model_tensor_sizes(spec: models.ModelSpec, world_size: int, rank: int = 0) -> list[int]:
+    """The bytes of each tensor rank ``rank`` holds of a model preset."""
+    out = []
+    for t in models.state_tensors(spec):
+        shape = models.local_shape(t, world_size, rank)
+        n = t.itemsize
+        for d in shape:
+            n *= d
+        out.append(n)
+    return out
+
+
+def save_buffer_bytes(load: RankLoad) -> int:
+    if load.backend is Backend.GCS:
+        # Small tensors are gathered into part buffers; at most threads + 1 parts are in flight.
+        return min(load.copied_bytes, (load.threads + 1) * load.part_size_bytes)
+    if load.backend is Backend.GCSFS:
+        return GCSFS_WRITE_COPIES * load.largest_item_bytes
+    return 0
+
+
+def load_buffer_bytes(load: RankLoad) -> int:
+    if load.backend is Backend.GCS:
+        return load.threads * SLICES_PER_THREAD * READ_SLICE_BYTES
+    return READ_COPIES * load.largest_item_bytes
+
+
+def estimate(load: RankLoad) -> MemoryEstimate:
+    baseline = BASELINE_BYTES[load.backend] + (MODEL_RUNTIME_BYTES if load.model else 0)
     return MemoryEstimate(
-        shard_bytes=shard_bytes,
-        staging_bytes=shard_bytes if async_save else 0,
-        buffer_bytes=largest_item_bytes,
-        metadata_bytes=metadata_bytes,
+        baseline_bytes=baseline,
+        shard_bytes=load.shard_bytes,
+        staging_bytes=load.shard_bytes if load.async_save else 0,
+        deep_copy_bytes=deep_copy_bytes(load),
+        slack_bytes=slack_bytes(load),
+        save_buffer_bytes=save_buffer_bytes(load),
+        load_buffer_bytes=load_buffer_bytes(load),
+        metadata_bytes=load.metadata_bytes,
     )
 
 

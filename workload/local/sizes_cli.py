@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from ckptbench.workload.contract import memory_plan, models
+from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.sizes import GIB, format_bytes
 
 TABLE_WORLD_SIZES = (8, 64, 512)
@@ -36,6 +37,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", default="adamw", choices=[o.value for o in models.Optimizer])
     p.add_argument("--dtype", default="fp32", choices=[d.value for d in models.DtypeProfile])
     p.add_argument("--async-save", action="store_true", help="count the async staging copy")
+    p.add_argument(
+        "--backend",
+        default=Backend.GCS.value,
+        choices=[b.value for b in Backend],
+        help="the storage backend the memory estimate is for (default gcs, as 'ckptbench run')",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument(
         "--table", action="store_true", help="print the docs' Markdown table (N = 8, 64, 512)"
@@ -68,19 +75,37 @@ def main(argv: Sequence[str]) -> int:
         print(f"ckptbench sizes: {option}: {reason}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps([as_dict(s, args.async_save) for s in reports], indent=1))
+        backend = Backend(args.backend)
+        print(json.dumps([as_dict(s, args.async_save, backend) for s in reports], indent=1))
     else:
-        print("\n\n".join(describe(s, args.async_save) for s in reports))
+        backend = Backend(args.backend)
+        print("\n\n".join(describe(s, args.async_save, backend) for s in reports))
     return 0
 
 
-def memory_of(s: models.ModelSizes, async_save: bool) -> memory_plan.MemoryEstimate:
+def memory_of(
+    s: models.ModelSizes, async_save: bool, backend: Backend = Backend.GCS
+) -> memory_plan.MemoryEstimate:
+    """The memory plan of ``ckptbench run``'s defaults (8 threads, 32 MiB parts) on ``backend``."""
+    tensors = memory_plan.model_tensor_sizes(s.spec, s.world_size)
     return memory_plan.estimate(
-        s.largest_rank_bytes, s.largest_item_bytes, async_save, s.metadata_bytes
+        memory_plan.RankLoad(
+            backend=backend,
+            shard_bytes=s.largest_rank_bytes,
+            largest_item_bytes=s.largest_item_bytes,
+            async_save=async_save,
+            metadata_bytes=s.metadata_bytes,
+            model=True,
+            copied_bytes=memory_plan.copied_bytes(tensors),
+            heap_bytes=memory_plan.heap_bytes(tensors),
+            heap_item_bytes=memory_plan.largest_heap_item(tensors),
+        )
     )
 
 
-def as_dict(s: models.ModelSizes, async_save: bool) -> dict[str, object]:
+def as_dict(
+    s: models.ModelSizes, async_save: bool, backend: Backend = Backend.GCS
+) -> dict[str, object]:
     return {
         "model": s.spec.preset,
         "layers": s.spec.arch.n_layers,
@@ -100,12 +125,13 @@ def as_dict(s: models.ModelSizes, async_save: bool) -> dict[str, object]:
         "stored_items": s.stored_items,
         "empty_shards": s.empty_shards,
         "metadata_bytes_estimate": s.metadata_bytes,
-        "memory_peak_bytes_estimate": memory_of(s, async_save).peak_bytes,
+        "memory_backend": backend.value,
+        "memory_peak_bytes_estimate": memory_of(s, async_save, backend).peak_bytes,
     }
 
 
-def describe(s: models.ModelSizes, async_save: bool) -> str:
-    mem = memory_of(s, async_save)
+def describe(s: models.ModelSizes, async_save: bool, backend: Backend = Backend.GCS) -> str:
+    mem = memory_of(s, async_save, backend)
     rows = [
         ("model", s.spec.describe()),
         ("world size", f"{s.world_size} ranks, Shard(0) by torch.chunk"),
@@ -133,7 +159,10 @@ def describe(s: models.ModelSizes, async_save: bool) -> str:
         ("items per rank", f"{s.items_per_rank:,} planned"),
         ("stored items", f"{s.stored_items:,} (replicated items written once)"),
         (".metadata", f"about {format_bytes(s.metadata_bytes)} (estimate), read by every rank"),
-        ("memory per rank", f"about {format_bytes(mem.peak_bytes)}: {mem.breakdown()}"),
+        (
+            "memory per rank",
+            f"about {format_bytes(mem.peak_bytes)} on {backend.value}: {mem.breakdown()}",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -40,7 +40,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from ckptbench.workload.contract.choices import CacheMode, Procedure
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import OpTiming, RankResult
-from ckptbench.workload.rank import state
+from ckptbench.workload.rank import memory, state
 from ckptbench.workload.rank.collector import Collector
 from ckptbench.workload.rank.failures import (
     AsyncSaveError,
@@ -169,6 +169,7 @@ class _Loop:
         shard = holder.pop()
         save = self._save(checkpoint_id, shard)
         del shard  # the next shard is whatever we load: one shard in memory, not two
+        memory.after_drop()
         self._report("save", label, save)
         if timed:
             self.saves.ops.append(save)
@@ -209,6 +210,7 @@ class _Loop:
             self.saves.ops.append(save)
             self._after_save(index, checkpoint_id)
         del shard  # released before the template is allocated: one shard in memory
+        memory.after_drop()
         template: dict[str, torch.Tensor] = self._step(
             "prepare load", lambda: state.empty_template(config)
         )

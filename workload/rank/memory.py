@@ -1,10 +1,18 @@
-"""Keep a rank's memory to one shard: big buffers go back to the OS when freed.
+"""The rank's allocator setting, chosen by procedure, and the memory a rank may use.
 
-glibc raises its mmap threshold each time a large mmapped block is freed (up to 32 MiB), after
-which tensors of that size come from the heap and stay resident when freed. A rank frees a whole
-shard and allocates the next one every sample, so under the default it holds about two shards
-(measured: peak RSS 2.7x the shard for 31 MiB tensors; 1.3x with a fixed threshold, and saves
-faster too). Fixing the threshold turns the dynamic adjustment off.
+glibc's malloc serves blocks of ``M_MMAP_THRESHOLD`` bytes or more with a fresh ``mmap`` and
+gives them back to the OS when freed. By default the threshold is dynamic: it starts at 128 KiB
+and rises to the size of each larger mmapped block freed (up to 32 MiB), after which blocks of
+that size come from the heap, are reused already faulted in, and stay resident when freed.
+
+Fixing the threshold at 1 MiB (what every rank did before) returns freed shards to the OS, but
+makes every transfer buffer a fresh, faulted mapping: the reference procedure on gcsfs loaded
+1.39x slower with it than at the defaults (median of 6 interleaved rounds), as Google's script
+does when given the same setting. So the ``reference`` procedure runs at glibc's defaults, as
+that script does; ckptbench's own procedures run at the defaults too, and hand freed memory back
+(``malloc_trim``) once a saved shard is dropped, outside any timed operation: the defaults alone
+held a second shard at the peak. The figures: ``docs/measurement.md`` (the allocator),
+``bench/bench_allocator.py``.
 """
 
 from __future__ import annotations
@@ -12,9 +20,125 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ckptbench.workload.contract.choices import Procedure
 
 _M_MMAP_THRESHOLD = -3  # from <malloc.h>
 MMAP_THRESHOLD_BYTES = 1 << 20
+ENV_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"  # glibc's own variable, read when the process starts
+
+
+@dataclass(frozen=True)
+class AllocatorPolicy:
+    """How a rank's malloc runs: a fixed mmap threshold (None: glibc's dynamic default), and
+    whether freed memory is handed back (``malloc_trim``) once a saved shard is dropped, before
+    the load template is allocated: untimed, between operations, never inside one."""
+
+    mmap_threshold: int | None
+    trim_after_drop: bool
+
+
+DEFAULTS = AllocatorPolicy(None, trim_after_drop=False)
+DEFAULTS_TRIMMED = AllocatorPolicy(None, trim_after_drop=True)
+FIXED_1MIB = AllocatorPolicy(MMAP_THRESHOLD_BYTES, trim_after_drop=False)
+
+POLICY_BY_PROCEDURE: dict[Procedure, AllocatorPolicy] = {
+    Procedure.REFERENCE: DEFAULTS,  # as the reference script runs
+    Procedure.CKPTBENCH: DEFAULTS_TRIMMED,
+    Procedure.MLPERF: DEFAULTS_TRIMMED,
+}
+
+
+@dataclass(frozen=True)
+class AllocatorSetting:
+    """What the rank's malloc ran with, as each rank's result records it."""
+
+    policy: AllocatorPolicy
+    source: str  # "procedure" (our choice), "environment" (MALLOC_MMAP_THRESHOLD_), "unavailable"
+
+    def record(self) -> dict[str, object]:
+        threshold = self.policy.mmap_threshold
+        text = (
+            "glibc defaults (dynamic mmap threshold)"
+            if threshold is None
+            else f"fixed mmap threshold {threshold} B"
+        )
+        if self.policy.trim_after_drop:
+            text += ", malloc_trim after each saved shard is dropped"
+        return {
+            "malloc": text,
+            "mmap_threshold_bytes": threshold,
+            "trim_after_drop": self.policy.trim_after_drop,
+            "source": self.source,
+        }
+
+
+_applied: list[AllocatorPolicy] = []  # what configure_allocator applied in this process
+
+
+def configure_allocator(
+    procedure: Procedure, environ: Mapping[str, str] | None = None
+) -> AllocatorSetting:
+    """Apply ``procedure``'s allocator policy to this process and say what runs.
+
+    A threshold set through ``MALLOC_MMAP_THRESHOLD_`` is the user's: glibc applied it at start,
+    and it is left alone and recorded (with no trimming either). Where malloc is not glibc's
+    (musl, macOS) nothing is tuned, and the record says so.
+    """
+    env = os.environ if environ is None else environ
+    _applied.clear()
+    if ENV_THRESHOLD in env:
+        raw = env[ENV_THRESHOLD].strip()
+        return AllocatorSetting(
+            AllocatorPolicy(int(raw) if raw.isdigit() else None, False), "environment"
+        )
+    policy = POLICY_BY_PROCEDURE[procedure]
+    libc = _glibc()
+    if libc is None:
+        return AllocatorSetting(DEFAULTS, "unavailable")
+    if policy.mmap_threshold is not None:
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.mallopt.restype = ctypes.c_int
+        if not libc.mallopt(_M_MMAP_THRESHOLD, policy.mmap_threshold):
+            return AllocatorSetting(DEFAULTS, "unavailable")
+    _applied.append(policy)
+    return AllocatorSetting(policy, "procedure")
+
+
+def after_drop() -> bool:
+    """A saved shard was just dropped: hand its freed pages back if the policy says so.
+
+    Under glibc's dynamic threshold, tensors up to 32 MiB come from the heap, and a shard freed
+    there stays resident while the next one is allocated beside it (measured: a second shard at
+    the peak). ``malloc_trim(0)`` returns every free page of every arena. The next template's
+    pages are then faulted in afresh, as under a fixed threshold: the reference layout's by its
+    untimed NaN fill, a model's (marked once per block) partly during its load. True when memory
+    was trimmed.
+    """
+    if not (_applied and _applied[-1].trim_after_drop):
+        return False
+    libc = _glibc()
+    if libc is None:
+        return False
+    libc.malloc_trim.argtypes = [ctypes.c_size_t]
+    libc.malloc_trim.restype = ctypes.c_int
+    libc.malloc_trim(0)
+    return True
+
+
+def _glibc() -> ctypes.CDLL | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt  # noqa: B018 - glibc's; musl and macOS have no mallopt/malloc_trim
+        libc.malloc_trim  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
 
 
 def return_big_buffers_to_the_os(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
@@ -22,19 +146,14 @@ def return_big_buffers_to_the_os(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
 
     A threshold already set through ``MALLOC_MMAP_THRESHOLD_`` is left as the user set it.
     """
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+    if ENV_THRESHOLD in os.environ:
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
+    libc = _glibc()
+    if libc is None:
         return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to tune
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.mallopt.restype = ctypes.c_int
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, threshold))
 
 
 # -- the memory a rank may use --------------------------------------------------------------

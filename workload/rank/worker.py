@@ -67,7 +67,7 @@ def main(argv: Sequence[str]) -> int:
 
 def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     """Run one rank to the end and report; ``after_save`` is a fault-injection hook for tests."""
-    memory.return_big_buffers_to_the_os()
+    allocator = memory.configure_allocator(config.procedure)
     # Before the first gs:// URL, on which fsspec imports gcsfs: the flag is read at its import.
     backends.prepare_gcsfs()
     threads = cpus.limit_torch_threads()
@@ -109,7 +109,7 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
         )
 
     write_termination_log(config, result, say)
-    env = environment.describe(config, torch_threads=threads)
+    env = environment.describe(config, torch_threads=threads, allocator=allocator.record())
     # After a failure the storage is often what failed: the termination log already holds the
     # essentials, so do not keep a failed pod alive for a full retry budget per results file.
     attempts = objectio.ATTEMPTS if result.error is None else 2
