@@ -38,7 +38,11 @@ class ManifestProblem(ValueError):
 
 
 def main(argv: Sequence[str]) -> int:
-    path, rest = _take_file(list(argv))
+    try:
+        path, rest = _take_file(list(argv))
+    except ManifestProblem as exc:
+        print(f"ckptbench run: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if path is None:
         return local_cli.main(rest)
     try:
@@ -62,7 +66,7 @@ def _take_file(argv: list[str]) -> tuple[str | None, list[str]]:
     for i, word in enumerate(argv):
         if word in _FILE_FLAGS:
             if i + 1 >= len(argv):
-                raise SystemExit(f"ckptbench run: error: {word} needs a file")
+                raise ManifestProblem(f"{word}: needs a file")
             return argv[i + 1], argv[:i] + argv[i + 2 :]
         for flag in _FILE_FLAGS:
             if word.startswith(flag + "="):

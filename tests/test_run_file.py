@@ -102,3 +102,8 @@ def test_a_sweep_example_runs_as_a_local_sweep(tmp_path: Path) -> None:
     cells = [(r["extra"]["settings"]["backend"], r["extra"]["axes"].get("threads")) for r in runs]
     assert cells == [("gcs", "4"), ("gcs", "16"), ("gcsfs", "4"), ("gcsfs", "16")]
     assert all(r["verified"] for r in runs)
+
+
+def test_a_file_option_without_a_file_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert manifest_run.main(["--samples", "1", "-f"]) == manifest_run.EXIT_USAGE
+    assert "ckptbench run: error: -f: needs a file" in capsys.readouterr().err
