@@ -177,6 +177,20 @@ class Hostile:
 
 HOSTILE = [
     Hostile(
+        "mount-sub-path-upwards",
+        _with(volumes=[PVC], volumeMounts=[{**PVC_MOUNT, "subPath": "../../etc"}]),
+        "volumeMounts",
+        "'..'",
+        "cel",
+    ),
+    Hostile(
+        "mount-sub-path-expr-absolute",
+        _with(volumes=[PVC], volumeMounts=[{**PVC_MOUNT, "subPathExpr": "/$(POD_NAME)"}]),
+        "volumeMounts",
+        "'..'",
+        "cel",
+    ),
+    Hostile(
         "host-path-root",
         _with(volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
         "volumes",
@@ -368,6 +382,24 @@ def test_at_least_twelve_hostile_specs() -> None:
 def test_at_least_fifteen_invalid_specs() -> None:
     assert len(CASES) >= 15
     assert len({case.id for case in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("source", ["configMap", "secret"])
+@pytest.mark.parametrize("path", ["../../x", "a/../../x", "/etc/x"])
+def test_a_projected_file_outside_its_volume_is_refused_by_the_operator(
+    source: str, path: str
+) -> None:
+    # The CRD keeps these sources free-form, so the API server passes them; the operator does not.
+    key = "name" if source == "configMap" else "secretName"
+    volume = {
+        "name": "conf",
+        source: {key: "c", "items": [{"key": "k", "path": "ok"}, {"key": "k", "path": path}]},
+    }
+    with pytest.raises(SpecError) as caught:
+        parse_spec(_with(volumes=[volume]))
+    assert f"spec.volumes[0].{source}.items[1].path: must be a relative path without '..'" in (
+        str(caught.value)
+    )
 
 
 def test_every_cel_rule_is_exercised_by_a_case() -> None:

@@ -62,6 +62,10 @@ SYSTEM_PRIORITY_PREFIX = "system-"
 ImagePullPolicy = Literal["Always", "IfNotPresent", "Never"]
 IMAGE_PULL_POLICIES: tuple[str, ...] = ("Always", "IfNotPresent", "Never")
 
+# An absolute path, or a '..' step anywhere in a relative one (RE2 and Python read it alike): a
+# mount's subPath or a projected file's path must stay inside its volume.
+PARENT_STEP = r"^/|(^|/)\.\.(/|$)"
+
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 

@@ -4,6 +4,7 @@ before anything is rendered."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ from pydantic import Field
 from ckptbench.operator.spec.names import (
     DNS_SUBDOMAIN,
     MAX_LIST_ITEMS,
+    PARENT_STEP,
     TAINT_EFFECTS,
     TOLERATION_KEYS,
     TOLERATION_OPERATORS,
@@ -74,6 +76,15 @@ def check_volume(volume: dict[str, Any], where: str) -> None:
     _only_keys(volume, VOLUME_KEYS, where, _VOLUME_KIND_REFUSED)
     check_dns_label(volume.get("name"), f"{where}.name")
     _typed(volume, where, dict.fromkeys(VOLUME_SOURCES, (dict, "an object")))
+    for source in ("configMap", "secret"):
+        items = (volume.get(source) or {}).get("items") or []
+        for index, item in enumerate(items if isinstance(items, list) else []):
+            path = item.get("path") if isinstance(item, dict) else None
+            if isinstance(path, str) and re.search(PARENT_STEP, path):
+                raise ValueError(
+                    f"{where}.{source}.items[{index}].path: must be a relative path without "
+                    f"'..' (got {path!r}): a projected file may not land outside its volume"
+                )
 
 
 def check_mount(mount: dict[str, Any], where: str) -> None:

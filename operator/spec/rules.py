@@ -6,6 +6,7 @@ through an API server. Each message starts with the field it is about.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 from ckptbench.operator.spec.names import (
     CONTROL_PLANE_KEYS,
     MAX_TOTAL_BYTES,
+    PARENT_STEP,
     SYSTEM_PRIORITY_PREFIX,
     TMP_PATH,
     TMP_VOLUME,
@@ -252,6 +254,19 @@ RULES: tuple[Rule, ...] = (
         f"volumeMounts must not mount over {TMP_PATH}: the operator's emptyDir for temporary files",
         lambda s: all(
             m.get("mountPath") not in (TMP_PATH, TMP_PATH + "/") for m in s.volume_mounts
+        ),
+    ),
+    Rule(
+        "volumeMounts",
+        "!has(self.volumeMounts) || self.volumeMounts.all(m, (!has(m.subPath) || "
+        f"!m.subPath.matches('{PARENT_STEP}')) && (!has(m.subPathExpr) || "
+        f"!m.subPathExpr.matches('{PARENT_STEP}')))",
+        "volumeMounts subPath and subPathExpr must be relative paths without '..': a mount may "
+        "not reach outside its volume",
+        lambda s: all(
+            not re.search(PARENT_STEP, str(m.get(key, "")))
+            for m in s.volume_mounts
+            for key in ("subPath", "subPathExpr")
         ),
     ),
     Rule(
