@@ -101,13 +101,14 @@ def main() -> int:
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
     from ckptbench.workload.contract import sizes
-    from ckptbench.workload.contract.choices import Backend
+    from ckptbench.workload.contract.choices import Backend, Procedure
     from ckptbench.workload.contract.config import WorkloadConfig
-    from ckptbench.workload.rank import state
-    from ckptbench.workload.rank.memory import return_big_buffers_to_the_os
+    from ckptbench.workload.rank import memory, state
 
     warnings.simplefilter("ignore", UserWarning)
-    return_big_buffers_to_the_os()  # as the workload's ranks do; the same for both systems
+    # The allocator as the workload's ranks set it for their own procedure; the same for both
+    # systems.
+    memory.configure_allocator(Procedure.CKPTBENCH)
     config = WorkloadConfig(
         checkpoint_path=a.cid, backend=Backend.GCS, threads=a.threads, rank=a.rank,
         world_size=a.world, layer_size=a.layer_size, padding_size=a.padding_size,
