@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import secrets
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,7 +20,7 @@ from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
 from ckptbench.workload.local.outputs import target
 from ckptbench.workload.rank import memory
-from ckptbench.workload.storage.paths import local_path
+from ckptbench.workload.storage.paths import local_path, why_no_folder
 
 EMULATOR_BUCKET = "ckptbench"
 EMULATOR_PREFIX = "ckptbench"
@@ -69,29 +66,11 @@ def _local_path(storage: str) -> str:
         path = local_path(storage).absolute()
     except ValueError as exc:
         raise UsageError(f"--storage: {exc}") from None
-    _check_can_hold(path)
+    # Refused before any rank starts, not by every rank after it.
+    problem = why_no_folder(path)
+    if problem is not None:
+        raise UsageError(f"--storage: {problem}")
     return str(path)
-
-
-def _check_can_hold(path: Path) -> None:
-    """Refuse, before any rank starts, a local storage path the ranks could not write under.
-
-    A folder is made there, and removed, in the nearest folder that exists: what the ranks will
-    do, without leaving anything (permission bits alone do not tell, for root, that /proc takes
-    no folder).
-    """
-    existing = path
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        what = "is" if existing == path else f"lies under {str(existing)!r}, which is"
-        raise UsageError(f"--storage: {str(path)!r} {what} not a directory")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".ckptbench-probe-", dir=existing))
-    except OSError as exc:
-        raise UsageError(
-            f"--storage: cannot create folders in {str(existing)!r}: {exc.strerror or exc}"
-        ) from None
 
 
 def _backends(raw: str | None, kind: str) -> list[tuple[str, Any]]:

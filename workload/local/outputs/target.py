@@ -18,6 +18,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ckptbench.workload.storage.paths import why_no_folder
+
 STDOUT = "-"
 
 
@@ -68,23 +70,12 @@ def check(flag: str, raw: str) -> Target:
         if not writable or (mode is not None and not os.access(path, os.W_OK)):
             raise TargetError(f"{flag}: cannot write {raw!r}: permission denied")
     else:
-        _check_folders_can_be_made(flag, parent)
+        # The missing folders are made when the output is written; that they can be is checked
+        # now.
+        problem = why_no_folder(parent)
+        if problem is not None:
+            raise TargetError(f"{flag}: {problem}")
     return Target(flag, path)
-
-
-def _check_folders_can_be_made(flag: str, parent: Path) -> None:
-    """The missing folders of a new output are made when it is written; that they can be is
-    checked now, by making and removing one in the nearest folder that exists."""
-    existing = parent
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise TargetError(f"{flag}: {str(existing)!r} is not a directory")
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".ckptbench-probe-", dir=existing))
-    except OSError as exc:
-        why = exc.strerror or exc
-        raise TargetError(f"{flag}: cannot create folders in {str(existing)!r}: {why}") from None
 
 
 def check_all(targets: list[Target]) -> None:
