@@ -40,7 +40,6 @@ from ckptbench.operator.spec.schemas import (
     VOLUMES_SCHEMA,
     crd_schema,
 )
-from ckptbench.workload.contract import models, sizes
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.quantity import cpu_threads
 from ckptbench.workload.contract.settings import BenchmarkSettings
@@ -196,13 +195,6 @@ class CheckpointBenchmarkSpec(BenchmarkSettings):
         return self
 
     # -- use --------------------------------------------------------------------------------------
-
-    @property
-    def total_bytes(self) -> int:
-        spec = self.model_spec
-        if spec is not None:
-            return models.model_sizes(spec, self.world_size).total_bytes
-        return sizes.total_bytes(self.layer_size, self.padding_size)
 
     def to_workload_config(self, run_id: str, master_addr: str) -> WorkloadConfig:
         """The configuration every rank of this benchmark runs with (rank 0; pods set their own).

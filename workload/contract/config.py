@@ -120,10 +120,6 @@ class WorkloadConfig(BenchmarkSettings):
 
     # -- derived facts -----------------------------------------------------------------------
 
-    def model_sizes(self) -> models.ModelSizes | None:
-        spec = self.model_spec
-        return None if spec is None else models.model_sizes(spec, self.world_size)
-
     @property
     def even_shards(self) -> bool:
         spec = self.model_spec
@@ -140,13 +136,6 @@ class WorkloadConfig(BenchmarkSettings):
         if spec is not None:
             return models.rank_bytes(models.state_tensors(spec), self.world_size, self.rank)
         return sizes.shard_bytes(self.rank, self.world_size, self.layer_size, self.padding_size)
-
-    @property
-    def total_bytes(self) -> int:
-        sized = self.model_sizes()
-        if sized is not None:
-            return sized.total_bytes
-        return sizes.total_bytes(self.layer_size, self.padding_size)
 
     def memory_estimate(self) -> memory_plan.MemoryEstimate:
         """Rank 0's peak (the largest rank under either layout's dealing), on this backend."""

@@ -143,8 +143,7 @@ class MemoryEstimate:
 
 def rank_load(config: BenchmarkSettings) -> RankLoad:
     """What rank 0 (the largest rank under either layout's dealing) holds, from its config."""
-    spec = config.model_spec
-    sized = None if spec is None else models.model_sizes(spec, config.world_size)
+    sized, spec = config.model_sizes(), config.model_spec
     if sized is not None and spec is not None:
         largest, item = sized.largest_rank_bytes, sized.largest_item_bytes
         tensors = model_tensor_sizes(spec, config.world_size)

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, field_validator
 from pydantic.fields import FieldInfo
 
-from ckptbench.workload.contract import models
+from ckptbench.workload.contract import models, sizes
 from ckptbench.workload.contract.choices import (
     DEFAULT_SAMPLES,
     MLPERF_CHECKPOINTS,
@@ -360,6 +360,19 @@ class BenchmarkSettings(BaseModel):
         if self.model is None:
             return None
         return models.ModelSpec(self.model, self.layers, self.vocab, self.optimizer, self.dtype)
+
+    def model_sizes(self) -> models.ModelSizes | None:
+        """The model's sizes at this world size, or None for the reference layout."""
+        spec = self.model_spec
+        return None if spec is None else models.model_sizes(spec, self.world_size)
+
+    @property
+    def total_bytes(self) -> int:
+        """The checkpoint's tensor bytes, all ranks: what the run's throughput divides."""
+        sized = self.model_sizes()
+        if sized is not None:
+            return sized.total_bytes
+        return sizes.total_bytes(self.layer_size, self.padding_size)
 
     def record(self) -> dict[str, Any]:
         """Every declared setting as JSON values, as it ran: what a result records.
