@@ -28,6 +28,7 @@ from ckptbench.operator.sweep.cells import SWEEP_KIND
 from ckptbench.operator.sweep.model import parse_sweep
 from ckptbench.workload.contract.settings import BenchmarkSettings, declared
 from ckptbench.workload.local import cli as local_cli
+from ckptbench.workload.local.options import OPTION_OF, option
 
 EXIT_USAGE = 2
 _FILE_FLAGS = ("-f", "--filename")
@@ -105,7 +106,7 @@ def options_of(path: str) -> tuple[list[str], list[str]]:
         if document.get("kind") == SWEEP_KIND:
             sweep = parse_sweep(document.get("spec"))
             options = _settings_options(sweep.template)
-            options += _axes_options(sweep.axes, sweep.cells, path)
+            options += _axes_options(sweep.axes, path)
             spec = sweep.template
         else:
             spec = parse_spec(document.get("spec"))
@@ -126,39 +127,40 @@ _GROUP = API_VERSION.split("/")[0]
 
 
 def _settings_options(spec: BenchmarkSettings) -> list[str]:
-    """The flags of every setting the spec sets (its defaults are the runner's own)."""
+    """The options of every setting the spec sets (its defaults are the runner's own), written as
+    ``ckptbench run``'s own option table takes them: a switch only when the spec sets it to what
+    the switch gives."""
     out: list[str] = []
     for d in declared():
         if d.name not in spec.model_fields_set:
             continue
         value = getattr(spec, d.name)
-        if isinstance(d.field.default, bool):
-            if value != d.field.default:
-                out.append(d.flag)  # a switch sets the opposite of its default
-            continue
-        if value is not None:
-            out += [d.flag, _text(value)]
+        o = option(OPTION_OF[d.name])
+        if o.is_switch:
+            if value == o.const:
+                out.append(o.flag)
+        elif value is not None:
+            out += [o.flag, _text(value)]
     return out
 
 
-def _axes_options(axes: BaseModel | None, cells: object, path: str) -> list[str]:
+def _axes_options(axes: BaseModel | None, path: str) -> list[str]:
     if axes is None:
         raise ManifestProblem(
             f"{path}: spec.cells: a list of cells cannot be run here; give spec.axes (a cross "
             "product), or run each cell's CheckpointBenchmark"
         )
     out: list[str] = []
-    flags = {d.name: d for d in declared()}
     for name in type(axes).model_fields:
         values = getattr(axes, name)
         if values is None:
             continue
-        d = flags[name]
-        if isinstance(d.field.default, bool):
+        o = option(OPTION_OF[name])
+        if o.is_switch:
             raise ManifestProblem(
                 f"{path}: spec.axes.{to_camel(name)}: a switch cannot vary in one local run"
             )
-        out += [d.flag, ",".join(_text(v) for v in values)]
+        out += [o.flag, ",".join(_text(v) for v in values)]
     return out
 
 
