@@ -98,10 +98,15 @@ def test_error_names_come_from_the_table() -> None:
 @pytest.mark.parametrize(
     ("parse", "text", "member", "valid"),
     [
-        (options.parser("backend"), "GCSfs", Backend.GCSFS, "file, gcs, gcsfs"),
-        (options.parser("procedure"), "MLPerf", Procedure.MLPERF, "ckptbench, reference, mlperf"),
+        (options.option("--backend").parse, "GCSfs", Backend.GCSFS, "file, gcs, gcsfs"),
         (
-            options.parser("garbage_collection"),
+            options.option("--procedure").parse,
+            "MLPerf",
+            Procedure.MLPERF,
+            "ckptbench, reference, mlperf",
+        ),
+        (
+            options.option("--gc").parse,
             "Automatic",
             GarbageCollection.AUTOMATIC,
             "manual, automatic",

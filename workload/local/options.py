@@ -130,11 +130,7 @@ def _parser_of(d: settings.Declared) -> Callable[[str], Any] | None:
         return parse_float
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         return _one_of(kind, d.name.replace("_", " "))
-    return _text
-
-
-def _text(text: str) -> str:
-    return text
+    return str
 
 
 def _help(d: settings.Declared, parse: Callable[[str], Any] | None) -> str:
@@ -308,10 +304,3 @@ def explain(exc: ValidationError, where: Sequence[str] = ()) -> str:
         lines.append(f"{flag}: {problem.reason}{got}")
     text = "; ".join(lines)
     return f"{text} (in cell {' '.join(where)})" if where else text
-
-
-def parser(field: str) -> Callable[[str], Any]:
-    """The parser of the option that sets ``field`` (a value option)."""
-    found = next(o for o in OPTIONS if o.field == field)
-    assert found.parse is not None, field
-    return found.parse
