@@ -42,10 +42,6 @@ class ManifestError(ValueError):
     """A manifest refused before it is built: too big, too deep, anchors, or a key set twice."""
 
 
-# The older name, for callers that catch only the anchors' refusal.
-AliasError = ManifestError
-
-
 class _NoDuplicates(yaml.SafeLoader):
     """YAML's own rule, which PyYAML does not enforce: a key appears once in a mapping (last-wins
     hid `worldSize: 999999` under a later `worldSize: 2`)."""

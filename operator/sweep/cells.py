@@ -93,9 +93,7 @@ def child_spec(
 
 
 def manifest_value(value: Any) -> Any:
-    """A value as the manifest holds it: an enum member's value, an object's fields."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    """A value as the manifest holds it: an enum member's value (axes hold scalars only)."""
     return getattr(value, "value", value)
 
 
@@ -115,8 +113,6 @@ class Cell:
 def _text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}={_text(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 

@@ -8,7 +8,6 @@ alike; each names the axes its own way (``--threads`` or ``axes.threads``).
 from __future__ import annotations
 
 import itertools
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,8 +34,6 @@ class Axis:
         if self.texts is not None:
             return self.texts[index]
         value = self.values[index]
-        if isinstance(value, dict):
-            return json.dumps(value, sort_keys=True)
         return str(getattr(value, "value", value))
 
 

@@ -14,13 +14,11 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.results import OpSummary, RunSummary
 from ckptbench.workload.contract.sizes import GIB
-from ckptbench.workload.local.outputs import target
 
 # Settings that only repeat another column in a form for people.
 _SKIPPED_SETTINGS = {"part_size"}
@@ -125,7 +123,3 @@ def _cell(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)  # every digit the JSON has: the same figure reads the same in both
     return str(value)
-
-
-def write_csv(path: Path, runs: Sequence[tuple[str, RunSummary]]) -> None:
-    target.Target("--csv", path).write(to_csv(runs))
