@@ -215,4 +215,6 @@ def read_ranks(config: WorkloadConfig, probe_dir: Path) -> list[Rank]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from ckptbench.workload.rank.worker import end_rank
+
+    end_rank(main())

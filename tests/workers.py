@@ -249,7 +249,7 @@ def _inject_main(argv: list[str]) -> int:
         if config.rank == target:
             timing.timed_writer = slow_writes(float(argv[2]))  # type: ignore[assignment]
         return worker.run(config)
-    first_timed = config.warmup_samples
+    first_timed = config.warmups
 
     def after_save(sample: int, checkpoint_id: str) -> None:
         if sample != first_timed or config.rank != target:
@@ -267,4 +267,6 @@ def _inject_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_inject_main(sys.argv[1:]))
+    from ckptbench.workload.rank.worker import end_rank
+
+    end_rank(_inject_main(sys.argv[1:]))

@@ -14,10 +14,9 @@ import json
 import os
 import socket
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 import torch.distributed as dist
 
@@ -62,15 +61,7 @@ def main(argv: Sequence[str]) -> int:
             "see 'ckptbench worker --help'",
             file=sys.stderr,
         )
-    code = run(config)
-    # Everything is reported and the process group is gone. The interpreter's own shutdown runs
-    # C++ static destructors of torch and gloo, and now and then one of them finds a thread still
-    # joinable and aborts ("terminate called without an active exception", SIGABRT), turning a
-    # rank that succeeded into a failed pod (seen in 1 of ~15 full test runs). A rank is its own
-    # process: end it here, with its outputs flushed.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    end_rank(run(config))
 
 
 def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
@@ -132,10 +123,7 @@ def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     gc.collect()
     rendezvous.destroy()
 
-    code = EXIT_OK if result.error is None and result.verified is not False else EXIT_FAILED
-    if code != EXIT_OK:
-        _exit_if_threads_linger(code)
-    return code
+    return EXIT_OK if result.error is None and result.verified is not False else EXIT_FAILED
 
 
 def _memory_refusal(config: WorkloadConfig) -> str | None:
@@ -279,16 +267,18 @@ def _summary_line(summary: RunSummary) -> str:
     return ", ".join(parts)
 
 
-def _exit_if_threads_linger(code: int) -> None:
-    """After a failure a transfer thread may still be blocked; exiting must not wait for it."""
-    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
-    if not others:
-        return
-    time.sleep(0.5)  # let threads that are merely finishing finish
-    if any(t.is_alive() for t in others):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+def end_rank(code: int) -> NoReturn:
+    """End a rank's process once it has reported, without the interpreter's shutdown.
+
+    Everything is written and the process group is gone. The shutdown would wait for any
+    transfer thread still blocked after a failure, and it runs torch's and gloo's C++ static
+    destructors, which now and then find a thread still joinable and abort ("terminate called
+    without an active exception", SIGABRT), turning a rank that succeeded into a failed pod.
+    Every process that runs a rank ends here.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def help_text() -> str:
