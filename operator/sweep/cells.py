@@ -107,7 +107,12 @@ class Cell:
 
     @property
     def label(self) -> str:
-        return " ".join(f"{k}={_text(v)}" for k, v in self.values.items()) or "template"
+        return _label(self.values) or "template"
+
+
+def _label(values: dict[str, Any]) -> str:
+    """A cell's name, as a local sweep names its cells (``threads=4 backend=gcs``)."""
+    return contract_cells.label({k: _text(v) for k, v in values.items()})
 
 
 def _text(value: Any) -> str:
@@ -141,7 +146,7 @@ def expand(spec: SweepSpec) -> list[Cell]:
         try:
             child = child_spec(spec.template, values)
         except CellError as exc:
-            label = " ".join(f"{k}={_text(v)}" for k, v in shown.items())
+            label = _label(shown)
             at = f"cells[{number - 1}]" if where == "cells" else f"axes (cell {number}: {label})"
             raise CellError(f"{at}: makes an invalid benchmark: {exc}") from None
         cells.append(Cell(number, shown, child))
