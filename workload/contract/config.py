@@ -82,8 +82,14 @@ class WorkloadConfig(BenchmarkSettings):
                 f"checkpoint_path: must start with gs:// for backend {self.backend.value}, "
                 f"got {self.checkpoint_path!r}"
             )
-        if self.backend is Backend.FILE and self.checkpoint_path.startswith("gs://"):
-            raise ValueError("checkpoint_path: is a gs:// URL but backend is file")
+        scheme, sep, _ = self.checkpoint_path.partition("://")
+        if self.backend is Backend.FILE and sep and scheme != "file":
+            # Each backend names the schemes it takes; a foreign URL would otherwise become a
+            # relative folder (``./s3:/b/x``) under the working directory.
+            raise ValueError(
+                f"checkpoint_path: backend file takes an absolute path or file:///path, not a "
+                f"{scheme}:// URL (got {self.checkpoint_path!r})"
+            )
         if self.checkpoint_path.startswith("gs://") and not self.checkpoint_path[5:].split("/")[0]:
             raise ValueError(f"checkpoint_path: no bucket in {self.checkpoint_path!r}")
         if self.procedure is not Procedure.CKPTBENCH and self.warmups:
