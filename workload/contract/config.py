@@ -55,6 +55,11 @@ class WorkloadConfig(BenchmarkSettings):
     collective_timeout_seconds: float = Field(
         1800.0, gt=0, le=86_400, description="gloo timeout for one collective."
     )
+    heartbeat_file: str | None = Field(
+        None,
+        description="A file the rank touches every few seconds while it lives (the local runner "
+        "watches it); empty: none.",
+    )
     termination_log: str | None = Field(
         "/dev/termination-log",
         description="Where the compact result goes (Kubernetes termination message); empty: none.",

@@ -26,7 +26,7 @@ from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
 from ckptbench.workload.contract.figures import summarize
 from ckptbench.workload.contract.results import RankResult, RunSummary
-from ckptbench.workload.rank import cpus, environment, loop, memory, rendezvous
+from ckptbench.workload.rank import cpus, environment, heartbeat, loop, memory, rendezvous
 from ckptbench.workload.rank.loop import AfterSave
 from ckptbench.workload.storage import objects as objectio
 from ckptbench.workload.storage import session as backends
@@ -67,6 +67,7 @@ def main(argv: Sequence[str]) -> int:
 
 def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     """Run one rank to the end and report; ``after_save`` is a fault-injection hook for tests."""
+    heartbeat.start(config.heartbeat_file, config.progress_timeout_seconds)
     allocator = memory.configure_allocator(config.procedure)
     # Before the first gs:// URL, on which fsspec imports gcsfs: the flag is read at its import.
     backends.prepare_gcsfs()
