@@ -150,3 +150,22 @@ def test_a_sigstopped_rank_fails_the_run_within_the_bound_and_everything_stops()
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.mark.timeout(120)
+def test_real_ranks_waiting_for_a_slow_peer_are_not_taken_for_frozen(tmp_path: Path) -> None:
+    # Rank 1 spends 4 s in each save (a sleep: no I/O) and rank 0 waits for it at DCP's
+    # collectives (no I/O either): only their heartbeats say they live.
+    config = workers.small_config(
+        str(tmp_path / "ckpt"), sample_count=1, warmup_samples=0, progress_timeout_seconds=1.5
+    )
+    out = _Lines()
+    outcome = run_ranks(
+        config, stop=threading.Event(), out=out, label="t", timeout=100.0,  # type: ignore[arg-type]
+        command=[sys.executable, "-m", "tests.workers", "slow-write", "1", "4"],
+        base_env=workers.base_env(),
+    )  # fmt: skip
+    text = "".join(out.text)
+    assert outcome.stalled is None, text
+    assert outcome.all_exited_zero, text
+    assert sorted(r.rank for r in outcome.results) == [0, 1]
