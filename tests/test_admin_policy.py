@@ -1,0 +1,253 @@
+"""The admin's allow-lists (images, service accounts, Secrets), at two of their three layers: the
+spec model validated with the operator's policy, and the chart's ValidatingAdmissionPolicy, its
+CEL evaluated by cel-python on the policy `helm template` renders. The third layer, the operator
+refusing before it creates anything, runs on kmock in tests/test_operator_kmock.py.
+
+The three escalations a user who may only create CheckpointBenchmarks tried (a foreign image, a
+foreign service account, a Secret volume) are each refused by field at both layers; a spec naming
+an allowed image, account and Secret is accepted by both; and the two agree over a table.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import celpy
+import pytest
+import yaml
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
+
+from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset
+from ckptbench.operator.spec.names import CHART_WORKLOAD_IMAGE, CHART_WORKLOAD_SERVICE_ACCOUNT
+from ckptbench.operator.spec.parse import SpecError, parse_spec
+from ckptbench.operator.spec.policy import Policy
+from tests.tools import find_tool
+
+ROOT = Path(__file__).resolve().parents[1]
+CHART = ROOT / "charts" / "ckptbench"
+DIGEST = "sha256:" + "ab" * 32
+PREFIX = "registry.example/team/"
+ACCOUNT = "ckpt-writer"
+SECRET = "bench-key"
+# The chart's values for the admin of these tests, and the operator's policy from the same lists.
+VALUES = [
+    f"workload.allowedImagePrefixes={{{PREFIX}}}",
+    f"workload.allowedServiceAccountNames={{{ACCOUNT}}}",
+    f"workload.allowedSecretNames={{{SECRET}}}",
+]
+POLICY = Policy(
+    image=CHART_WORKLOAD_IMAGE,
+    image_prefixes=frozenset({PREFIX}),
+    service_accounts=frozenset({CHART_WORKLOAD_SERVICE_ACCOUNT, ACCOUNT}),
+    secrets=frozenset({SECRET}),
+)
+BASE: dict[str, Any] = {"worldSize": 2, "checkpointPath": "gs://bucket/x"}
+
+# What the escalation tried, and the field each refusal must name.
+ESCALATIONS: dict[str, tuple[dict[str, Any], str]] = {
+    "foreign-image": ({"image": "attacker.example/own:1"}, "spec.image"),
+    "foreign-service-account": (
+        {"serviceAccountName": "privileged-ksa"},
+        "spec.serviceAccountName",
+    ),
+    "secret-volume": (
+        {"volumes": [{"name": "pw", "secret": {"secretName": "prod-db-password"}}]},
+        "spec.volumes",
+    ),
+}
+ALLOWED: dict[str, Any] = {
+    "image": f"{PREFIX}ckptbench-workload:2",
+    "serviceAccountName": ACCOUNT,
+    "volumes": [{"name": "key", "secret": {"secretName": SECRET}}],
+}
+
+
+# ---- the model ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", list(ESCALATIONS))
+def test_the_model_refuses_each_escalation_by_field_naming_the_allow_list(case: str) -> None:
+    fields, field = ESCALATIONS[case]
+    with pytest.raises(SpecError) as caught:
+        parse_spec({**BASE, **fields}, POLICY)
+    message = str(caught.value)
+    assert message.startswith(f"{field}"), message
+    assert "is not allowed by the operator's policy (allowed: " in message
+    allowed = {"spec.image": PREFIX, "spec.serviceAccountName": ACCOUNT, "spec.volumes": SECRET}
+    assert allowed[field] in message, message
+    # Without the deployment's policy the model checks the shape only (a recorded spec).
+    assert parse_spec({**BASE, **fields})
+
+
+def test_the_model_accepts_an_allowed_image_account_and_secret() -> None:
+    spec = parse_spec({**BASE, **ALLOWED}, POLICY)
+    assert spec.image == ALLOWED["image"] and spec.service_account_name == ACCOUNT
+
+
+def test_the_model_names_every_refused_field_at_once() -> None:
+    raw = {**BASE, **{k: v for fields, _ in ESCALATIONS.values() for k, v in fields.items()}}
+    with pytest.raises(SpecError) as caught:
+        parse_spec(raw, POLICY)
+    problems = str(caught.value).split("; spec.")
+    assert len(problems) == 3, problems
+
+
+def test_the_default_policy_allows_the_chart_image_and_its_digest_only() -> None:
+    closed = Policy(image=CHART_WORKLOAD_IMAGE)
+    assert closed.allows_image(CHART_WORKLOAD_IMAGE)
+    assert closed.allows_image(f"ckptbench-workload@{DIGEST}")
+    assert closed.allows_image(f"{CHART_WORKLOAD_IMAGE}@{DIGEST}")
+    assert not closed.allows_image("ckptbench-workload:latest")
+    assert not Policy().problems(parse_spec(BASE)), "a spec naming nothing needs nothing allowed"
+    for fields, _ in ESCALATIONS.values():
+        assert Policy(image=CHART_WORKLOAD_IMAGE).problems(parse_spec({**BASE, **fields}))
+
+
+def test_render_refuses_what_the_policy_refuses_before_making_anything() -> None:
+    # The operator's last check, right before it would create the JobSet: a spec that came by
+    # another way than parse_spec with the policy is still refused.
+    defaults = RenderDefaults(image=CHART_WORKLOAD_IMAGE, policy=POLICY)
+    for fields, field in ESCALATIONS.values():
+        spec = parse_spec({**BASE, **fields})
+        with pytest.raises(RenderError, match=re.escape(field)):
+            render_jobset("b", "ns", "uid", spec, defaults)
+    assert render_jobset("b", "ns", "uid", parse_spec({**BASE, **ALLOWED}), defaults)
+
+
+def test_an_image_prefix_must_end_in_a_slash() -> None:
+    # "registry.example" would admit registry.example.attacker.io/x.
+    with pytest.raises(ValueError, match="ending in '/'"):
+        Policy(image_prefixes=frozenset({"registry.example"}))
+
+
+# ---- the chart's ValidatingAdmissionPolicy --------------------------------------------------
+
+
+@functools.cache
+def rendered_policy(*sets: str) -> dict[str, Any]:
+    helm = find_tool(
+        "helm",
+        "helm not found in .tools/bin or PATH: run scripts/install-helm.sh",
+        ROOT / ".tools" / "bin" / "helm",
+    )
+    args = [helm, "template", "bench", str(CHART), "--namespace", "ckptbench-system"]
+    for item in sets:
+        args += ["--set", item]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    (policy,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
+    (binding,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    return dict(policy)
+
+
+def _evaluate(expression: str, activation: dict[str, Any]) -> Any:
+    env = celpy.Environment()
+    return env.program(env.compile(expression)).evaluate(activation)
+
+
+def admission_refusals(policy: dict[str, Any], spec: dict[str, Any]) -> list[str]:
+    """The messages the API server would answer a CREATE of a benchmark with ``spec``."""
+    obj = json_to_cel({"metadata": {"name": "b", "namespace": "ns"}, "spec": spec})
+    request = json_to_cel({"operation": "CREATE"})
+    activation: dict[str, Any] = {"object": obj, "oldObject": None, "request": request}
+    for condition in policy["spec"]["matchConditions"]:
+        if not _evaluate(condition["expression"], activation):
+            return []
+    variables = {v["name"]: _evaluate(v["expression"], {}) for v in policy["spec"]["variables"]}
+    activation["variables"] = celpy.celtypes.MapType(
+        {celpy.celtypes.StringType(k): v for k, v in variables.items()}
+    )
+    refused = []
+    for validation in policy["spec"]["validations"]:
+        try:
+            ok = _evaluate(validation["expression"], activation)
+        except CELEvalError as exc:  # failurePolicy Fail: an error refuses too
+            ok = exc
+        if isinstance(ok, Exception) or not bool(ok):
+            refused.append(validation["message"])
+    return refused
+
+
+@pytest.mark.parametrize("case", list(ESCALATIONS))
+def test_the_admission_policy_refuses_each_escalation_by_field(case: str) -> None:
+    fields, field = ESCALATIONS[case]
+    (message,) = admission_refusals(rendered_policy(*VALUES), {**BASE, **fields})
+    assert message.startswith(field), message
+    allowed = {"spec.image": PREFIX, "spec.serviceAccountName": ACCOUNT, "spec.volumes": SECRET}
+    assert "(allowed: " in message and allowed[field] in message, message
+
+
+def test_the_admission_policy_accepts_an_allowed_image_account_and_secret() -> None:
+    assert admission_refusals(rendered_policy(*VALUES), {**BASE, **ALLOWED}) == []
+    assert admission_refusals(rendered_policy(*VALUES), BASE) == []
+
+
+def test_the_default_admission_policy_allows_only_the_chart_image_and_account() -> None:
+    policy = rendered_policy()
+    assert admission_refusals(policy, {**BASE, "image": CHART_WORKLOAD_IMAGE}) == []
+    assert admission_refusals(policy, {**BASE, "image": f"ckptbench-workload@{DIGEST}"}) == []
+    sa = {"serviceAccountName": CHART_WORKLOAD_SERVICE_ACCOUNT}
+    assert admission_refusals(policy, {**BASE, **sa}) == []
+    for fields, _ in ESCALATIONS.values():
+        assert admission_refusals(policy, {**BASE, **fields})
+    assert admission_refusals(policy, {**BASE, **ALLOWED})
+
+
+def test_an_update_that_leaves_the_spec_alone_is_not_checked() -> None:
+    # The operator patches its own annotations on benchmarks an older policy admitted.
+    policy = rendered_policy()
+    obj = json_to_cel({"spec": {**BASE, "image": "attacker.example/own:1"}})
+    activation = {"object": obj, "oldObject": obj, "request": json_to_cel({"operation": "UPDATE"})}
+    (condition,) = policy["spec"]["matchConditions"]
+    assert not _evaluate(condition["expression"], activation)
+
+
+# The CEL and the Python twin agree, image by image, secret by secret.
+IMAGES = [
+    CHART_WORKLOAD_IMAGE,
+    f"ckptbench-workload@{DIGEST}",
+    f"{CHART_WORKLOAD_IMAGE}@{DIGEST}",
+    f"ckptbench-workload@{DIGEST}0",  # a digest one character too long
+    f"ckptbench-workload@sha256:{'AB' * 32}",  # not lowercase hex
+    "ckptbench-workload:latest",
+    f"ckptbench-workload:5000/evil@{DIGEST}",  # another registry whose host is the repository
+    f"ckptbench-workloadx@{DIGEST}",
+    f"{PREFIX}ckptbench-workload:2",
+    f"{PREFIX}nested/path/img@{DIGEST}",
+    f"{PREFIX}../other/img:1",
+    f"{PREFIX}/img:1",
+    "registry.example/team-evil/img:1",
+    "registry.example.attacker.io/team/img:1",
+    "attacker.example/own:1",
+]
+VOLUMES = [
+    [{"name": "k", "secret": {"secretName": SECRET}}],
+    [{"name": "k", "secret": {"secretName": "prod-db-password"}}],
+    [{"name": "k", "secret": {}}],
+    [{"name": "c", "csi": {"driver": "d", "nodePublishSecretRef": {"name": SECRET}}}],
+    [{"name": "c", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "other"}}}],
+    [{"name": "c", "csi": {"driver": "d"}}],
+    [{"name": "s", "emptyDir": {}}, {"name": "k", "secret": {"secretName": "other"}}],
+]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"image": i} for i in IMAGES]
+    + [{"volumes": v} for v in VOLUMES]
+    + [{"serviceAccountName": a} for a in (ACCOUNT, CHART_WORKLOAD_SERVICE_ACCOUNT, "default")],
+)
+def test_the_admission_policy_and_the_model_agree(fields: dict[str, Any]) -> None:
+    spec = {**BASE, **fields}
+    by_cel = bool(admission_refusals(rendered_policy(*VALUES), spec))
+    by_model = bool(POLICY.problems(parse_spec(spec)))
+    assert by_cel == by_model, f"CEL refuses: {by_cel}, the model refuses: {by_model}"
