@@ -250,7 +250,11 @@ def test_jobset_shape(case: str) -> None:
         ("affinity", "affinity"),
     ]:
         assert pod["spec"].get(pod_key) == spec.get(key), key
-    assert container.get("resources") == spec.get("resources")
+    given = spec.get("resources") or {}
+    resources = container["resources"]
+    assert set(resources["limits"]) >= {"memory"} and set(resources["requests"]) >= {"memory"}
+    for kind in ("limits", "requests"):
+        assert resources[kind].items() >= (given.get(kind) or {}).items(), kind
     # The operator's emptyDir for temporary files comes first: the root filesystem is read-only.
     assert pod["spec"]["volumes"] == [TMP_VOLUME, *spec.get("volumes", [])]
     assert container["volumeMounts"] == [TMP_MOUNT, *spec.get("volumeMounts", [])]

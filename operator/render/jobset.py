@@ -25,6 +25,7 @@ from ckptbench.operator.render.labels import (
     owner_reference,
     run_id,
 )
+from ckptbench.operator.render.resources import container_resources
 from ckptbench.operator.render.security import (
     container_security_context,
     pod_security_context,
@@ -197,8 +198,7 @@ def _pod_spec(
         # A rank that crashes before writing its result still leaves the tail of its log.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if spec.resources is not None:
-        container["resources"] = spec.resources
+    container["resources"] = container_resources(spec)
     container["volumeMounts"] = [tmp_mount(), *spec.volume_mounts]
     container["securityContext"] = container_security_context()
 
