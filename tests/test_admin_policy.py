@@ -128,8 +128,7 @@ def test_an_image_prefix_must_end_in_a_slash() -> None:
 # ---- the chart's ValidatingAdmissionPolicy --------------------------------------------------
 
 
-@functools.cache
-def rendered_policy(*sets: str) -> dict[str, Any]:
+def _helm_template(*sets: str) -> subprocess.CompletedProcess[str]:
     helm = find_tool(
         "helm",
         "helm not found in .tools/bin or PATH: run scripts/install-helm.sh",
@@ -138,7 +137,12 @@ def rendered_policy(*sets: str) -> dict[str, Any]:
     args = [helm, "template", "bench", str(CHART), "--namespace", "ckptbench-system"]
     for item in sets:
         args += ["--set", item]
-    result = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+
+
+@functools.cache
+def rendered_policy(*sets: str) -> dict[str, Any]:
+    result = _helm_template(*sets)
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     (policy,) = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"]
@@ -251,3 +255,106 @@ def test_the_admission_policy_and_the_model_agree(fields: dict[str, Any]) -> Non
     by_cel = bool(admission_refusals(rendered_policy(*VALUES), spec))
     by_model = bool(POLICY.problems(parse_spec(spec)))
     assert by_cel == by_model, f"CEL refuses: {by_cel}, the model refuses: {by_model}"
+
+
+# ---- sweeps: the template is checked before any child exists ---------------------------------
+
+
+class _SweepApi:
+    def __init__(self, template: dict[str, Any]) -> None:
+        self.sweep = {
+            "metadata": {"name": "s", "namespace": "ns", "uid": "u"},
+            "spec": {"template": template, "axes": {"threads": [4, 8]}},
+        }
+        self.created: list[dict[str, Any]] = []
+        self.status: dict[str, Any] = {}
+
+    def get_sweep(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.sweep
+
+    def list_sweep_children(self, namespace: str, sweep: str) -> list[dict[str, Any]]:
+        return []
+
+    def create_benchmark(self, namespace: str, body: Any) -> dict[str, Any] | None:
+        self.created.append(dict(body))
+        return dict(body)
+
+    def delete_benchmark(self, namespace: str, name: str) -> None:
+        raise AssertionError("nothing to delete")
+
+    def patch_sweep_status(self, namespace: str, name: str, patch: Any) -> None:
+        self.status.update(patch)
+
+
+@pytest.mark.parametrize("case", list(ESCALATIONS))
+def test_a_sweep_whose_template_the_policy_refuses_creates_no_child(case: str) -> None:
+    from ckptbench.operator.runtime.sweeps import reconcile_sweep_once
+
+    fields, field = ESCALATIONS[case]
+    api = _SweepApi({**BASE, **fields})
+    reconcile_sweep_once(api, "ns", "s", POLICY)
+    assert api.created == []
+    assert api.status["reason"] == "InvalidSpec"
+    assert field.replace("spec.", "spec.template.") in api.status["message"]
+    allowed = _SweepApi({**BASE, **ALLOWED})
+    reconcile_sweep_once(allowed, "ns", "s", POLICY)
+    assert allowed.created, "the allowed template starts its first cell"
+
+
+# ---- from chart values to the operator's flags -----------------------------------------------
+
+
+def test_the_chart_passes_the_allow_lists_to_the_operator() -> None:
+    from ckptbench.operator.runtime.main import parse_args
+
+    result = _helm_template(*VALUES)
+    assert result.returncode == 0, result.stderr
+    (deployment,) = [
+        d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Deployment"
+    ]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    options = parse_args(args, environ={})
+    assert options.admin_policy() == POLICY
+
+
+def test_the_default_chart_allows_the_workload_image_and_account_only() -> None:
+    from ckptbench.operator.runtime.main import parse_args
+
+    result = _helm_template()
+    (deployment,) = [
+        d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] == "Deployment"
+    ]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert parse_args(args, environ={}).admin_policy() == Policy(
+        image=CHART_WORKLOAD_IMAGE, service_accounts=frozenset({CHART_WORKLOAD_SERVICE_ACCOUNT})
+    )
+    assert _helm_template("admissionPolicy.enabled=false").returncode != 0  # not top-level
+    off = _helm_template("workload.admissionPolicy.enabled=false")
+    kinds = {d["kind"] for d in yaml.safe_load_all(off.stdout) if d}
+    assert "ValidatingAdmissionPolicy" not in kinds and "Deployment" in kinds
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "workload.allowedImagePrefixes={registry.example}",  # no trailing '/'
+        "workload.allowedImagePrefixes={registry.example/team}",
+        "workload.allowedServiceAccountNames={Not_A_Name}",
+        "workload.allowedSecretNames={../x}",
+    ],
+)
+def test_the_values_schema_refuses_a_bad_allow_list_entry(setting: str) -> None:
+    result = _helm_template(setting)
+    assert result.returncode != 0, f"--set {setting} was accepted"
+    assert "values don't meet the specifications of the schema" in result.stderr
+
+
+def test_the_operator_refuses_a_prefix_without_a_slash_naming_the_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ckptbench.operator.runtime.main import parse_args
+
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--allow-image-prefix", "registry.example"], environ={})
+    assert exited.value.code == 2
+    assert "--allow-image-prefix" in capsys.readouterr().err

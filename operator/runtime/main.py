@@ -245,7 +245,7 @@ def main(argv: Sequence[str]) -> int:
         namespaces=options.namespaces,
         resync_seconds=options.resync_seconds,
     )
-    sweeps = SweepReconciler(api=api)
+    sweeps = SweepReconciler(api=api, policy=defaults.policy)
     server, thread = metrics.serve(options.metrics_port, options.bind_address)
     log.info(
         "serving metrics on %s:%d, liveness on %s, watching %s (handlers: %s)",
