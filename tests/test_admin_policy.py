@@ -225,6 +225,7 @@ IMAGES = [
     "ckptbench-workload:latest",
     f"ckptbench-workload:5000/evil@{DIGEST}",  # another registry whose host is the repository
     f"ckptbench-workloadx@{DIGEST}",
+    f"ckptbench-workload@sha256:{'0' * 64}/x@{DIGEST}",  # two digests, something between
     f"{PREFIX}ckptbench-workload:2",
     f"{PREFIX}nested/path/img@{DIGEST}",
     f"{PREFIX}../other/img:1",
