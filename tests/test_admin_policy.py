@@ -359,3 +359,29 @@ def test_the_operator_refuses_a_prefix_without_a_slash_naming_the_option(
         parse_args(["--allow-image-prefix", "registry.example"], environ={})
     assert exited.value.code == 2
     assert "--allow-image-prefix" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("envFrom", [{"secretRef": {"name": "prod-db-password"}}]),
+        (
+            "env",
+            [
+                {
+                    "name": "P",
+                    "valueFrom": {"secretKeyRef": {"name": "prod-db-password", "key": "k"}},
+                }
+            ],
+        ),
+    ],
+)
+def test_a_secret_cannot_come_in_through_the_environment(field: str, value: Any) -> None:
+    # The spec has no env or envFrom: the model and the CRD refuse them as unknown fields.
+    from tests.crd_validation import schema_errors
+
+    with pytest.raises(SpecError, match=rf"spec\.{field}: Extra inputs are not permitted"):
+        parse_spec({**BASE, field: value})
+    errors = schema_errors({"apiVersion": "ckptbench.dev/v1alpha1", "kind": "CheckpointBenchmark",
+                            "metadata": {"name": "b"}, "spec": {**BASE, field: value}})  # fmt: skip
+    assert any(field in e for e in errors), errors
