@@ -238,6 +238,8 @@ VOLUMES = [
     [{"name": "k", "secret": {"secretName": SECRET}}],
     [{"name": "k", "secret": {"secretName": "prod-db-password"}}],
     [{"name": "k", "secret": {}}],
+    [{"name": "k", "secret": {"secretName": {"name": SECRET}}}],  # not a string
+    [{"name": "k", "secret": {"secretName": 7}}],
     [{"name": "c", "csi": {"driver": "d", "nodePublishSecretRef": {"name": SECRET}}}],
     [{"name": "c", "csi": {"driver": "d", "nodePublishSecretRef": {"name": "other"}}}],
     [{"name": "c", "csi": {"driver": "d"}}],
