@@ -72,9 +72,8 @@ class Policy:
                 )
 
     def allows_image(self, image: str) -> bool:
-        if any(image.startswith(p) for p in self.image_prefixes) and not re.search(
-            _NOT_A_PATH, image
-        ):
+        under_a_prefix = any(image.startswith(p) for p in self.image_prefixes)
+        if under_a_prefix and not re.search(_NOT_A_PATH, image):
             return True
         if self.image is None:
             return False
@@ -119,7 +118,8 @@ class Policy:
                 )
             )
         for where, name in secret_references(spec.volumes):
-            if name not in self.secrets:
+            # A volume source is a free-form object: its name may be no string (nor hashable).
+            if not isinstance(name, str) or name not in self.secrets:
                 found.append(
                     _refused(where, name, _listed(self.secrets), "workload.allowedSecretNames")
                 )
