@@ -158,18 +158,24 @@ def _evaluate(expression: str, activation: dict[str, Any]) -> Any:
     return env.program(env.compile(expression)).evaluate(activation)
 
 
-def admission_refusals(policy: dict[str, Any], spec: dict[str, Any]) -> list[str]:
-    """The messages the API server would answer a CREATE of a benchmark with ``spec``."""
-    obj = json_to_cel({"metadata": {"name": "b", "namespace": "ns"}, "spec": spec})
+def admission_refusals(
+    policy: dict[str, Any], spec: dict[str, Any], kind: str = "CheckpointBenchmark"
+) -> list[str]:
+    """The messages the API server would answer a CREATE of a ``kind`` with ``spec``."""
+    meta = {"name": "b", "namespace": "ns"}
+    obj = json_to_cel({"apiVersion": "ckptbench.dev/v1alpha1", "kind": kind, "metadata": meta,
+                       "spec": spec})  # fmt: skip
     request = json_to_cel({"operation": "CREATE"})
     activation: dict[str, Any] = {"object": obj, "oldObject": None, "request": request}
     for condition in policy["spec"]["matchConditions"]:
         if not _evaluate(condition["expression"], activation):
             return []
-    variables = {v["name"]: _evaluate(v["expression"], {}) for v in policy["spec"]["variables"]}
-    activation["variables"] = celpy.celtypes.MapType(
-        {celpy.celtypes.StringType(k): v for k, v in variables.items()}
-    )
+    # In order: a variable may read the object and the variables before it.
+    variables = celpy.celtypes.MapType({})
+    activation["variables"] = variables
+    for variable in policy["spec"]["variables"]:
+        value = _evaluate(variable["expression"], activation)
+        variables[celpy.celtypes.StringType(variable["name"])] = value
     refused = []
     for validation in policy["spec"]["validations"]:
         try:
@@ -387,3 +393,16 @@ def test_a_secret_cannot_come_in_through_the_environment(field: str, value: Any)
     errors = schema_errors({"apiVersion": "ckptbench.dev/v1alpha1", "kind": "CheckpointBenchmark",
                             "metadata": {"name": "b"}, "spec": {**BASE, field: value}})  # fmt: skip
     assert any(field in e for e in errors), errors
+
+
+@pytest.mark.parametrize("case", list(ESCALATIONS))
+def test_the_admission_policy_refuses_a_sweep_whose_template_escalates(case: str) -> None:
+    fields, field = ESCALATIONS[case]
+    policy = rendered_policy(*VALUES)
+    sweep = {"template": {**BASE, **fields}, "axes": {"threads": [4, 8]}}
+    (message,) = admission_refusals(policy, sweep, "CheckpointBenchmarkSweep")
+    assert message.startswith(field) and "in a sweep, under spec.template" in message, message
+    allowed = {"template": {**BASE, **ALLOWED}, "axes": {"threads": [4, 8]}}
+    assert admission_refusals(policy, allowed, "CheckpointBenchmarkSweep") == []
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert {"checkpointbenchmarks", "checkpointbenchmarksweeps"} <= set(rules[0]["resources"])
