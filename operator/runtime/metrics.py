@@ -32,7 +32,7 @@ from ckptbench.operator.status.phases import PHASES
 
 # A process-wide switch of prometheus_client, read at every scrape; the operator's process
 # serves only this registry.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
 _LABELS = ("namespace", "name", "backend")
 OPERATIONS = ("save", "load")
