@@ -681,3 +681,29 @@ def test_packaged_chart_carries_what_its_notes_and_readme_need(helm: str, tmp_pa
     for part in ("## Install", "## Values", "## Upgrade", "kubectl apply --server-side -f"):
         assert part in readme.stdout
     assert "PodDisruptionBudget" in readme.stdout
+
+
+# ---- uninstall steps --------------------------------------------------------------------------
+
+
+def uninstall_part(text: str, heading: str) -> str:
+    """The text from ``heading`` to the next Markdown heading."""
+    start = text.index(heading)
+    following = text.find("\n## ", start + len(heading))
+    return text[start : following if following > 0 else len(text)]
+
+
+def test_uninstall_steps_delete_every_crd_the_chart_installs(helm: str) -> None:
+    """Helm never deletes a chart's CRDs: each place that tells how to uninstall names them all."""
+    crds = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in (CHART / "crds").glob("*")}
+    assert len(crds) == 2
+    places = {
+        "NOTES.txt": uninstall_part(install_notes(helm, []), "Uninstall"),
+        "README.md": uninstall_part((ROOT / "README.md").read_text(), "Uninstall with"),
+        "docs/install.md": uninstall_part((ROOT / "docs/install.md").read_text(), "## Uninstall"),
+        "chart README": uninstall_part((CHART / "README.md").read_text(), "## Uninstall"),
+    }
+    for place, text in places.items():
+        commands = re.findall(r"kubectl delete crd ([^\n`]+)", text)
+        deleted = {name for command in commands for name in command.split()}
+        assert crds <= deleted, f"{place} leaves {sorted(crds - deleted)} behind:\n{text}"
