@@ -235,6 +235,8 @@ def test_every_dashboard_expression_through_a_real_prometheus(
             assert empty == [], f"panels without data for {BENCH_NS}/{BENCH}: {empty}"
             # Counters start at 0: the errors panel has a series before any error.
             assert prometheus.query("ckptbench_operator_reconcile_errors_total")
+            # ... and come without prometheus_client's _created series.
+            assert prometheus.query('{__name__=~"ckptbench_.+_created"}') == []
         else:
             # What the issue found: the operator's namespace written over the benchmark's.
             assert empty, "expected the per-benchmark panels to lose the benchmark's namespace"
