@@ -72,10 +72,10 @@ class Condition(StatusModel):
     observed_generation: int | None = Field(None, description="The spec generation it reflects.")
 
 
+# The operator writes six condition types at most (status/phases.py); the CRD's bound leaves room.
+MAX_CONDITIONS = 16
 # Conditions are a map keyed by type, as Kubernetes' own (metav1.Condition lists): one entry per
 # type, and server-side apply merges them by type instead of replacing the whole list.
-# The operator writes six condition types at most (status/phases.py).
-MAX_CONDITIONS = 16
 CONDITIONS_LIST_MAP: JsonDict = {
     "x-kubernetes-list-type": "map",
     "x-kubernetes-list-map-keys": ["type"],
