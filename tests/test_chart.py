@@ -116,6 +116,8 @@ OPTIONAL_APIS = (
     "kueue.x-k8s.io/v1beta2/ResourceFlavor",
     "kueue.x-k8s.io/v1beta2/ClusterQueue",
     "kueue.x-k8s.io/v1beta2/LocalQueue",
+    "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+    "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding",
 )
 
 
@@ -241,7 +243,12 @@ def test_notes_say_which_enabled_parts_the_cluster_could_not_take(helm: str) -> 
     notes = install_notes(helm, [f"{part}.enabled=true" for part in parts])
     for part in parts:
         assert f"NOTE: {part}.enabled is set, but this cluster serves no" in notes, notes
-    assert "NOTE:" not in install_notes(helm, [])
+    # The admission policy is on by default: a cluster before 1.30 is told the API server does
+    # not check the allow-lists.
+    notes = install_notes(helm, [])
+    assert notes.count("NOTE:") == 1, notes
+    assert "NOTE: workload.admissionPolicy.enabled is set, but this cluster serves no" in notes
+    assert "NOTE:" not in install_notes(helm, ["workload.admissionPolicy.enabled=false"])
 
 
 def test_optional_parts_are_off_by_default(render: Any) -> None:

@@ -134,9 +134,20 @@ def _memory_refusal(config: WorkloadConfig) -> str | None:
         budget, source = config.memory_limit_bytes, "CKPTBENCH_MEMORY_LIMIT_BYTES"
     else:
         limit = memory.cgroup_limit_bytes()
-        if limit is None:
-            return None  # no limit to compare with: the local runner checks before it starts
-        budget, source = limit, "the container's memory limit"
+        if limit is not None:
+            budget, source = limit, "the container's memory limit"
+        else:
+            # No limit: what the node can still give. The estimate counts the interpreter and
+            # torch this rank already holds, so they are added back to what is available.
+            available = memory.available_bytes()
+            if available is None:
+                return None
+            held = memory.resident_bytes()
+            budget = available + held
+            source = (
+                f"no memory limit: {sizes.format_bytes(available)} available on this node "
+                f"(MemAvailable) + {sizes.format_bytes(held)} this rank already holds"
+            )
     if config.model is not None:
         way_out = "use fewer layers (CKPTBENCH_LAYERS), more ranks, or a bigger memory limit"
     else:

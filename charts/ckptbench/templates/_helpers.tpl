@@ -130,3 +130,9 @@ the install goes through and NOTES.txt says what was skipped, instead of failing
 {{- $api := .Capabilities.APIVersions }}
 {{- if and ($api.Has "kueue.x-k8s.io/v1beta2/ResourceFlavor") ($api.Has "kueue.x-k8s.io/v1beta2/ClusterQueue") ($api.Has "kueue.x-k8s.io/v1beta2/LocalQueue") }}true{{ end }}
 {{- end }}
+
+{{/* The API server's ValidatingAdmissionPolicy (Kubernetes 1.30+): the allow-lists at admission. */}}
+{{- define "ckptbench.hasAdmissionPolicy" -}}
+{{- $api := .Capabilities.APIVersions }}
+{{- if and ($api.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") ($api.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding") }}true{{ end }}
+{{- end }}
