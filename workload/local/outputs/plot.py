@@ -1,6 +1,8 @@
 """``ckptbench report RESULTS.json -o report.png|.svg|.html``: a results file drawn with matplotlib.
 
-Three panels: save and load throughput per cell (the best of each marked), save against load
+Three panels: save and load throughput per cell, each bar with its 95% confidence interval (the
+best of each marked only where the intervals tell it apart; otherwise the panel names the cells
+that cannot be told apart), save against load
 throughput (one point per cell, with the line where they are equal), and throughput against world
 size for cells that differ only in world size. The HTML form embeds the SVG beside the table.
 matplotlib is in the optional ``report`` extra; without it the command says how to install it.
@@ -38,6 +40,17 @@ def _rate(s: RunSummary, op: str, unit: report.Unit) -> float | None:
     return summary.throughput_bytes_per_second / unit.scale
 
 
+def _errors(s: RunSummary, op: str, unit: report.Unit, cap: float) -> tuple[float, float] | None:
+    """(below, above) the bar: its throughput interval in ``unit``; unbounded reaches ``cap``."""
+    summary: OpSummary | None = getattr(s, op)
+    rate = _rate(s, op, unit)
+    if summary is None or rate is None or summary.throughput_bytes_per_second_ci is None:
+        return None
+    ci = summary.throughput_bytes_per_second_ci
+    high = cap if ci.high is None else ci.high / unit.scale
+    return max(0.0, rate - ci.low / unit.scale), max(0.0, high - rate)
+
+
 def _short(label: str, index: int) -> str:
     return f"{index + 1}: {label}"
 
@@ -47,17 +60,37 @@ def _per_cell(ax: Axes, doc: Document, unit: report.Unit) -> None:
     best = report.best_cells(runs)
     width = 0.38
     xs = list(range(len(runs)))
+    finite = [
+        x / unit.scale
+        for _, s in runs
+        for op in (s.save, s.load)
+        if op is not None and s.succeeded
+        for x in (
+            op.throughput_bytes_per_second,
+            *(
+                [op.throughput_bytes_per_second_ci.high]
+                if op.throughput_bytes_per_second_ci is not None
+                and op.throughput_bytes_per_second_ci.high is not None
+                else []
+            ),
+        )
+    ]
+    cap = 1.15 * max(finite, default=1.0)
     for offset, op, colour in ((-width / 2, "save", SAVE_COLOUR), (width / 2, "load", LOAD_COLOUR)):
         values = [_rate(s, op, unit) for _, s in runs]
+        errors = [_errors(s, op, unit, cap) for _, s in runs]
         bars = ax.bar(
             [x + offset for x in xs],
             [v or 0.0 for v in values],
             width,
             label=op,
             color=colour,
+            yerr=[[e[0] if e else 0.0 for e in errors], [e[1] if e else 0.0 for e in errors]],
+            capsize=3,
         )
-        if op in best:
-            bar = bars[best[op]]
+        found = best.get(op)
+        if found is not None and found.winner is not None:
+            bar = bars[found.winner]
             ax.annotate(
                 f"best {op}",
                 (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -77,7 +110,13 @@ def _per_cell(ax: Axes, doc: Document, unit: report.Unit) -> None:
         fontsize=8,
     )
     ax.set_ylabel(f"throughput ({unit.name}/s)")
-    ax.set_title("Throughput per cell")
+    numbers = [str(i + 1) for i in range(len(runs))]
+    ties = [
+        report.best_text(found, op, numbers)
+        for op in ("save", "load")
+        if (found := best.get(op)) is not None and found.winner is None and len(runs) > 1
+    ]
+    ax.set_title("\n".join([f"Throughput per cell ({report.CI} bars)", *ties]), fontsize=9)
     ax.legend()
 
 
