@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ckptbench.workload.contract import stats
 from ckptbench.workload.contract.figures import Best, summarize
 from ckptbench.workload.contract.results import OpTiming, RankResult, RunSummary
 from ckptbench.workload.local import report
@@ -228,11 +229,13 @@ def test_compare_prints_ratios_against_the_first_file(
     assert compare.main([str(before), str(after)]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split() == ["A", "B", "B/A"]
+    assert lines[0].split() == ["A", "B", "B/A", "(95%", "CI)"]
+    # The cells' settings do not tell them apart (both "gcs"): they line up by their labels.
     gcs = lines.index("gcs")
-    assert lines[gcs + 1].split()[-3:] == ["1.000", "2.000", "2.00x"]  # save GiB/s doubled
-    assert lines[gcs + 2].split()[-1] == "1.00x"  # load unchanged
-    assert lines[gcs + 3].split()[-3:] == ["2.000", "1.000", "0.50x"]  # save seconds halved
+    # One sample each: no interval of the ratio.
+    assert lines[gcs + 1].split()[-4:] == ["1.000", "2.000", "2.00x", "n/a"]  # save doubled
+    assert lines[gcs + 2].split()[-2:] == ["1.00x", "n/a"]  # load unchanged
+    assert lines[gcs + 3].split()[-4:] == ["2.000", "1.000", "0.50x", "n/a"]  # seconds halved
     gcsfs = lines.index("gcsfs")
     assert lines[gcsfs + 1].split()[-2:] == ["0.500", "-"]  # only in A: no ratio
     assert f"A = {before}" in out and f"B = {after}" in out
@@ -247,9 +250,89 @@ def test_compare_notes_cells_that_differ_in_size(
     assert "note: gcs: world size differs (A 2, B 4)" in capsys.readouterr().out
 
 
+def test_compare_lines_up_single_runs_of_different_backends_and_names_what_differs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "no cell appears in every file", since the cells are named by their backend.
+    a = _doc(
+        tmp_path, "a.json", [("file", _summary([2.0, 2.0], [1.0, 1.0], axes={"backend": "file"}))]
+    )
+    b = _doc(
+        tmp_path, "b.json", [("gcs", _summary([1.0, 1.0], [1.0, 1.0], axes={"backend": "gcs"}))]
+    )
+    assert compare.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    at = lines.index("file vs gcs")
+    # No spread: the ratio's interval is the ratio itself.
+    assert lines[at + 1].split()[-5:] == ["1.000", "2.000", "2.00x", "[2.00,", "2.00]"]
+    assert lines[at + 3].split()[-5:] == ["2.000", "1.000", "0.50x", "[0.50,", "0.50]"]
+    assert "note: file vs gcs: settings differ: backend (A file, B gcs)" in out
+
+
+def test_compare_lines_up_two_sweeps_by_their_axis_whatever_their_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def cell(backend: str, threads: int, seconds: float) -> tuple[str, RunSummary]:
+        return (
+            f"threads={threads}",
+            _summary(
+                [seconds, seconds],
+                [seconds, seconds],
+                axes={"threads": str(threads)},
+                settings={"backend": backend, "threads": threads},
+            ),
+        )
+
+    a = _doc(tmp_path, "a.json", [cell("gcs", 4, 1.0), cell("gcs", 16, 2.0)])
+    b = _doc(tmp_path, "b.json", [cell("gcsfs", 16, 1.0), cell("gcsfs", 4, 4.0)])
+    assert compare.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    four, sixteen = lines.index("threads=4"), lines.index("threads=16")
+    assert lines[four + 3].split()[-5:] == ["1.000", "4.000", "4.00x", "[4.00,", "4.00]"]
+    assert lines[sixteen + 3].split()[-5:] == ["2.000", "1.000", "0.50x", "[0.50,", "0.50]"]
+    assert "note: threads=4: settings differ: backend (A gcs, B gcsfs)" in out
+
+
+def test_compare_gives_each_ratio_its_delta_method_interval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _doc(tmp_path, "a.json", [("gcs", _summary([1.9, 2.1, 1.9, 2.1], [1.0, 1.0], axes={}))])
+    b = _doc(tmp_path, "b.json", [("gcs", _summary([0.95, 1.05, 0.95, 1.05], [1.0], axes={}))])
+    assert compare.main([str(a), str(b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # By hand: means 2 and 1, standard errors s/sqrt(4) = 0.057735 and 0.028868, relative 0.028868
+    # each; ratio 0.5 with relative standard error 0.028868 * sqrt(2); Welch-Satterthwaite df =
+    # (se_a^2 + se_b^2)^2 / (se_a^4/3 + se_b^4/3) = 4.4118.
+    va, vb = 0.057735**2, 0.028868**2
+    t = stats.t_quantile(0.975, (va + vb) ** 2 / (va**2 / 3 + vb**2 / 3))
+    half = t * 0.5 * 0.028868 * 2**0.5
+    at = lines.index("gcs")
+    save_rate, load_rate, save_mean = lines[at + 1], lines[at + 2], lines[at + 3]
+    assert save_mean.split()[-3:] == ["0.50x", f"[{0.5 - half:.2f},", f"{0.5 + half:.2f}]"]
+    assert save_rate.split()[-3:] == [
+        "2.00x",
+        f"[{1 / (0.5 + half):.2f},",
+        f"{1 / (0.5 - half):.2f}]",
+    ]
+    assert load_rate.split()[-2:] == ["1.00x", "n/a"]  # one load sample in B
+
+
 def test_compare_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    a = _doc(tmp_path, "a.json", [("gcs", _summary([1.0], [1.0], axes={}))])
-    b = _doc(tmp_path, "b.json", [("file", _summary([1.0], [1.0], axes={}))])
+    a = _doc(
+        tmp_path,
+        "a.json",
+        [
+            ("gcs threads=4", _summary([1.0], [1.0], axes={}, settings={"threads": 4})),
+            ("gcs threads=8", _summary([1.0], [1.0], axes={}, settings={"threads": 8})),
+        ],
+    )
+    b = _doc(
+        tmp_path,
+        "b.json",
+        [("gcs threads=16", _summary([1.0], [1.0], axes={}, settings={"threads": 16}))],
+    )
     assert compare.main([str(a)]) == 2
     assert "2 to 26 results files" in capsys.readouterr().err
     assert compare.main([str(a), str(tmp_path / "missing.json")]) == 2
