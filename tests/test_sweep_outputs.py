@@ -394,6 +394,46 @@ def test_report_writes_each_format(tmp_path: Path, suffix: str, magic: bytes) ->
         assert b"<svg" in data and b"gcs threads=16" in data
 
 
+def test_report_marks_no_best_where_intervals_overlap_and_draws_each_interval(
+    tmp_path: Path,
+) -> None:
+    runs = [
+        ("gcs", _summary([1.0, 1.2, 0.8], [1.0, 1.0], axes={"backend": "gcs"})),
+        ("gcsfs", _summary([1.1, 0.9, 1.0], [2.0, 2.0], axes={"backend": "gcsfs"})),
+    ]
+    per_cell = plot.draw(_document(tmp_path, runs)).axes[0]
+    # Load: no spread, told apart (gcs at 2 GiB/s beats 1). Save: 2 GiB/s either way, with
+    # overlapping intervals: no mark, and the title says so.
+    assert [t.get_text() for t in per_cell.texts] == ["best load"]
+    title = per_cell.get_title()
+    assert "best save: indistinguishable among 1, 2" in title
+    # Each bar's error bar spans its throughput interval (GiB/s).
+    save = runs[0][1].save
+    assert save is not None and save.throughput_bytes_per_second_ci is not None
+    ci = save.throughput_bytes_per_second_ci
+    assert ci.high is not None
+    segments = [c for c in per_cell.collections if c.get_segments()]  # type: ignore[attr-defined]
+    spans = [tuple(seg[:, 1]) for c in segments for seg in c.get_segments()]  # type: ignore[attr-defined]
+    assert any(
+        lo == pytest.approx(ci.low / GIB) and hi == pytest.approx(ci.high / GIB) for lo, hi in spans
+    ), spans
+
+
+def test_report_draws_several_files_as_one_lettered_like_compare(tmp_path: Path) -> None:
+    a = _doc(tmp_path, "a.json", [("file", _summary([1.0, 1.0], [1.0, 1.0], axes={}))])
+    b = _doc(tmp_path, "b.json", [("gcs", _summary([2.0, 2.0], [2.0, 2.0], axes={}))])
+    out = tmp_path / "both.html"
+    assert plot.main([str(a), str(b), "-o", str(out)]) == 0
+    page = out.read_text()
+    assert "ckptbench: a.json + b.json" in page
+    assert "A: file" in page and "B: gcs" in page
+    assert f"A = {a}" in page and f"B = {b}" in page
+    assert "B/A (95% CI)" in page  # the comparison of the two files
+    per_cell = plot.draw(plot.merge([document.read_json(a), document.read_json(b)])).axes[0]
+    ticks = [t.get_text() for t in per_cell.get_xticklabels()]
+    assert ticks == ["1: A: file", "2: B: gcs"]
+
+
 def test_report_refuses_unknown_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = _doc(tmp_path, "r.json", _grid())
     assert plot.main([str(src), "-o", str(tmp_path / "out.pdf")]) == 2

@@ -1,4 +1,7 @@
-"""``ckptbench report RESULTS.json -o report.png|.svg|.html``: a results file drawn with matplotlib.
+"""``ckptbench report RESULTS.json... -o report.png|.svg|.html``: results drawn with matplotlib.
+
+Several files are drawn as one: their cells side by side, each named ``A: label``, ``B: label``
+(A the first file), as ``ckptbench compare`` letters them; the HTML form adds the comparison.
 
 Three panels: save and load throughput per cell, each bar with its 95% confidence interval (the
 best of each marked only where the intervals tell it apart; otherwise the panel names the cells
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import html
 import io
+import string
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ckptbench.workload.contract.results import OpSummary, RunSummary
 from ckptbench.workload.local import report
-from ckptbench.workload.local.outputs import command
+from ckptbench.workload.local.outputs import command, compare
 from ckptbench.workload.local.outputs.command import EXIT_FAILED, EXIT_OK, CommandError
 from ckptbench.workload.local.outputs.document import Document, read_json
 
@@ -31,6 +35,7 @@ if TYPE_CHECKING:
 FORMATS = (".png", ".svg", ".html")
 SAVE_COLOUR, LOAD_COLOUR = "#1f77b4", "#ff7f0e"
 WORLD_SIZE_AXIS = "world-size"
+MAX_FILES = compare.MAX_FILES
 
 
 def _rate(s: RunSummary, op: str, unit: report.Unit) -> float | None:
@@ -203,7 +208,25 @@ def draw(doc: Document) -> Figure:
     return fig
 
 
-def render(doc: Document, suffix: str) -> bytes:
+def merge(docs: Sequence[Document]) -> Document:
+    """One file as it is; several as one document, each cell's label led by its file's letter."""
+    if len(docs) == 1:
+        return docs[0]
+    letters = string.ascii_uppercase
+    runs = [
+        (f"{letter}: {label}", s)
+        for letter, d in zip(letters, docs, strict=False)
+        for label, s in d.runs
+    ]
+    return Document(
+        path=Path(" + ".join(d.name for d in docs)),
+        succeeded=all(d.succeeded for d in docs),
+        runs=runs,
+    )
+
+
+def render(docs: Sequence[Document], suffix: str) -> bytes:
+    doc = merge(docs)
     fig = draw(doc)
     buffer = io.BytesIO()
     if suffix == ".png":
@@ -215,6 +238,11 @@ def render(doc: Document, suffix: str) -> bytes:
     svg = buffer.getvalue().decode()
     svg = svg[svg.index("<svg") :]  # drop the XML prolog: it may not appear inside HTML
     table = html.escape(report.format_report(doc.runs))
+    if len(docs) > 1:
+        legend = "\n".join(
+            f"{letter} = {d.path}" for letter, d in zip(string.ascii_uppercase, docs, strict=False)
+        )
+        table = html.escape(f"{legend}\n\n{compare.format_comparison(docs)}") + "\n\n" + table
     page = (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"
         f"<title>ckptbench: {html.escape(doc.name)}</title></head><body>\n"
@@ -226,9 +254,11 @@ def render(doc: Document, suffix: str) -> bytes:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ckptbench report",
-        description="Draw a 'ckptbench run --json' results file as PNG, SVG or HTML (by -o).",
+        description="Draw one or more 'ckptbench run --json' results files as PNG, SVG or HTML "
+        "(by -o); several are drawn side by side, lettered A, B, ... as 'ckptbench compare' "
+        "letters them.",
     )
-    p.add_argument("results", type=Path, metavar="RESULTS.json")
+    p.add_argument("results", type=Path, nargs="+", metavar="RESULTS.json")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
     return p
 
@@ -244,9 +274,12 @@ def _report(args: argparse.Namespace) -> int:
         raise CommandError(
             f"-o: unknown format {out.suffix or '(none)'!r} (use {', '.join(FORMATS)})"
         )
-    doc = read_json(args.results)
+    files: list[Path] = args.results
+    if len(files) > MAX_FILES:
+        raise CommandError(f"give 1 to {MAX_FILES} results files, got {len(files)}")
+    docs = [read_json(f) for f in files]
     try:
-        data = render(doc, suffix)
+        data = render(docs, suffix)
     except RuntimeError as exc:
         raise CommandError(str(exc), EXIT_FAILED) from None
     out.parent.mkdir(parents=True, exist_ok=True)
