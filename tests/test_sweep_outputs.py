@@ -95,6 +95,47 @@ def test_best_row_names_the_fastest_succeeded_cell_for_save_and_for_load() -> No
     assert line.split()[2:] == ["load", "save"]
 
 
+def test_table_gives_each_mean_its_interval_unbounded_or_none() -> None:
+    runs = [
+        # 0.1 and 1.9 s: the mean's interval reaches 0, so the rate's is unbounded above.
+        ("gcs", _summary([0.1, 1.9], [1.0, 1.0], axes={"backend": "gcs"})),
+        ("gcsfs", _summary([1.0, 1.2, 1.1], [0.5, 0.5], axes={"backend": "gcsfs"})),
+    ]
+    table = report.format_table(runs)
+    gcs, gcsfs = runs[0][1].save, runs[1][1].save
+    assert gcs is not None and gcsfs is not None
+    ci, other = gcs.throughput_bytes_per_second_ci, gcsfs.throughput_bytes_per_second_ci
+    assert ci is not None and ci.high is None and other is not None and other.high is not None
+    assert _row(table, "save throughput 95% CI (GiB/s)") == [
+        f"[{ci.low / GIB:.3f},",
+        "inf]",
+        f"[{other.low / GIB:.3f},",
+        f"{other.high / GIB:.3f}]",
+    ]
+    seconds = gcs.mean_seconds_ci
+    assert seconds is not None and seconds.low == 0.0
+    assert _row(table, "save mean 95% CI (s)")[:2] == ["[0.000,", f"{seconds.high:.3f}]"]
+    rows = list(csv.DictReader(io.StringIO(csvfile.to_csv(runs))))
+    assert rows[0]["save_throughput_gib_per_second_ci_high"] == "inf"
+    assert float(rows[0]["save_throughput_gib_per_second_ci_low"]) == ci.low / GIB
+    # Saves overlap (gcs's reaches infinity): indistinguishable; loads have no spread: gcsfs.
+    assert _row(table, "best (throughput)") == ["(save)", "(save),load"]
+    notes = table.splitlines()[-2:]
+    assert notes == [
+        "best save: indistinguishable among gcs, gcsfs (95% CIs overlap, or n/a with one sample)",
+        "best load: gcsfs (its 95% CI is above every other cell's)",
+    ]
+
+
+def test_one_sample_has_no_interval_in_table_or_csv() -> None:
+    runs = [("gcs", _summary([1.0], [1.0], axes={}))]
+    table = report.format_table(runs)
+    assert _row(table, "save mean 95% CI (s)") == ["n/a"]
+    assert _row(table, "load throughput 95% CI (GiB/s)") == ["n/a"]
+    [row] = list(csv.DictReader(io.StringIO(csvfile.to_csv(runs))))
+    assert row["save_mean_seconds_ci_low"] == row["save_mean_seconds_ci_high"] == ""
+
+
 def test_no_best_row_with_fewer_than_two_succeeded_cells() -> None:
     runs = _grid()
     assert "best" not in report.format_table([runs[0], runs[2]])
