@@ -295,11 +295,16 @@ def test_compare_lines_up_single_runs_of_different_backends_and_names_what_diffe
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Before: "no cell appears in every file", since the cells are named by their backend.
+    # Single runs: no axes recorded, each cell named by its backend.
     a = _doc(
-        tmp_path, "a.json", [("file", _summary([2.0, 2.0], [1.0, 1.0], axes={"backend": "file"}))]
+        tmp_path,
+        "a.json",
+        [("file", _summary([2.0, 2.0], [1.0, 1.0], axes={}, settings={"backend": "file"}))],
     )
     b = _doc(
-        tmp_path, "b.json", [("gcs", _summary([1.0, 1.0], [1.0, 1.0], axes={"backend": "gcs"}))]
+        tmp_path,
+        "b.json",
+        [("gcs", _summary([1.0, 1.0], [1.0, 1.0], axes={}, settings={"backend": "gcs"}))],
     )
     assert compare.main([str(a), str(b)]) == 0
     out = capsys.readouterr().out
@@ -335,7 +340,33 @@ def test_compare_lines_up_two_sweeps_by_their_axis_whatever_their_order(
     four, sixteen = lines.index("threads=4"), lines.index("threads=16")
     assert lines[four + 3].split()[-5:] == ["1.000", "4.000", "4.00x", "[4.00,", "4.00]"]
     assert lines[sixteen + 3].split()[-5:] == ["2.000", "1.000", "0.50x", "[0.50,", "0.50]"]
-    assert "note: threads=4: settings differ: backend (A gcs, B gcsfs)" in out
+    # The run id names each run: no difference worth a note.
+    assert "note: threads=4: settings differ: backend (A gcs, B gcsfs)\n" in out + "\n"
+
+
+def test_compare_lines_up_a_single_run_with_the_sweep_cell_of_its_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = _doc(
+        tmp_path,
+        "sweep.json",
+        [
+            (f"threads={t}", _summary([1.0, 1.0], [1.0, 1.0], axes={"threads": str(t)},
+                                      settings={"threads": t}))
+            for t in (4, 16)
+        ],
+    )  # fmt: skip
+    single = _doc(
+        tmp_path,
+        "one.json",
+        [("gcs", _summary([2.0, 2.0], [1.0, 1.0], axes={}, settings={"threads": 16}))],
+    )
+    assert compare.main([str(sweep), str(single)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    sixteen = lines.index("threads=16")
+    assert lines[sixteen + 3].split()[-5:] == ["1.000", "2.000", "2.00x", "[2.00,", "2.00]"]
+    four = lines.index("threads=4")
+    assert lines[four + 3].split()[-2:] == ["1.000", "-"]
 
 
 def test_compare_gives_each_ratio_its_delta_method_interval(

@@ -1,9 +1,11 @@
 """``ckptbench compare A.json B.json ...``: the cells of several results files side by side.
 
-Cells are matched by the settings that vary within a file (a sweep's axes: ``threads=4`` in one
-file lines up with ``threads=4`` in another); a setting the same in every cell of each file but
-different between files (the backend of two single runs, ``file`` against ``gcs``) is what the
-files compare, and is named under the table. The first file is the baseline: each later file gets
+Cells are matched by the settings that vary within a file (a sweep's axes, the options given a
+list: ``threads=4`` in one file lines up with ``threads=4`` in another, and with a single run whose
+threads setting is 4); a setting the same in every cell of each file but different between files
+(the backend of two single runs, ``file`` against ``gcs``) is what the files compare, and is named
+under the table. Where the axes do not tell a file's cells apart (a file written without them),
+cells are matched by their labels too. The first file is the baseline: each later file gets
 a ratio column against it, with the ratio's 95% interval (the delta method,
 docs/measurement.md#ratios-in-ckptbench-compare; n/a with one sample on either side). On a
 throughput row a ratio above 1 means that file moved more bytes per second; on a seconds row,
@@ -22,6 +24,7 @@ from typing import Any
 from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.results import Interval, OpSummary, RunSummary
 from ckptbench.workload.local import report
+from ckptbench.workload.local.options import OPTIONS
 from ckptbench.workload.local.outputs import command
 from ckptbench.workload.local.outputs.command import EXIT_FAILED, EXIT_OK, CommandError
 from ckptbench.workload.local.outputs.document import Document, read_json
@@ -33,6 +36,8 @@ IDENTITY_SETTINGS = frozenset({"run_id"})
 _NOTED_SETTINGS = frozenset({"world_size"})
 
 Key = tuple[tuple[str, str], ...]
+# An axis is named by its option (``world-size``); the settings record its field (``world_size``).
+FIELD_OF = {o.name: o.field for o in OPTIONS if o.field}
 _LABEL = ""  # the key's entry for a cell's label, when settings cannot tell cells apart
 
 
@@ -91,19 +96,24 @@ def _settings(s: RunSummary) -> dict[str, Any]:
 
 
 def varied_settings(docs: Sequence[Document]) -> list[str]:
-    """The settings whose value differs between the cells of some one file: what a cell is."""
-    varied: dict[str, None] = {}
-    for d in docs:
-        cells = [_settings(s) for _, s in d.runs]
-        for name in dict.fromkeys(k for c in cells for k in c):
-            if len({repr(c.get(name)) for c in cells}) > 1:
-                varied[name] = None
-    return list(varied)
+    """The options some file gave a list (its sweep's axes, recorded by the runner): what a cell
+    is, within its file."""
+    return list(dict.fromkeys(name for d in docs for _, s in d.runs for name in report.axes_of(s)))
 
 
 def cell_key(s: RunSummary, varied: Sequence[str]) -> Key:
+    """The cell's value of each varied option: as typed where its file varied it, otherwise the
+    value its settings record (a file that ran one backend has no backend axis)."""
+    axes = report.axes_of(s)
     settings = _settings(s)
-    return tuple((name, str(settings.get(name, report.MISSING))) for name in varied)
+    key = []
+    for name in varied:
+        value = axes.get(name)
+        if value is None:
+            recorded = settings.get(FIELD_OF.get(name, name))
+            value = report.MISSING if recorded is None else str(recorded)
+        key.append((name, value))
+    return tuple(key)
 
 
 class _Group:
