@@ -96,9 +96,11 @@ def _per_cell(ax: Axes, doc: Document, unit: report.Unit) -> None:
         found = best.get(op)
         if found is not None and found.winner is not None:
             bar = bars[found.winner]
+            whisker = errors[found.winner]
             ax.annotate(
                 f"best {op}",
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                # Above the interval's upper whisker, where it does not cross the bar's.
+                (bar.get_x() + bar.get_width() / 2, bar.get_height() + (whisker or (0, 0))[1]),
                 ha="center",
                 va="bottom",
                 fontsize=8,
