@@ -19,6 +19,10 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 # chart's appVersion as its tag): what `ckptbench render` uses when told no other.
 CHART_WORKLOAD_IMAGE = "ckptbench-workload:0.1.0"
 
+# The condition type that is True while the benchmark's JobSet exists: from then on the spec is
+# the run's and cannot change (the CRD's immutability rule reads it; the status writes it).
+JOBSET_CREATED = "JobSetCreated"
+
 # Pods get the hostname `<name>-rank-0-<index>`, a DNS label (<= 63 characters).
 REPLICATED_JOB = "rank"
 _HOSTNAME_SUFFIX_LENGTH = len(f"-{REPLICATED_JOB}-0-") + len(str(MAX_WORLD_SIZE - 1))

@@ -85,7 +85,12 @@ class SweepStatus(StatusModel):
     cells_succeeded: int | None = Field(None, description="Cells that succeeded.")
     cells_failed: int | None = Field(None, description="Cells that failed.")
     progress: str | None = Field(None, description="done/total.")
-    cells: list[CellRow] | None = Field(None, description="One row per cell, in cell order.")
+    cells: list[CellRow] | None = Field(
+        None,
+        description="One row per cell, in cell order.",
+        # One row per cell number: a map keyed by cell, as the benchmark's conditions by type.
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["cell"]},
+    )
     best_save: BestCell | None = Field(
         None,
         description="The cell that saved fastest, when its 95% interval lies above every other "
