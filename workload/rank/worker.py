@@ -28,6 +28,7 @@ from ckptbench.workload.contract.figures import summarize
 from ckptbench.workload.contract.results import RankResult, RunSummary
 from ckptbench.workload.rank import cpus, environment, loop, memory, rendezvous
 from ckptbench.workload.rank.loop import AfterSave
+from ckptbench.workload.storage import noise
 from ckptbench.workload.storage import objects as objectio
 from ckptbench.workload.storage import session as backends
 
@@ -66,6 +67,19 @@ def main(argv: Sequence[str]) -> int:
 
 def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     """Run one rank to the end and report; ``after_save`` is a fault-injection hook for tests."""
+    # Before any storage client logs: the libraries' known noise stays out unless asked for.
+    quieter = noise.quiet_unless_verbose(os.environ)
+    try:
+        return _run(config, after_save)
+    finally:
+        said = quieter.summary() if quieter is not None else None
+        if said is not None:
+            _logger(config.rank)(said)
+        if quieter is not None:
+            quieter.remove()
+
+
+def _run(config: WorkloadConfig, after_save: AfterSave | None) -> int:
     allocator = memory.configure_allocator(config.procedure)
     # Before the first gs:// URL, on which fsspec imports gcsfs: the flag is read at its import.
     backends.prepare_gcsfs()
