@@ -20,7 +20,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ckptbench.workload.contract import memory_plan, models, sizes
 from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend, CacheMode, Procedure
-from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV
+from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV, VERBOSE_LOGS_ENV
 from ckptbench.workload.contract.settings import BenchmarkSettings
 
 ENV_PREFIX = "CKPTBENCH_"
@@ -245,8 +245,15 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     return sorted(
         v
         for v in environ
-        if v.startswith(ENV_PREFIX) and v not in known and not v.startswith(_OPERATOR_PREFIXES)
+        if v.startswith(ENV_PREFIX)
+        and v not in known
+        and v not in RANK_VARIABLES
+        and not v.startswith(_OPERATOR_PREFIXES)
     )
+
+
+# Read by a rank but no setting of the benchmark.
+RANK_VARIABLES = frozenset({VERBOSE_LOGS_ENV})
 
 
 # The operator's own settings share the prefix; a shell that runs both may carry them.

@@ -19,7 +19,7 @@ from typing import Any
 
 from ckptbench.workload.contract import figures, sizes
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
+from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG, VERBOSE_LOGS_ENV
 from ckptbench.workload.contract.results import RunSummary
 from ckptbench.workload.local import preflight, report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
@@ -122,6 +122,8 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
         if emu is not None:
             emulator_url = emu.url
             extra_env[EMULATOR_ENV] = emu.url
+        if p.verbose:
+            extra_env[VERBOSE_LOGS_ENV] = "1"
         if emulator_url:
             # gcsfs stalls ~60 s per bucket call on an emulator unless this is off at import.
             extra_env[GCSFS_HNS_FLAG] = "false"
