@@ -55,6 +55,11 @@ class WorkloadConfig(BenchmarkSettings):
     collective_timeout_seconds: float = Field(
         1800.0, gt=0, le=86_400, description="gloo timeout for one collective."
     )
+    heartbeat_file: str | None = Field(
+        None,
+        description="A file the rank touches every few seconds while it lives (the local runner "
+        "watches it); empty: none.",
+    )
     termination_log: str | None = Field(
         "/dev/termination-log",
         description="Where the compact result goes (Kubernetes termination message); empty: none.",
@@ -82,8 +87,14 @@ class WorkloadConfig(BenchmarkSettings):
                 f"checkpoint_path: must start with gs:// for backend {self.backend.value}, "
                 f"got {self.checkpoint_path!r}"
             )
-        if self.backend is Backend.FILE and self.checkpoint_path.startswith("gs://"):
-            raise ValueError("checkpoint_path: is a gs:// URL but backend is file")
+        scheme, sep, _ = self.checkpoint_path.partition("://")
+        if self.backend is Backend.FILE and sep and scheme != "file":
+            # Each backend names the schemes it takes; a foreign URL would otherwise become a
+            # relative folder (``./s3:/b/x``) under the working directory.
+            raise ValueError(
+                f"checkpoint_path: backend file takes an absolute path or file:///path, not a "
+                f"{scheme}:// URL (got {self.checkpoint_path!r})"
+            )
         if self.checkpoint_path.startswith("gs://") and not self.checkpoint_path[5:].split("/")[0]:
             raise ValueError(f"checkpoint_path: no bucket in {self.checkpoint_path!r}")
         if self.procedure is not Procedure.CKPTBENCH and self.warmups:

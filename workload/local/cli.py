@@ -25,6 +25,7 @@ from ckptbench.workload.local import preflight, report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
 from ckptbench.workload.local.options import UsageError, build_parser, parse_size
 from ckptbench.workload.local.outputs import csvfile, document
+from ckptbench.workload.local.outputs.target import Target
 from ckptbench.workload.local.plan import EMULATOR_BUCKET, Plan, plan
 from ckptbench.workload.local.progress import Progress
 from ckptbench.workload.local.runner import RanksOutcome, run_ranks
@@ -193,10 +194,22 @@ def main(argv: Sequence[str]) -> int:
         # Standard output carries the JSON or the CSV when asked to; the table then goes aside.
         aside = any(t is not None and t.is_stdout for t in (p.json, p.csv))
         print(report.format_report(runs), file=sys.stderr if aside else sys.stdout)
+    outputs: list[tuple[Target, str]] = []
     if p.json is not None and runs:
-        p.json.write(document.to_text(runs, ok and not stop.is_set()))
+        outputs.append((p.json, document.to_text(runs, ok and not stop.is_set())))
     if p.csv is not None and runs:
-        p.csv.write(csvfile.to_csv(runs))
+        outputs.append((p.csv, csvfile.to_csv(runs)))
+    for target, text in outputs:
+        try:
+            target.write(text)
+        except OSError as exc:
+            # Checked before the run, but a disk can fill or a folder go meanwhile.
+            print(
+                f"ckptbench run: {target.flag}: could not write {str(target.path)!r}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            ok = False
     if runs and p.emulator_bucket is not None and p.json is None:
         # The ranks' logs name results/summary.json in the bucket; that bucket went with the
         # embedded emulator.

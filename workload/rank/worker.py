@@ -22,15 +22,16 @@ import torch.distributed as dist
 
 from ckptbench.workload.contract import config as config_module
 from ckptbench.workload.contract import memory_plan, sizes
-from ckptbench.workload.contract.choices import Procedure
+from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
 from ckptbench.workload.contract.figures import summarize
 from ckptbench.workload.contract.results import RankResult, RunSummary
-from ckptbench.workload.rank import cpus, environment, loop, memory, rendezvous
+from ckptbench.workload.rank import cpus, environment, heartbeat, loop, memory, rendezvous
 from ckptbench.workload.rank.loop import AfterSave
 from ckptbench.workload.storage import noise
 from ckptbench.workload.storage import objects as objectio
 from ckptbench.workload.storage import session as backends
+from ckptbench.workload.storage.paths import local_path, why_no_folder
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -67,6 +68,7 @@ def main(argv: Sequence[str]) -> int:
 
 def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     """Run one rank to the end and report; ``after_save`` is a fault-injection hook for tests."""
+    heartbeat.start(config.heartbeat_file, config.progress_timeout_seconds)
     # Before any storage client logs: the libraries' known noise stays out unless asked for.
     quieter = noise.quiet_unless_verbose(os.environ)
     try:
@@ -86,10 +88,13 @@ def _run(config: WorkloadConfig, after_save: AfterSave | None) -> int:
     threads = cpus.limit_torch_threads()
     say = _logger(config.rank)
     refused = _memory_refusal(config)
+    kind = "MemoryRefused"
+    if refused is None:
+        refused, kind = _storage_refusal(config), "StorageRefused"
     if refused is not None:
         # Before the rendezvous and before any tensor: a run that cannot fit never starts.
         say(f"refused: {refused}")
-        error = f"MemoryRefused: {refused}"
+        error = f"{kind}: {refused}"
         result = RankResult(
             rank=config.rank, host=socket.gethostname(), bytes=config.shard_bytes, error=error
         )
@@ -168,6 +173,17 @@ def _memory_refusal(config: WorkloadConfig) -> str | None:
         way_out = "use a smaller layer_size or padding_size, more ranks, or a bigger memory limit"
     force = "CKPTBENCH_MEMORY_CHECK=false"
     return memory_plan.refusal(config.memory_estimate(), budget, source, way_out, force)
+
+
+def _storage_refusal(config: WorkloadConfig) -> str | None:
+    """Why the file backend's folder cannot take this rank's files, or None (other backends are
+    checked by their first request, before any timing)."""
+    if config.backend is not Backend.FILE:
+        return None
+    problem = why_no_folder(local_path(config.checkpoint_path))
+    if problem is None:
+        return None
+    return f"CKPTBENCH_CHECKPOINT_PATH (checkpointPath): {problem}"
 
 
 def _measure_stored(
