@@ -19,8 +19,8 @@ import pytest
 
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.heartbeat import period as heartbeat_period
 from ckptbench.workload.local.runner import RanksOutcome, run_ranks
-from ckptbench.workload.rank import heartbeat
 from tests import workers
 
 # A rank that lives but does nothing (no I/O) for 4 s, beating its heartbeat or not.
@@ -76,9 +76,9 @@ def test_a_rank_with_neither_heartbeat_nor_io_is_named_within_the_bound() -> Non
 
 
 def test_the_heartbeat_period_is_a_fifth_of_the_timeout_within_bounds() -> None:
-    assert heartbeat.period(300) == 10.0
-    assert heartbeat.period(10) == 2.0
-    assert heartbeat.period(0.5) == 0.2
+    assert heartbeat_period(300) == 10.0
+    assert heartbeat_period(10) == 2.0
+    assert heartbeat_period(0.5) == 0.2
 
 
 def _rank_pids(runner: int) -> dict[int, int]:

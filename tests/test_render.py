@@ -12,6 +12,7 @@ import yaml
 from ckptbench.operator.render import cli as render_cli
 from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset, spec_hash
 from ckptbench.operator.render.labels import benchmark_labels
+from ckptbench.operator.render.liveness import HEARTBEAT_FILE
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.parse import parse_spec
 from ckptbench.operator.spec.policy import Policy
@@ -185,6 +186,7 @@ def test_env_round_trips_into_the_expected_workload_config(case: str) -> None:
         rank=index,
         run_id=f"{name}-{UID}",
         master_addr=f"{name}-rank-0-0.{name}.{NAMESPACE}.svc",
+        heartbeat_file=HEARTBEAT_FILE,
     )
     assert config == expected
     assert config.backend is Backend(spec.get("backend", "gcs"))

@@ -25,6 +25,7 @@ from ckptbench.operator.render.labels import (
     owner_reference,
     run_id,
 )
+from ckptbench.operator.render.liveness import HEARTBEAT_FILE, liveness_probe
 from ckptbench.operator.render.resources import container_resources
 from ckptbench.operator.render.security import (
     container_security_context,
@@ -158,10 +159,12 @@ def render_jobset(
 def workload_config(
     name: str, namespace: str, uid: str, spec: CheckpointBenchmarkSpec
 ) -> WorkloadConfig:
-    """What every rank of the benchmark runs with; each pod sets its own rank."""
-    return spec.to_workload_config(
+    """What every rank of the benchmark runs with; each pod sets its own rank. Every rank beats
+    its heartbeat where the pod's liveness probe reads it."""
+    config = spec.to_workload_config(
         run_id=run_id(name, uid), master_addr=master_addr(name, namespace)
     )
+    return config.model_copy(update={"heartbeat_file": HEARTBEAT_FILE})
 
 
 def _pod_spec(
@@ -198,6 +201,7 @@ def _pod_spec(
         # A rank that crashes before writing its result still leaves the tail of its log.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    container["livenessProbe"] = liveness_probe(config.progress_timeout_seconds)
     container["resources"] = container_resources(spec)
     container["volumeMounts"] = [tmp_mount(), *spec.volume_mounts]
     container["securityContext"] = container_security_context()

@@ -327,8 +327,8 @@ class BenchmarkSettings(BaseModel):
         le=86_400,
         description="A rank that neither beats its heartbeat nor moves a byte of I/O for this "
         "long is frozen: the local runner names it and stops the run (rather than waiting for "
-        "the run's timeout). In a cluster the ranks beat the heartbeat too, but only the local "
-        "runner watches it.",
+        "the run's timeout). In a cluster the worker container's liveness probe reads the "
+        "heartbeat: a rank that stops beating for this long is killed and the benchmark fails.",
     )
 
     @field_validator("checkpoint_path")

@@ -13,16 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-# Beats per progress timeout: a late beat or two never looks like a freeze.
-BEATS_PER_TIMEOUT = 5
-MIN_PERIOD_SECONDS = 0.2
-MAX_PERIOD_SECONDS = 10.0
-
-
-def period(progress_timeout_seconds: float) -> float:
-    return min(
-        MAX_PERIOD_SECONDS, max(MIN_PERIOD_SECONDS, progress_timeout_seconds / BEATS_PER_TIMEOUT)
-    )
+from ckptbench.workload.contract.heartbeat import period
 
 
 def start(path: str | None, progress_timeout_seconds: float) -> threading.Thread | None:
