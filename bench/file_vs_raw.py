@@ -56,6 +56,7 @@ from ckptbench.workload.contract.choices import CacheMode
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.rank import worker
 from ckptbench.workload.storage import cache
+from ckptbench.workload.storage.file_backend import ReportingFileSystem
 
 GIB = 1024**3
 PAGE = mmap.PAGESIZE
@@ -177,26 +178,36 @@ def timed_dcp_io(
     reads: Callable[[], Reads], writes: Callable[[], Reads], fsync: Callable[[float], None]
 ) -> Iterator[None]:
     """Time the reads, writes and fsync of every data file DCP's ``FileSystem`` opens (public
-    API: ``FileSystemReader``/``Writer`` open their files through ``FileSystem.create_stream``)."""
-    original = FileSystem.create_stream
+    API: ``FileSystemReader``/``Writer`` open their files through ``FileSystem.create_stream``).
+    The file backend's writer opens its files through ``ReportingFileSystem``, whose own
+    ``create_stream`` handles writes and hands reads to ``FileSystem``'s: it is timed for writes
+    only, so no byte is counted twice."""
 
-    @contextmanager
-    def create_stream(self: FileSystem, path: Any, mode: str) -> Iterator[Any]:
-        if not str(path).endswith(".distcp"):  # not the .metadata
+    def timed(original: Any, writes_only: bool) -> Any:
+        @contextmanager
+        def create_stream(self: FileSystem, path: Any, mode: str) -> Iterator[Any]:
+            data = str(path).endswith(".distcp")  # not the .metadata
+            if not data or (writes_only and not any(c in mode for c in "wax+")):
+                with original(self, path, mode) as stream:
+                    yield stream
+                return
             with original(self, path, mode) as stream:
-                yield stream
-            return
-        with original(self, path, mode) as stream:
-            timed = _TimedStream(stream, reads, writes)
-            yield timed
-        if timed.fileno_at is not None:
-            fsync(time.perf_counter() - timed.fileno_at)
+                stream_timed = _TimedStream(stream, reads, writes)
+                yield stream_timed
+            if stream_timed.fileno_at is not None:
+                fsync(time.perf_counter() - stream_timed.fileno_at)
 
-    setattr(FileSystem, "create_stream", create_stream)  # noqa: B010  (a method on a class)
+        return create_stream
+
+    patched = [(FileSystem, False), (ReportingFileSystem, True)]
+    originals = [(cls, cls.__dict__["create_stream"]) for cls, _ in patched]
+    for cls, writes_only in patched:
+        setattr(cls, "create_stream", timed(cls.__dict__["create_stream"], writes_only))  # noqa: B010
     try:
         yield
     finally:
-        setattr(FileSystem, "create_stream", original)  # noqa: B010
+        for cls, original in originals:
+            setattr(cls, "create_stream", original)  # noqa: B010
 
 
 # -- raw I/O ---------------------------------------------------------------------------------------
