@@ -39,7 +39,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   command -v apt-get >/dev/null || die "install ${missing[*]}"
   say "installing ${missing[*]} (Debian's packages)"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # With recommends: buildah needs the network plugins and runtime it recommends.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 mkdir -p "$CACHE"
 
