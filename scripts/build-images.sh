@@ -21,8 +21,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUITE=bookworm # python:3.11-slim-bookworm's Debian; its python3 is 3.11
+# minbase + Python with venv (the slim image's python and pip); passwd brings useradd. No
+# compiler: the published slim base has none either.
+PACKAGES=python3,python3-venv,python-is-python3,ca-certificates,passwd
+# The base's tag names its recipe, so a changed recipe makes a new base instead of reusing the old.
+RECIPE=$SUITE-$(echo "minbase $PACKAGES" | sha256sum | cut -c1-8)
 TAG=${IMAGE_TAG:-test}
-BASE=localhost/ckptbench-python-base:$SUITE
+BASE=localhost/ckptbench-python-base:$RECIPE
 OPERATOR=localhost/ckptbench-operator:$TAG
 WORKLOAD=localhost/ckptbench-workload:$TAG
 CACHE=.images # gitignored: the base's root filesystem as a tarball
@@ -57,15 +62,12 @@ make_base() {
     say "base $BASE: already in buildah's storage"
     return
   fi
-  local tarball=$CACHE/base-$SUITE.tar
+  local tarball=$CACHE/base-$RECIPE.tar
   if [ ! -s "$tarball" ]; then
-    local mirror=${DEBIAN_MIRROR:-$(default_mirror)} rootfs=$CACHE/rootfs-$SUITE
+    local mirror=${DEBIAN_MIRROR:-$(default_mirror)} rootfs=$CACHE/rootfs-$RECIPE
     say "base: debootstrap $SUITE from $mirror"
     rm -rf "$rootfs"
-    # minbase + Python with venv (the slim image's python and pip); passwd brings useradd.
-    # No compiler: the published slim base has none either.
-    debootstrap --variant=minbase \
-      --include=python3,python3-venv,python-is-python3,ca-certificates,passwd \
+    debootstrap --variant=minbase --include="$PACKAGES" \
       "$SUITE" "$rootfs" "$mirror" >"$CACHE/debootstrap.log" 2>&1 \
       || die "debootstrap failed: see $CACHE/debootstrap.log"
     rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/* \
