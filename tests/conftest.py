@@ -24,15 +24,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run end-to-end tests against a kind cluster made by e2e/setup-kind.sh",
     )
+    parser.addoption(
+        "--images",
+        action="store_true",
+        default=False,
+        help="build both images with scripts/build-images.sh (root, buildah) and run them",
+    )
+
+
+# Opt-in test groups: marker -> (its option, why it is skipped without it).
+OPT_IN = {
+    "e2e": ("--e2e", "end-to-end test: pass --e2e to run it against a real cluster"),
+    "images": ("--images", "image test: pass --images to build and run the images with buildah"),
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--e2e"):
-        return
-    skip = pytest.mark.skip(reason="end-to-end test: pass --e2e to run it against a real cluster")
-    for item in items:
-        if "e2e" in item.keywords:
-            item.add_marker(skip)
+    for marker, (option, reason) in OPT_IN.items():
+        if config.getoption(option):
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
