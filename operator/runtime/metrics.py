@@ -22,7 +22,14 @@ from ckptbench.operator.status.phases import PHASES
 REGISTRY = CollectorRegistry(auto_describe=True)
 _LABELS = ("namespace", "name", "backend")
 OPERATIONS = ("save", "load")
-STATISTICS = {"mean": "meanSeconds", "p50": "p50Seconds", "p90": "p90Seconds", "max": "maxSeconds"}
+# p99 only when the status has one (enough samples: stats.P99_MIN_SAMPLES).
+STATISTICS = {
+    "mean": "meanSeconds",
+    "p50": "p50Seconds",
+    "p90": "p90Seconds",
+    "p99": "p99Seconds",
+    "max": "maxSeconds",
+}
 # Per-rank figures without a rank label (its cardinality would grow with the world size).
 PARTS = {
     "planning": "planningSeconds",

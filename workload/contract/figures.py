@@ -126,6 +126,7 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
         stdev_seconds=collective.stdev,
         p50_seconds=collective.p50,
         p90_seconds=collective.p90,
+        p99_seconds=collective.p99,
         max_seconds=collective.max,
         min_seconds=collective.min,
         throughput_bytes_per_second=stats.throughput(total_bytes, collective.mean),

@@ -50,6 +50,8 @@ class OpStats(BaseModel):
     p90: Seconds
     max: Seconds
     min: Seconds
+    # Only over at least stats.P99_MIN_SAMPLES samples; absent (and not in the message) below.
+    p99: Seconds | None = None
 
     @classmethod
     def of(cls, samples: Sequence[float]) -> OpStats:
@@ -61,6 +63,7 @@ class OpStats(BaseModel):
             p90=round(stats.percentile(samples, 90), ROUND),
             max=round(max(samples), ROUND),
             min=round(min(samples), ROUND),
+            p99=_rounded_or_none(stats.tail_percentile(samples)),
         )
 
 
@@ -244,6 +247,11 @@ class OpSummary(BaseModel):
     stdev_seconds: float = Field(description="Sample stdev (n-1) of the collective durations.")
     p50_seconds: float
     p90_seconds: float
+    p99_seconds: float | None = Field(
+        None,
+        description=f"99th percentile of the collective durations; only over at least "
+        f"{stats.P99_MIN_SAMPLES} samples (below, it would be the max in disguise).",
+    )
     max_seconds: float
     min_seconds: float
     throughput_bytes_per_second: float = Field(
@@ -359,6 +367,10 @@ class RunSummary(BaseModel):
             and self.save is not None
             and self.load is not None
         )
+
+
+def _rounded_or_none(x: float | None) -> float | None:
+    return None if x is None else round(x, ROUND)
 
 
 def _rounded(xs: Sequence[float]) -> list[float]:

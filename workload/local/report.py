@@ -113,6 +113,8 @@ _OP_ROWS = (
     # Inside the figures above: automatic garbage collections (none with manual collection).
     _Figure("garbage collection (s)", lambda o: o.gc_mean_seconds or 0.0, "seconds"),
 )
+# Only over enough samples (stats.P99_MIN_SAMPLES): the row appears when some run has one.
+_P99_ROW = _Figure("p99 (s)", lambda o: o.p99_seconds, "seconds", ratio=True)
 # A resharding load's ranks outside the load world read nothing: not in the per-rank rows.
 _LEFT_OUT_ROW = _Figure("ranks left out", lambda o: o.ranks_left_out, "count")
 # The reference's own figures: rank 0's barrier-to-barrier mean and stdev.
@@ -224,6 +226,9 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         if any((op := getattr(s, name)) is not None and op.ranks_left_out for s in runs):
             at = next(i for i, r in enumerate(op_rows) if r.label.endswith(" slowest rank"))
             op_rows[at + 1 : at + 1] = _rows(name, rate, [_LEFT_OUT_ROW])
+        if any((op := getattr(s, name)) is not None and op.p99_seconds is not None for s in runs):
+            at = next(i for i, r in enumerate(op_rows) if r.label.endswith(" p90 (s)"))
+            op_rows[at + 1 : at + 1] = _rows(name, rate, [_P99_ROW])
         if name == "save" and any(
             s.save is not None and s.save.blocked_mean_seconds is not None for s in runs
         ):

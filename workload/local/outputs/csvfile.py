@@ -34,6 +34,7 @@ _OP_FIGURES: list[tuple[str, Callable[[OpSummary], float | int | None]]] = [
     ("stdev_seconds", lambda o: o.stdev_seconds),
     ("p50_seconds", lambda o: o.p50_seconds),
     ("p90_seconds", lambda o: o.p90_seconds),
+    ("p99_seconds", lambda o: o.p99_seconds),
     ("max_seconds", lambda o: o.max_seconds),
     ("min_seconds", lambda o: o.min_seconds),
     ("throughput_gib_per_second", lambda o: _gib(o.throughput_bytes_per_second)),
