@@ -21,7 +21,8 @@ from ckptbench.operator.status.phases import PHASES
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 _LABELS = ("namespace", "name", "backend")
-OPERATIONS = ("save", "load")
+OPERATIONS = ("save", "load", "delete")  # delete: absent when checkpoints are kept
+_SWEEP_OPERATIONS = ("save", "load")  # a sweep's cells keep save and load throughputs only
 # p99 only when the status has one (enough samples: stats.P99_MIN_SAMPLES).
 STATISTICS = {
     "mean": "meanSeconds",
@@ -62,7 +63,8 @@ PHASE = Gauge(
 )
 DURATION = Gauge(
     "ckptbench_benchmark_duration_seconds",
-    "Collective duration of a checkpoint operation (max over ranks per sample), by statistic.",
+    "Collective duration of a checkpoint operation (save, load, delete; max over ranks per "
+    "sample), by statistic.",
     (*_LABELS, "operation", "statistic"),
     registry=REGISTRY,
 )
@@ -226,7 +228,7 @@ def update_sweep(namespace: str, sweep: str, status: Mapping[str, Any]) -> None:
     for row in status.get("cells") or []:
         if not isinstance(row, Mapping) or row.get("phase") != "Succeeded":
             continue
-        for operation in OPERATIONS:
+        for operation in _SWEEP_OPERATIONS:
             rate = row.get(f"{operation}GiBps")
             if isinstance(rate, int | float):
                 cell = (namespace, sweep, str(row.get("cell")), operation)

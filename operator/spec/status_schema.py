@@ -152,6 +152,11 @@ class BenchmarkStatus(StatusModel):
     checkpoint_size: str | None = Field(None, description="The same, for people.")
     save: Operation | None = Field(None, description="The saves.")
     load: Operation | None = Field(None, description="The loads.")
+    delete: Operation | None = Field(
+        None,
+        description="The deletes of the timed checkpoints (absent when checkpoints are kept); "
+        "throughput is checkpoint bytes deleted per second.",
+    )
     slowest_rank: int | None = Field(
         None, description="The rank with the longest own I/O, saves and loads together."
     )

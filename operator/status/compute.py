@@ -144,6 +144,7 @@ def compute_status(
         checkpoint_size=sizes.format_bytes(total),
         save=operation(summary.save, reports.result_pods) if summary.save else None,
         load=operation(summary.load, reports.result_pods) if summary.load else None,
+        delete=operation(summary.delete, reports.result_pods) if summary.delete else None,
         slowest_rank=slowest,
         verified=summary.verified,
         procedure=summary.procedure.value if reported else None,

@@ -35,7 +35,7 @@ from ckptbench.workload.contract.sizes import GIB
 _MISSING_LISTED = 20
 _ERRORS_LISTED = 10
 
-Operation = Literal["save", "load"]
+Operation = Literal["save", "load", "delete"]
 
 
 class RankOp(NamedTuple):
@@ -50,7 +50,8 @@ class RankOp(NamedTuple):
 
 
 def moved_bytes(result: RankResult, op: Operation) -> int:
-    """Tensor bytes the rank moved: its shard on save; on load, what its load template held."""
+    """Tensor bytes the rank moved: its shard on save (and delete); on load, what its load
+    template held."""
     if op == "load" and result.load_bytes is not None:
         return result.load_bytes
     return result.bytes
@@ -170,6 +171,7 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
     procedure = ordered[0].procedure if ordered else Procedure.CKPTBENCH
     save = summarize_op(rank_ops(ordered, "save"), total_bytes)
     load = summarize_op(rank_ops(ordered, "load"), total_bytes)
+    delete = summarize_op(rank_ops(ordered, "delete"), total_bytes)
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
     return RunSummary(
         world_size=world_size,
@@ -181,6 +183,7 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
         load_shard_bytes=max(loaded) if loaded else None,
         save=save,
         load=load,
+        delete=delete,
         verified=verified,
         errors=errors[:_ERRORS_LISTED],
         error_count=len(errors),
@@ -192,7 +195,7 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
 
 # -- MLPerf Storage's ----------------------------------------------------------------------------
 
-MLPERF_COLUMNS: dict[Operation, str] = {"save": "write", "load": "read"}
+MLPERF_COLUMNS: dict[Operation, str] = {"save": "write", "load": "read"}  # MLPerf times no delete
 
 
 def mlperf_keys() -> list[str]:

@@ -150,7 +150,8 @@ _SAMPLE_LISTS = (
 
 
 class RankResult(BaseModel):
-    """What one rank reports. ``save``/``load`` are absent when the rank failed before them."""
+    """What one rank reports. ``save``/``load`` are absent when the rank failed before them;
+    ``delete`` also when checkpoints are kept (nothing was deleted)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -167,6 +168,11 @@ class RankResult(BaseModel):
     )
     save: OpTiming | None = None
     load: OpTiming | None = None
+    delete: OpTiming | None = Field(
+        None,
+        description="Deleting each timed sample's checkpoint: its own objects (io) and, on rank "
+        "0, the sweep of what is left (finish). None when checkpoints are kept.",
+    )
     verified: bool | None = Field(None, description="Every load verified; None when not checked.")
     setup_seconds: Seconds | None = Field(
         None, description="Making the storage client and authenticating, once, before timing."
@@ -208,6 +214,7 @@ class RankResult(BaseModel):
             update={
                 "save": self.save.without_samples() if self.save else None,
                 "load": self.load.without_samples() if self.load else None,
+                "delete": self.delete.without_samples() if self.delete else None,
             }
         )
         text = slim._compact()
@@ -344,6 +351,11 @@ class RunSummary(BaseModel):
     )
     save: OpSummary | None = None
     load: OpSummary | None = None
+    delete: OpSummary | None = Field(
+        None,
+        description="Deleting each timed checkpoint, with the save's and load's statistics; its "
+        "throughput is checkpoint bytes deleted per second. None when checkpoints are kept.",
+    )
     verified: bool | None = Field(None, description="Every rank verified every load.")
     errors: list[RankError] = Field(default_factory=list, description="At most the first 10.")
     error_count: int = 0

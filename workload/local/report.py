@@ -113,6 +113,15 @@ _OP_ROWS = (
     # Inside the figures above: automatic garbage collections (none with manual collection).
     _Figure("garbage collection (s)", lambda o: o.gc_mean_seconds or 0.0, "seconds"),
 )
+# Deleting a checkpoint: the same statistics as save and load, without the rows that mean
+# nothing for it (DCP plans nothing, and a deletion rate in checkpoint bytes is in the CSV/JSON).
+_DELETE_ROWS = tuple(
+    f
+    for f in _OP_ROWS
+    if f.label
+    in {"samples", "mean (s)", "stdev (s)", "p50 (s)", "p90 (s)", "max (s)", "slowest rank"}
+    or f.label.startswith("I/O ")
+)
 # Only over enough samples (stats.P99_MIN_SAMPLES): the row appears when some run has one.
 _P99_ROW = _Figure("p99 (s)", lambda o: o.p99_seconds, "seconds", ratio=True)
 # A resharding load's ranks outside the load world read nothing: not in the per-rank rows.
@@ -226,9 +235,7 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         if any((op := getattr(s, name)) is not None and op.ranks_left_out for s in runs):
             at = next(i for i, r in enumerate(op_rows) if r.label.endswith(" slowest rank"))
             op_rows[at + 1 : at + 1] = _rows(name, rate, [_LEFT_OUT_ROW])
-        if any((op := getattr(s, name)) is not None and op.p99_seconds is not None for s in runs):
-            at = next(i for i, r in enumerate(op_rows) if r.label.endswith(" p90 (s)"))
-            op_rows[at + 1 : at + 1] = _rows(name, rate, [_P99_ROW])
+        _add_p99(op_rows, name, runs, rate)
         if name == "save" and any(
             s.save is not None and s.save.blocked_mean_seconds is not None for s in runs
         ):
@@ -238,8 +245,24 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         if Procedure.MLPERF in procedures:
             op_rows += _mlperf_rows(name, rate)
         rows += op_rows
+    if any(s.delete is not None for s in runs):
+        rows += _delete_rows(runs, rate)
     rows += [Row("verified", _verified, str), Row("status", _status, str)]
     return rows
+
+
+def _delete_rows(runs: Sequence[RunSummary], rate: Unit) -> list[Row]:
+    """Deleting the checkpoint, timed as its own operation (absent when checkpoints are kept)."""
+    rows = _rows("delete", rate, _DELETE_ROWS)
+    _add_p99(rows, "delete", runs, rate)
+    return rows
+
+
+def _add_p99(rows: list[Row], name: str, runs: Sequence[RunSummary], rate: Unit) -> None:
+    """The p99 row after p90, when some run has a p99 of the operation (enough samples)."""
+    if any((op := getattr(s, name)) is not None and op.p99_seconds is not None for s in runs):
+        at = next(i for i, r in enumerate(rows) if r.label.endswith(" p90 (s)"))
+        rows[at + 1 : at + 1] = _rows(name, rate, [_P99_ROW])
 
 
 def _cell(row: Row, s: RunSummary) -> str:

@@ -7,10 +7,12 @@ every load into one reused template, with no warm-up. Templates are filled with 
 Each operation is bracketed ``barrier(); t0; op; barrier(); t1`` as in the reference: ``t1 - t0``
 is the collective duration, the same on every rank because DCP ends its save and load with
 collectives. What tells ranks apart is timed inside the storage layer (planning, I/O, finish:
-:mod:`ckptbench.workload.storage.timing`). The closing barrier is an all-reduce of a failure flag,
-so when any rank fails (a bad read, a verification mismatch, a failed delete) every rank learns it
-at the same point and stops in step; nobody is left waiting in a collective the others will never
-join.
+:mod:`ckptbench.workload.storage.timing`). Deleting a checkpoint (unless ``keep_checkpoints``) is
+a third operation, timed the same way: its I/O is the rank's own delete of its data objects, its
+finish rank 0's sweep of what is left (``.metadata``, folders). The closing barrier is an
+all-reduce of a failure flag, so when any rank fails (a bad read, a verification mismatch, a
+failed delete) every rank learns it at the same point and stops in step; nobody is left waiting
+in a collective the others will never join.
 
 Memory: the loaded (and verified) tensors are what the next sample saves, and the previous shard
 is released before the load template is allocated, so one shard is held at a time, except while
@@ -113,6 +115,7 @@ class _Loop:
         self.distributed = dist.is_available() and dist.is_initialized()
         self.saves = Series()
         self.loads = Series()
+        self.deletes = Series()
         self.verified: bool | None = None
         self.load_bytes: int | None = None  # what this rank's load template holds
         self.save_group: Any = None
@@ -185,7 +188,7 @@ class _Loop:
             self.loads.ops.append(loaded)
         self._check(template)
         if not config.keep_checkpoints:
-            self._cleanup(checkpoint_id)
+            self._cleanup(checkpoint_id, timed)
         if config.load_world_size not in (None, config.world_size):
             # A resharded load holds the load world's pieces; the next save is the full world's.
             del template
@@ -347,18 +350,37 @@ class _Loop:
             self.verified = False
             raise
 
-    def _cleanup(self, checkpoint_id: str) -> None:
-        # Each rank deletes its own data objects; only then rank 0 sweeps what is left (the
-        # .metadata, and any folder), so no two ranks ever delete the same object.
-        session = self._session()
-        rank_prefix = f"__{self.config.rank}_"
-        self._step("cleanup", lambda: session.delete_prefix(checkpoint_id, rank_prefix))
-        if self.config.rank == 0:
-            self._step("cleanup", lambda: session.delete_prefix(checkpoint_id))
-        else:
-            self._agree(None, "cleanup")
+    def _cleanup(self, checkpoint_id: str, timed: bool = True) -> None:
+        """Delete the checkpoint, timed as its own operation (the cost of keeping only the
+        latest K), bracketed like a save or a load; kept in the delete series when ``timed``."""
+        deleted = self._timed("delete", lambda: self._delete(checkpoint_id), checkpoint_id)
+        if timed:
+            self.deletes.ops.append(deleted)
         if checkpoint_id in self.pending:
             self.pending.remove(checkpoint_id)
+
+    def _delete(self, checkpoint_id: str) -> timing.Phases:
+        # Each rank deletes its own data objects; only then rank 0 sweeps what is left (the
+        # .metadata, and any folder), so no two ranks ever delete the same object. The agreement
+        # between the two is inside the timed operation, so that a failed delete on any rank
+        # stops every rank at the same point: here, or at the operation's closing agreement.
+        session = self._session()
+        phases = timing.Phases(planning=0.0)
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            session.delete_prefix(checkpoint_id, f"__{self.config.rank}_")
+        except Exception as exc:
+            error = exc
+        phases.io = time.perf_counter() - t0
+        self._agree(error, "delete")
+        if self.config.rank == 0:
+            t1 = time.perf_counter()
+            try:
+                session.delete_prefix(checkpoint_id)
+            finally:
+                phases.finish = time.perf_counter() - t1
+        return phases
 
     def _discard_failed_samples(self) -> None:
         # Bounded in time and with no collective (a peer may be gone); never raises.
@@ -422,6 +444,7 @@ class _Loop:
             load_bytes=self.load_bytes,
             save=self.saves.timing(),
             load=self.loads.timing(),
+            delete=self.deletes.timing(),
             verified=verified if self.config.verify else None,
             setup_seconds=round(session.setup_seconds, 6) if session else None,
             left_behind=self.left_behind,

@@ -86,7 +86,7 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
         "load_shard_bytes": s.load_shard_bytes,
         **_stored(s),
     }
-    for op_name in ("save", "load"):
+    for op_name in ("save", "load", "delete"):
         op: OpSummary | None = getattr(s, op_name)
         for name, get in _OP_FIGURES:
             row[f"{op_name}_{name}"] = get(op) if op is not None else None
