@@ -81,6 +81,17 @@ PHASE_SECONDS = Gauge(
     (*_LABELS, "operation", "part"),
     registry=REGISTRY,
 )
+READ_AMPLIFICATION = Gauge(
+    "ckptbench_benchmark_read_amplification",
+    "A load's bytes read from storage over the stored bytes its plans needed: over every rank "
+    "(aggregate) or the largest rank's (max_rank).",
+    (*_LABELS, "kind"),
+    registry=REGISTRY,
+)
+AMPLIFICATIONS = {
+    "aggregate": "readAmplification",
+    "max_rank": "maxRankReadAmplification",
+}
 SWEEP_CELL_THROUGHPUT = Gauge(
     "ckptbench_sweep_cell_throughput_bytes_per_second",
     "Aggregate throughput of each succeeded cell of a sweep (its child benchmark's), to compare "
@@ -131,6 +142,7 @@ _BENCHMARK_GAUGES: tuple[Gauge, ...] = (
     DURATION,
     THROUGHPUT,
     PHASE_SECONDS,
+    READ_AMPLIFICATION,
 )
 # Which label values each benchmark has series under, so removal takes away exactly those.
 Key = tuple[str, str]  # (namespace, name) of a benchmark or a sweep
@@ -179,7 +191,19 @@ def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[st
             for label, key in keys.items():
                 if isinstance(op.get(key), int | float):
                     values.append((gauge, (*base, operation, label), float(op[key])))
+    values += _read_amplification(base, status)
     _publish(_series, (namespace, name), values)
+
+
+def _read_amplification(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Value]:
+    load = status.get("load")
+    if not isinstance(load, Mapping):
+        return []
+    return [
+        (READ_AMPLIFICATION, (*base, kind), float(load[key]))
+        for kind, key in AMPLIFICATIONS.items()
+        if isinstance(load.get(key), int | float)
+    ]
 
 
 def remove_benchmark(namespace: str, name: str) -> None:

@@ -155,6 +155,32 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
     )
 
 
+def read_amplification(timings: Sequence[RankOp]) -> dict[str, float | None]:
+    """Bytes read from storage over the stored bytes the load plans needed: summed over the
+    ranks that needed bytes, and the largest per rank. Empty when no rank counted."""
+    counted = [
+        (t.timing.read_bytes, t.timing.needed_bytes)
+        for t in timings
+        if t.timing.read_bytes is not None and t.timing.needed_bytes
+    ]
+    if not counted:
+        return {}
+    read = sum(r for r, _ in counted)
+    needed = sum(n for _, n in counted)
+    return {
+        "read_amplification": round(read / needed, ROUND),
+        "max_rank_read_amplification": round(max(r / n for r, n in counted), ROUND),
+    }
+
+
+def with_parity_figures(op: OpSummary | None, timings: Sequence[RankOp]) -> OpSummary | None:
+    """The figures issue 23 added beside summarize_op's: read amplification."""
+    if op is None:
+        return None
+    added = read_amplification(timings)
+    return op.model_copy(update=added) if added else op
+
+
 def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) -> RunSummary:
     """Aggregate the ranks' results into the run's summary."""
     by_rank = {r.rank: r for r in results if 0 <= r.rank < world_size}
@@ -170,7 +196,8 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
         verified = None
     procedure = ordered[0].procedure if ordered else Procedure.CKPTBENCH
     save = summarize_op(rank_ops(ordered, "save"), total_bytes)
-    load = summarize_op(rank_ops(ordered, "load"), total_bytes)
+    loads = rank_ops(ordered, "load")
+    load = with_parity_figures(summarize_op(loads, total_bytes), loads)
     delete = summarize_op(rank_ops(ordered, "delete"), total_bytes)
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
     return RunSummary(

@@ -99,6 +99,10 @@ class OpTiming(BaseModel):
     gc_seconds: SecondsList | None = None
     started_at: Annotated[list[Timestamp], Field(max_length=MAX_SAMPLES_LISTED)] | None = None
     ended_at: Annotated[list[Timestamp], Field(max_length=MAX_SAMPLES_LISTED)] | None = None
+    # A load's traffic over its timed samples, counted in the storage layer: bytes read from
+    # storage during read_data, and the stored bytes its plans needed (read amplification).
+    read_bytes: Bytes | None = None
+    needed_bytes: Bytes | None = None
 
     @classmethod
     def of(
@@ -112,6 +116,8 @@ class OpTiming(BaseModel):
         gc_seconds: Sequence[float] | None = None,
         started_at: Sequence[float] | None = None,
         ended_at: Sequence[float] | None = None,
+        read_bytes: int | None = None,
+        needed_bytes: int | None = None,
     ) -> OpTiming:
         planning = planning_seconds if planning_seconds else [0.0] * len(seconds)
         finish = finish_seconds if finish_seconds and any(finish_seconds) else None
@@ -131,6 +137,8 @@ class OpTiming(BaseModel):
             gc_seconds=_rounded(collected) if collected else None,
             started_at=_rounded(started_at) if started_at else None,
             ended_at=_rounded(ended_at) if ended_at else None,
+            read_bytes=read_bytes,
+            needed_bytes=needed_bytes,
         )
 
     def without_samples(self) -> OpTiming:
@@ -313,6 +321,15 @@ class OpSummary(BaseModel):
         None,
         description="Largest per-rank mean seconds of automatic garbage collection inside the "
         "operation (absent when no rank collected).",
+    )
+    read_amplification: float | None = Field(
+        None,
+        description="Load: bytes the ranks read from storage during their data reads over the "
+        "stored bytes their load plans needed, summed over ranks and samples (1.0: nothing "
+        "read twice or in vain). Absent when no rank counted.",
+    )
+    max_rank_read_amplification: float | None = Field(
+        None, description="Load: the largest of the same ratio per rank (ranks that needed bytes)."
     )
     seconds: list[float] | None = Field(
         None, description="Per-sample collective durations, when every rank reported them."

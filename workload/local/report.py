@@ -245,10 +245,28 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         if Procedure.MLPERF in procedures:
             op_rows += _mlperf_rows(name, rate)
         rows += op_rows
+    if any(s.load is not None and s.load.read_amplification is not None for s in runs):
+        rows += _READ_AMPLIFICATION_ROWS
     if any(s.delete is not None for s in runs):
         rows += _delete_rows(runs, rate)
     rows += [Row("verified", _verified, str), Row("status", _status, str)]
     return rows
+
+
+# Bytes read from storage over the stored bytes the load plans needed (docs/measurement.md).
+_READ_AMPLIFICATION_ROWS = [
+    Row(
+        "load read amplification",
+        _op("load", lambda o: o.read_amplification),
+        lambda x: f"{x:.4f}",
+        ratio=True,
+    ),
+    Row(
+        "load read amplification max rank",
+        _op("load", lambda o: o.max_rank_read_amplification),
+        lambda x: f"{x:.4f}",
+    ),
+]
 
 
 def _delete_rows(runs: Sequence[RunSummary], rate: Unit) -> list[Row]:

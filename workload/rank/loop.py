@@ -79,6 +79,8 @@ class Series:
         if not self.ops:
             return None
         blocked = [op.blocked_seconds for op in self.ops if op.blocked_seconds is not None]
+        read = [op.phases.read_bytes for op in self.ops if op.phases.read_bytes is not None]
+        needed = [op.phases.needed_bytes for op in self.ops if op.phases.needed_bytes is not None]
         return OpTiming.of(
             [op.seconds for op in self.ops],
             [op.phases.own_io or 0.0 for op in self.ops],
@@ -88,6 +90,8 @@ class Series:
             gc_seconds=[op.gc_seconds for op in self.ops],
             started_at=[op.started_at for op in self.ops],
             ended_at=[op.ended_at for op in self.ops],
+            read_bytes=sum(read) if read else None,
+            needed_bytes=sum(needed) if needed else None,
         )
 
 

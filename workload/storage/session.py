@@ -29,6 +29,7 @@ from ckptbench.workload.storage.retry import (
     call_with_retry,
     discard_policy,
 )
+from ckptbench.workload.storage.traffic import count_traffic
 
 
 class StorageSession:
@@ -60,14 +61,14 @@ class StorageSession:
     def writer(self, checkpoint_id: str) -> StorageWriter:
         config = self.config
         if config.backend is Backend.FILE:
-            return FileSystemWriter(str(local_path(checkpoint_id)))
+            return count_traffic(FileSystemWriter(str(local_path(checkpoint_id))))
         if config.backend is Backend.GCSFS:
             from ckptbench.workload.storage.torch_seam import FsspecWriter
 
             fsspec_writer: StorageWriter = FsspecWriter(
                 checkpoint_id, sync_files=config.sync_files, **self._gcsfs_options
             )
-            return fsspec_writer
+            return count_traffic(fsspec_writer)
         from ckptbench.workload.storage.gcs.backend import GcsStorageWriter
 
         return GcsStorageWriter(checkpoint_id, filesystem=self._gcs)
@@ -75,12 +76,12 @@ class StorageSession:
     def reader(self, checkpoint_id: str) -> StorageReader:
         config = self.config
         if config.backend is Backend.FILE:
-            return FileSystemReader(str(local_path(checkpoint_id)))
+            return count_traffic(FileSystemReader(str(local_path(checkpoint_id))))
         if config.backend is Backend.GCSFS:
             from ckptbench.workload.storage.gcsfs_backend import NamingFsspecReader
 
             fsspec_reader: StorageReader = NamingFsspecReader(checkpoint_id, **self._gcsfs_options)
-            return fsspec_reader
+            return count_traffic(fsspec_reader)
         from ckptbench.workload.storage.gcs.backend import GcsStorageReader
 
         return GcsStorageReader(checkpoint_id, filesystem=self._gcs)
