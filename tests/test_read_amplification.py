@@ -138,6 +138,8 @@ def test_a_rank_that_reads_exactly_its_own_shard_shows_exactly_one(tmp_path: Pat
                "--layer-size", "50", "--padding-size", "4")  # fmt: skip
     assert run["load"]["read_amplification"] == 1.0
     assert run["load"]["max_rank_read_amplification"] == 1.0
+    # The same counter gives each rank's bytes sent: two saves of the checkpoint as stored.
+    assert run["resources"]["sent_bytes"] == 2 * run["extra"]["checkpoint"]["stored_bytes"]
 
 
 @pytest.mark.slow

@@ -92,6 +92,29 @@ AMPLIFICATIONS = {
     "aggregate": "readAmplification",
     "max_rank": "maxRankReadAmplification",
 }
+RESOURCES = Gauge(
+    "ckptbench_benchmark_rank_resources",
+    "What the ranks' processes used while benchmarking: the largest per rank (max_*), traffic "
+    "totals over ranks, and the slowest rank's own (slowest_rank_*). Seconds or bytes, as named.",
+    (*_LABELS, "kind"),
+    registry=REGISTRY,
+)
+RESOURCE_KINDS = {
+    "max_cpu_user_seconds": "maxCpuUserSeconds",
+    "max_cpu_system_seconds": "maxCpuSystemSeconds",
+    "max_peak_rss_bytes": "maxPeakRssBytes",
+    "max_sent_bytes": "maxSentBytes",
+    "max_received_bytes": "maxReceivedBytes",
+    "sent_bytes": "sentBytes",
+    "received_bytes": "receivedBytes",
+}
+SLOWEST_RANK_KINDS = {
+    "slowest_rank_cpu_user_seconds": "cpuUserSeconds",
+    "slowest_rank_cpu_system_seconds": "cpuSystemSeconds",
+    "slowest_rank_peak_rss_bytes": "peakRssBytes",
+    "slowest_rank_sent_bytes": "sentBytes",
+    "slowest_rank_received_bytes": "receivedBytes",
+}
 SWEEP_CELL_THROUGHPUT = Gauge(
     "ckptbench_sweep_cell_throughput_bytes_per_second",
     "Aggregate throughput of each succeeded cell of a sweep (its child benchmark's), to compare "
@@ -143,6 +166,7 @@ _BENCHMARK_GAUGES: tuple[Gauge, ...] = (
     THROUGHPUT,
     PHASE_SECONDS,
     READ_AMPLIFICATION,
+    RESOURCES,
 )
 # Which label values each benchmark has series under, so removal takes away exactly those.
 Key = tuple[str, str]  # (namespace, name) of a benchmark or a sweep
@@ -192,6 +216,7 @@ def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[st
                 if isinstance(op.get(key), int | float):
                     values.append((gauge, (*base, operation, label), float(op[key])))
     values += _read_amplification(base, status)
+    values += _resources(base, status)
     _publish(_series, (namespace, name), values)
 
 
@@ -203,6 +228,22 @@ def _read_amplification(base: tuple[str, ...], status: Mapping[str, Any]) -> lis
         (READ_AMPLIFICATION, (*base, kind), float(load[key]))
         for kind, key in AMPLIFICATIONS.items()
         if isinstance(load.get(key), int | float)
+    ]
+
+
+def _resources(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Value]:
+    block = status.get("resources")
+    if not isinstance(block, Mapping):
+        return []
+    slowest = block.get("slowestRankResources")
+    sources = [(RESOURCE_KINDS, block)]
+    if isinstance(slowest, Mapping):
+        sources.append((SLOWEST_RANK_KINDS, slowest))
+    return [
+        (RESOURCES, (*base, kind), float(values[key]))
+        for kinds, values in sources
+        for kind, key in kinds.items()
+        if isinstance(values.get(key), int | float)
     ]
 
 

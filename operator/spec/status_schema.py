@@ -20,7 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict, JsonSchemaExtraCallable
 
-from ckptbench.workload.contract.results import OpSummary, RankError
+from ckptbench.workload.contract.results import (
+    OpSummary,
+    RankError,
+    RankResources,
+    ResourceSummary,
+)
 
 # The status's names for two of OpSummary's fields, as the status has always written them.
 _WIRE_NAMES = {"planning_mean_seconds": "planningSeconds", "gc_mean_seconds": "gcSeconds"}
@@ -94,6 +99,22 @@ class Operation(OpSummary):
     slowest_rank_pod: str | None = Field(None, description="The slowest rank's pod.")
 
 
+class RankResourcesEntry(RankResources):
+    """One rank's process while it benchmarked: CPU seconds, peak RSS, storage traffic."""
+
+    model_config = _config()
+
+
+class Resources(ResourceSummary):
+    """The ranks' resources: the largest per rank, traffic totals, the slowest rank's own."""
+
+    model_config = _config()
+
+    slowest_rank_resources: RankResourcesEntry | None = Field(
+        None, description="The slowest rank's own resources."
+    )
+
+
 class RankErrorEntry(RankError):
     """A rank that reported an error."""
 
@@ -159,6 +180,11 @@ class BenchmarkStatus(StatusModel):
     )
     slowest_rank: int | None = Field(
         None, description="The rank with the longest own I/O, saves and loads together."
+    )
+    resources: Resources | None = Field(
+        None,
+        description="CPU seconds, peak RSS and storage traffic per rank, and the slowest "
+        "rank's own.",
     )
     verified: bool | None = Field(None, description="Every loaded tensor matched (when verified).")
     procedure: str | None = Field(None, description="The procedure that ran.")

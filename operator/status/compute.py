@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from ckptbench.operator.spec.status_schema import BenchmarkStatus
+from ckptbench.operator.spec.status_schema import BenchmarkStatus, Resources
 from ckptbench.operator.status import conditions as cond
 from ckptbench.operator.status.aggregate import (
     LISTED,
@@ -146,6 +146,9 @@ def compute_status(
         load=operation(summary.load, reports.result_pods) if summary.load else None,
         delete=operation(summary.delete, reports.result_pods) if summary.delete else None,
         slowest_rank=slowest,
+        resources=(
+            Resources.model_validate(summary.resources.model_dump()) if summary.resources else None
+        ),
         verified=summary.verified,
         procedure=summary.procedure.value if reported else None,
         cache=summary.cache.value if reported and summary.cache is not None else None,

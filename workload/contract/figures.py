@@ -28,6 +28,7 @@ from ckptbench.workload.contract.results import (
     OpTiming,
     RankError,
     RankResult,
+    ResourceSummary,
     RunSummary,
 )
 from ckptbench.workload.contract.sizes import GIB
@@ -181,6 +182,27 @@ def with_parity_figures(op: OpSummary | None, timings: Sequence[RankOp]) -> OpSu
     return op.model_copy(update=added) if added else op
 
 
+def resource_summary(results: Sequence[RankResult]) -> ResourceSummary | None:
+    """The ranks' resources: maxima per rank, traffic totals, and the slowest rank's own."""
+    reported = [(r.rank, r.resources) for r in results if r.resources is not None]
+    if not reported:
+        return None
+    own = [x for _, x in reported]
+    slowest = slowest_rank(results)
+    return ResourceSummary(
+        ranks=len(own),
+        max_cpu_user_seconds=max(x.cpu_user_seconds for x in own),
+        max_cpu_system_seconds=max(x.cpu_system_seconds for x in own),
+        max_peak_rss_bytes=max(x.peak_rss_bytes for x in own),
+        max_sent_bytes=max(x.sent_bytes for x in own),
+        max_received_bytes=max(x.received_bytes for x in own),
+        sent_bytes=sum(x.sent_bytes for x in own),
+        received_bytes=sum(x.received_bytes for x in own),
+        slowest_rank=slowest,
+        slowest_rank_resources=next((x for rank, x in reported if rank == slowest), None),
+    )
+
+
 def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) -> RunSummary:
     """Aggregate the ranks' results into the run's summary."""
     by_rank = {r.rank: r for r in results if 0 <= r.rank < world_size}
@@ -212,6 +234,7 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
         load=load,
         delete=delete,
         verified=verified,
+        resources=resource_summary(ordered),
         errors=errors[:_ERRORS_LISTED],
         error_count=len(errors),
         procedure=procedure,

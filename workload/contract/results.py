@@ -157,6 +157,18 @@ _SAMPLE_LISTS = (
 )
 
 
+class RankResources(BaseModel):
+    """What one rank's process used while it benchmarked (the loop, start to end)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cpu_user_seconds: Seconds = Field(description="CPU seconds in user mode, every thread.")
+    cpu_system_seconds: Seconds = Field(description="CPU seconds in the kernel, every thread.")
+    peak_rss_bytes: Bytes = Field(description="The process's peak resident set size.")
+    sent_bytes: Bytes = Field(description="Bytes sent to storage (writes, uploads, retries).")
+    received_bytes: Bytes = Field(description="Bytes received from storage (every read).")
+
+
 class RankResult(BaseModel):
     """What one rank reports. ``save``/``load`` are absent when the rank failed before them;
     ``delete`` also when checkpoints are kept (nothing was deleted)."""
@@ -182,6 +194,9 @@ class RankResult(BaseModel):
         "0, the sweep of what is left (finish). None when checkpoints are kept.",
     )
     verified: bool | None = Field(None, description="Every load verified; None when not checked.")
+    resources: RankResources | None = Field(
+        None, description="CPU seconds, peak RSS and storage traffic of the rank's loop."
+    )
     setup_seconds: Seconds | None = Field(
         None, description="Making the storage client and authenticating, once, before timing."
     )
@@ -339,6 +354,28 @@ class OpSummary(BaseModel):
     )
 
 
+class ResourceSummary(BaseModel):
+    """The ranks' resources: the largest per rank, the totals of traffic, and the slowest
+    rank's own (the rank whose save plus load I/O was the longest)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ranks: int = Field(description="Ranks that reported their resources.")
+    max_cpu_user_seconds: float = Field(description="Largest CPU user seconds of a rank.")
+    max_cpu_system_seconds: float = Field(description="Largest CPU system seconds of a rank.")
+    max_peak_rss_bytes: int = Field(description="Largest peak RSS of a rank.")
+    max_sent_bytes: int = Field(description="Most bytes a rank sent to storage.")
+    max_received_bytes: int = Field(description="Most bytes a rank received from storage.")
+    sent_bytes: int = Field(description="Bytes all ranks sent to storage.")
+    received_bytes: int = Field(description="Bytes all ranks received from storage.")
+    slowest_rank: int | None = Field(
+        None, description="The rank with the longest save plus load I/O, whose resources follow."
+    )
+    slowest_rank_resources: RankResources | None = Field(
+        None, description="The slowest rank's own resources."
+    )
+
+
 class RankError(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -374,6 +411,9 @@ class RunSummary(BaseModel):
         "throughput is checkpoint bytes deleted per second. None when checkpoints are kept.",
     )
     verified: bool | None = Field(None, description="Every rank verified every load.")
+    resources: ResourceSummary | None = Field(
+        None, description="CPU, peak RSS and storage traffic per rank (absent: none reported)."
+    )
     errors: list[RankError] = Field(default_factory=list, description="At most the first 10.")
     error_count: int = 0
     procedure: Procedure = Field(Procedure.CKPTBENCH, description="The procedure that ran.")

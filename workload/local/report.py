@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import OpSummary, RunSummary
+from ckptbench.workload.contract.results import OpSummary, ResourceSummary, RunSummary
 from ckptbench.workload.contract.sizes import GIB
 
 MIB = 1024**2
@@ -249,6 +249,8 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         rows += _READ_AMPLIFICATION_ROWS
     if any(s.delete is not None for s in runs):
         rows += _delete_rows(runs, rate)
+    if any(s.resources is not None for s in runs):
+        rows += _resource_rows(size)
     rows += [Row("verified", _verified, str), Row("status", _status, str)]
     return rows
 
@@ -267,6 +269,28 @@ _READ_AMPLIFICATION_ROWS = [
         lambda x: f"{x:.4f}",
     ),
 ]
+
+
+def _resource(
+    get: Callable[[ResourceSummary], float | int | None],
+) -> Callable[[RunSummary], float | int | None]:
+    def value(s: RunSummary) -> float | int | None:
+        return None if s.resources is None else get(s.resources)
+
+    return value
+
+
+def _resource_rows(size: Unit) -> list[Row]:
+    """What the ranks' processes used while benchmarking: the largest per rank, traffic totals."""
+    return [
+        Row("rank CPU user max (s)", _resource(lambda r: r.max_cpu_user_seconds), fmt_seconds),
+        Row("rank CPU system max (s)", _resource(lambda r: r.max_cpu_system_seconds), fmt_seconds),
+        Row("rank peak RSS max (MiB)", _resource(lambda r: r.max_peak_rss_bytes),
+            fmt_in(MIB_UNIT, 1)),
+        Row(f"sent to storage ({size.name})", _resource(lambda r: r.sent_bytes), fmt_in(size, 2)),
+        Row(f"received from storage ({size.name})", _resource(lambda r: r.received_bytes),
+            fmt_in(size, 2)),
+    ]  # fmt: skip
 
 
 def _delete_rows(runs: Sequence[RunSummary], rate: Unit) -> list[Row]:

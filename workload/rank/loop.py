@@ -42,7 +42,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from ckptbench.workload.contract.choices import CacheMode, Procedure
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import OpTiming, RankResult
-from ckptbench.workload.rank import memory, state
+from ckptbench.workload.rank import memory, resources, state
 from ckptbench.workload.rank.collector import Collector
 from ckptbench.workload.rank.failures import (
     AsyncSaveError,
@@ -128,6 +128,7 @@ class _Loop:
         self.pending: list[str] = []
         self.left_behind: str | None = None
         self.collector = Collector(config.garbage_collection)
+        self.meter = resources.Meter()
 
     # -- the procedures ----------------------------------------------------------------------------
 
@@ -450,6 +451,7 @@ class _Loop:
             load=self.loads.timing(),
             delete=self.deletes.timing(),
             verified=verified if self.config.verify else None,
+            resources=self.meter.read(),
             setup_seconds=round(session.setup_seconds, 6) if session else None,
             left_behind=self.left_behind,
             read_paths={k: v for k, v in paths.items() if v} if paths else None,

@@ -71,6 +71,34 @@ def _mlperf(s: RunSummary) -> dict[str, Any]:
     return {key: measured.get(key) for key in figures.mlperf_keys()}
 
 
+_RESOURCES = (
+    "max_cpu_user_seconds",
+    "max_cpu_system_seconds",
+    "max_peak_rss_bytes",
+    "max_sent_bytes",
+    "max_received_bytes",
+    "sent_bytes",
+    "received_bytes",
+)
+_SLOWEST_RANK_RESOURCES = (
+    "cpu_user_seconds",
+    "cpu_system_seconds",
+    "peak_rss_bytes",
+    "sent_bytes",
+    "received_bytes",
+)
+
+
+def _resources(s: RunSummary) -> dict[str, Any]:
+    """The ranks' resources (``rank_`` columns) and the slowest rank's (``slowest_rank_``)."""
+    r = s.resources
+    own = r.slowest_rank_resources if r else None
+    row = {f"rank_{k}": getattr(r, k) if r else None for k in _RESOURCES}
+    row.update({f"slowest_rank_{k}": getattr(own, k) if own else None
+                for k in _SLOWEST_RANK_RESOURCES})  # fmt: skip
+    return row
+
+
 def settings_of(s: RunSummary) -> dict[str, Any]:
     settings: dict[str, Any] = {"world_size": s.world_size}
     for k, v in s.extra.get("settings", {}).items():
@@ -94,6 +122,7 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
             row[f"{op_name}_{name}"] = get(op) if op is not None else None
     row["save_blocked_mean_seconds"] = s.save.blocked_mean_seconds if s.save else None
     row["verified"] = s.verified
+    row.update(_resources(s))
     row.update(_mlperf(s))
     return row
 
