@@ -192,6 +192,16 @@ class BenchmarkStatus(StatusModel):
     mlperf: dict[str, float] | None = Field(
         None, description="The mlperf procedure's figures under MLPerf Storage's metric names."
     )
+    mlperf_category: str | None = Field(
+        None, description="mlperf procedure: CLOSED (only the checkpoint folder changed) or OPEN."
+    )
+    mlperf_open_reasons: list[str] | None = Field(
+        None, description="Why OPEN: each setting MLPerf's CLOSED rules fix that differs."
+    )
+    ram_rule: str | None = Field(
+        None,
+        description="Backend file: MLPerf's 3 x RAM rule (met by size, met by eviction, not met).",
+    )
     rank_error_count: int | None = Field(None, description="Ranks that reported an error.")
     rank_errors: list[RankErrorEntry] | None = Field(None, description="The first 10.")
     failed_pod_count: int | None = Field(None, description="Pods that failed.")

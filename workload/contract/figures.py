@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from ckptbench.workload.contract import stats
+from ckptbench.workload.contract import mlperf_rules, stats
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.results import (
     RANKS_LISTED,
@@ -203,6 +203,27 @@ def resource_summary(results: Sequence[RankResult]) -> ResourceSummary | None:
     )
 
 
+def ram_rule_figures(results: Sequence[RankResult]) -> dict[str, Any]:
+    """MLPerf's 3 x RAM rule for the ``file`` backend (the ranks recorded a cache mode)."""
+    cache = next((r.cache for r in results if r.cache is not None), None)
+    rule = mlperf_rules.ram_rule(results, cache)
+    if rule is None:
+        return {}
+    return {
+        "ram_rule": rule.verdict,
+        "ram_rule_written_bytes": rule.written_bytes,
+        "ram_rule_memory_bytes": rule.memory_bytes,
+    }
+
+
+def category_figures(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """MLPerf Storage's CLOSED/OPEN label of a run of these recorded settings, and why OPEN."""
+    found = mlperf_rules.category(settings)
+    if found is None:
+        return {}
+    return {"mlperf_category": found.label, "mlperf_open_reasons": found.reasons or None}
+
+
 def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) -> RunSummary:
     """Aggregate the ranks' results into the run's summary."""
     by_rank = {r.rank: r for r in results if 0 <= r.rank < world_size}
@@ -240,6 +261,7 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
         procedure=procedure,
         cache=ordered[0].cache if ordered else None,
         mlperf=mlperf_metrics(save, load, total_bytes) if procedure is Procedure.MLPERF else None,
+        **ram_rule_figures(ordered),
     )
 
 
@@ -303,6 +325,21 @@ def mlperf_metrics(
             op.median_rank_throughput_bytes_per_second / GIB, ROUND
         )
     return out
+
+
+# MLPerf Storage v3.0's published column names, each the figure of ours it reads.
+MLPERF_V3_COLUMNS = {
+    "Write B/W (GiB/s)": "checkpoint_write_bw_gibps",
+    "Write Duration (secs)": "checkpoint_write_duration_secs",
+    "Read B/W (GiB/s)": "checkpoint_read_bw_gibps",
+    "Read Duration (secs)": "checkpoint_read_duration_secs",
+}
+
+
+def mlperf_v3_columns(mlperf: Mapping[str, float] | None) -> dict[str, float | None]:
+    """The mlperf procedure's figures under MLPerf Storage v3.0's published column names."""
+    measured = mlperf or {}
+    return {column: measured.get(key) for column, key in MLPERF_V3_COLUMNS.items()}
 
 
 # -- across operations, and the checkpoint as stored ---------------------------------------------

@@ -167,6 +167,9 @@ class RankResources(BaseModel):
     peak_rss_bytes: Bytes = Field(description="The process's peak resident set size.")
     sent_bytes: Bytes = Field(description="Bytes sent to storage (writes, uploads, retries).")
     received_bytes: Bytes = Field(description="Bytes received from storage (every read).")
+    node_memory_bytes: Bytes | None = Field(
+        None, description="The node's RAM (its page cache is the node's): MLPerf's 3 x RAM rule."
+    )
 
 
 class RankResult(BaseModel):
@@ -423,6 +426,23 @@ class RunSummary(BaseModel):
     mlperf: dict[str, float] | None = Field(
         None, description="The mlperf procedure's figures under MLPerf Storage's metric names."
     )
+    mlperf_category: str | None = Field(
+        None,
+        description="mlperf procedure: CLOSED (only the checkpoint folder changed) or OPEN, "
+        "from the settings (contract/mlperf_rules.py).",
+    )
+    mlperf_open_reasons: list[str] | None = Field(
+        None, description="Why the run is OPEN: each setting MLPerf's CLOSED rules fix."
+    )
+    ram_rule: str | None = Field(
+        None,
+        description="file backend: MLPerf's 3 x RAM rule, per node: met by size, met by "
+        "eviction (page cache evicted before each load) or not met.",
+    )
+    ram_rule_written_bytes: int | None = Field(
+        None, description="The bytes the node nearest to failing the rule wrote."
+    )
+    ram_rule_memory_bytes: int | None = Field(None, description="That node's RAM.")
     extra: dict[str, Any] = Field(
         default_factory=dict, description="Settings and versions the result depends on."
     )

@@ -251,6 +251,10 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         rows += _delete_rows(runs, rate)
     if any(s.resources is not None for s in runs):
         rows += _resource_rows(size)
+    if any(s.mlperf_category is not None for s in runs):
+        rows.append(Row("MLPerf category", lambda s: s.mlperf_category, str))
+    if any(s.ram_rule is not None for s in runs):
+        rows.append(Row("3 x RAM rule", lambda s: s.ram_rule, str))
     rows += [Row("verified", _verified, str), Row("status", _status, str)]
     return rows
 
@@ -449,6 +453,14 @@ def format_context(runs: Sequence[tuple[str, RunSummary]]) -> str:
             if op is not None and op.rank_io_seconds and len(op.rank_io_seconds) <= _RANKS_SHOWN:
                 shown = ", ".join(f"{x:.3f}" for x in op.rank_io_seconds)
                 lines.append(f"{label}: {name} I/O seconds by rank: {shown}")
+        if s.mlperf_open_reasons:
+            lines.append(f"{label}: MLPerf OPEN: " + "; ".join(s.mlperf_open_reasons))
+        if s.ram_rule is not None and s.ram_rule_memory_bytes:
+            lines.append(
+                f"{label}: 3 x RAM rule {s.ram_rule}: a node wrote "
+                f"{(s.ram_rule_written_bytes or 0) / GIB:.2f} GiB against "
+                f"3 x {s.ram_rule_memory_bytes / GIB:.2f} GiB of RAM"
+            )
     return "\n".join(lines)
 
 

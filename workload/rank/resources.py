@@ -8,6 +8,7 @@ is the process's high-water mark (``ru_maxrss``), whenever it was reached.
 
 from __future__ import annotations
 
+import os
 import resource
 from dataclasses import dataclass
 
@@ -44,4 +45,12 @@ class Meter:
             peak_rss_bytes=peak,
             sent_bytes=end.sent - self._start.sent,
             received_bytes=end.received - self._start.received,
+            node_memory_bytes=_node_memory(),
         )
+
+
+def _node_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None

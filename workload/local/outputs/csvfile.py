@@ -124,6 +124,10 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
     row["verified"] = s.verified
     row.update(_resources(s))
     row.update(_mlperf(s))
+    row.update(figures.mlperf_v3_columns(s.mlperf))
+    row["mlperf_category"] = s.mlperf_category
+    row["mlperf_open_reasons"] = "; ".join(s.mlperf_open_reasons or []) or None
+    row["ram_rule"] = s.ram_rule
     return row
 
 
