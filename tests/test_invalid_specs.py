@@ -104,6 +104,22 @@ CASES = [
         "loadWorldSize",
         "cel",
     ),
+    Case(
+        "load-shard-offset-with-model",
+        {
+            **{k: v for k, v in GOOD.items() if k not in ("layerSize", "paddingSize")},
+            "model": "llama3-debug",
+            "loadShardOffset": 1,
+        },
+        "loadShardOffset",
+        "cel",
+    ),
+    Case(
+        "load-shard-offset-own-shard",
+        _with(loadShardOffset=GOOD["worldSize"]),
+        "loadShardOffset",
+        "cel",
+    ),
     Case("model-unknown-preset", _with(model="gpt2"), "model", "schema"),
     Case("layers-without-model", _with(layers=2), "layers", "cel"),
     Case("vocab-without-model", _with(vocab=2048), "vocab", "cel"),

@@ -47,6 +47,8 @@ class Spec(Protocol):
     @property
     def load_world_size(self) -> int | None: ...
     @property
+    def load_shard_offset(self) -> int | None: ...
+    @property
     def memory_check(self) -> bool: ...
     @property
     def procedure(self) -> Procedure: ...
@@ -175,6 +177,17 @@ RULES: tuple[Rule, ...] = (
         "reshard the checkpoint the others saved with them",
         lambda s: (
             s.load_world_size is None or (s.model is not None and s.load_world_size <= s.world_size)
+        ),
+    ),
+    Rule(
+        "loadShardOffset",
+        "!has(self.loadShardOffset) || "
+        "(!has(self.model) && self.loadShardOffset % self.worldSize != 0)",
+        "loadShardOffset needs the reference layout (no model) and must not be a multiple of "
+        "worldSize: each rank loads the shard of rank (rank + loadShardOffset) mod worldSize",
+        lambda s: (
+            s.load_shard_offset is None
+            or (s.model is None and s.load_shard_offset % s.world_size != 0)
         ),
     ),
     Rule(

@@ -70,6 +70,11 @@ class WorkloadConfig(BenchmarkSettings):
             raise ValueError("layers: overrides need a model preset (set model)")
         elif self.load_world_size is not None:
             raise ValueError("load_world_size: resharding needs a model preset (set model)")
+        elif self.load_shard_offset is not None and self.load_shard_offset % self.world_size == 0:
+            raise ValueError(
+                f"load_shard_offset: {self.load_shard_offset} is a multiple of world_size "
+                f"{self.world_size}: every rank would load its own shard"
+            )
         elif self.padding_size < self.world_size:
             raise ValueError(
                 f"padding_size: {self.padding_size} must be at least world_size {self.world_size}: "
@@ -99,7 +104,23 @@ class WorkloadConfig(BenchmarkSettings):
             )
         return self
 
+    @property
+    def load_rank(self) -> int:
+        """The rank whose shard this rank loads: its own, or ``load_shard_offset`` ranks on."""
+        return (self.rank + (self.load_shard_offset or 0)) % self.world_size
+
+    def loader(self) -> WorkloadConfig:
+        """This config as the rank whose shard this rank loads: its template and checks."""
+        if self.load_rank == self.rank:
+            return self
+        return self.model_copy(update={"rank": self.load_rank})
+
     def _check_model(self) -> None:
+        if self.load_shard_offset is not None:
+            raise ValueError(
+                "load_shard_offset: needs the reference layout (unset model): a model preset's "
+                "ranks hold rows of one DTensor mesh, which has no other rank's rows to load"
+            )
         if self.load_world_size is not None and self.load_world_size > self.world_size:
             raise ValueError(
                 f"load_world_size: {self.load_world_size} must be at most world_size "

@@ -169,6 +169,17 @@ class BenchmarkSettings(BaseModel):
         "worldSize), resharding the checkpoint into that many pieces and verifying them (a "
         "restart on fewer nodes). Default: every rank.",
     )
+    load_shard_offset: Annotated[
+        int | None, Setting(layout="reference", axis=True, metavar="K")
+    ] = Field(
+        None,
+        ge=1,
+        le=MAX_WORLD_SIZE,
+        description="Reference layout: each rank loads (and verifies) the shard rank "
+        "(rank + K) mod worldSize saved, not its own: MLPerf Storage's read phase, another host "
+        "taking over. K = ranks per node makes every rank read another node's shard. Default: "
+        "its own shard.",
+    )
     seed: Annotated[int, Setting(axis=True)] = Field(
         0, ge=0, le=2**31 - 1, description="Seed of the synthetic tensor content."
     )

@@ -184,7 +184,7 @@ class _Loop:
         self._after_save(index, checkpoint_id)
 
         template: dict[str, torch.Tensor] = self._step(
-            "prepare load", lambda: state.empty_template(config)
+            "prepare load", lambda: state.empty_template(config.loader())
         )
         self.load_bytes = state.tensor_bytes(template)  # more than the shard on a reshard
         loaded = self._load(checkpoint_id, template)
@@ -194,8 +194,12 @@ class _Loop:
         self._check(template)
         if not config.keep_checkpoints:
             self._cleanup(checkpoint_id, timed)
-        if config.load_world_size not in (None, config.world_size):
-            # A resharded load holds the load world's pieces; the next save is the full world's.
+        if (
+            config.load_world_size not in (None, config.world_size)
+            or config.load_rank != config.rank
+        ):
+            # A resharded load holds the load world's pieces, a load of another rank's shard
+            # that rank's tensors; the next save is this rank's own.
             del template
             rebuilt: dict[str, torch.Tensor] = self._step(
                 "build state", lambda: state.build_state(config)
@@ -220,7 +224,7 @@ class _Loop:
         del shard  # released before the template is allocated: one shard in memory
         memory.after_drop()
         template: dict[str, torch.Tensor] = self._step(
-            "prepare load", lambda: state.empty_template(config)
+            "prepare load", lambda: state.empty_template(config.loader())
         )
         self.load_bytes = state.tensor_bytes(template)  # more than the shard on a reshard
         for index, checkpoint_id in enumerate(ids):
@@ -350,7 +354,7 @@ class _Loop:
 
     def _verify(self, loaded: dict[str, torch.Tensor]) -> None:
         try:
-            state.verify(loaded, self.config)
+            state.verify(loaded, self.config.loader())
         except VerificationError:
             self.verified = False
             raise
