@@ -120,6 +120,17 @@ CASES = [
         "loadShardOffset",
         "cel",
     ),
+    Case(
+        "strategy-full-with-model",
+        {
+            **{k: v for k, v in GOOD.items() if k not in ("layerSize", "paddingSize")},
+            "model": "llama3-debug",
+            "strategy": "full",
+        },
+        "strategy",
+        "cel",
+    ),
+    Case("strategy-unknown", _with(strategy="diagonal"), "strategy", "schema"),
     Case("model-unknown-preset", _with(model="gpt2"), "model", "schema"),
     Case("layers-without-model", _with(layers=2), "layers", "cel"),
     Case("vocab-without-model", _with(vocab=2048), "vocab", "cel"),

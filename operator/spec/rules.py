@@ -21,7 +21,7 @@ from ckptbench.operator.spec.names import (
     VOLUME_SOURCES,
 )
 from ckptbench.workload.contract import memory_plan, models, sizes
-from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend, Procedure
+from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend, Procedure, Strategy
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.settings import REFERENCE_LAYER_SIZE, REFERENCE_PADDING_SIZE
 
@@ -48,6 +48,8 @@ class Spec(Protocol):
     def load_world_size(self) -> int | None: ...
     @property
     def load_shard_offset(self) -> int | None: ...
+    @property
+    def strategy(self) -> Strategy: ...
     @property
     def memory_check(self) -> bool: ...
     @property
@@ -177,6 +179,17 @@ RULES: tuple[Rule, ...] = (
         "reshard the checkpoint the others saved with them",
         lambda s: (
             s.load_world_size is None or (s.model is not None and s.load_world_size <= s.world_size)
+        ),
+    ),
+    Rule(
+        "strategy",
+        "!has(self.strategy) || self.strategy == 'sharded' || "
+        "(!has(self.model) && !has(self.loadShardOffset))",
+        "strategy full and replicated need the reference layout (no model) and no "
+        "loadShardOffset: a model preset is FSDP2's sharded state, and no rank of theirs has a "
+        "shard of its own to trade",
+        lambda s: (
+            s.strategy is Strategy.SHARDED or (s.model is None and s.load_shard_offset is None)
         ),
     ),
     Rule(

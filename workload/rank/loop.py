@@ -39,10 +39,10 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.contract.choices import CacheMode, Procedure
+from ckptbench.workload.contract.choices import CacheMode, Procedure, Strategy
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import OpTiming, RankResult
-from ckptbench.workload.rank import memory, resources, state
+from ckptbench.workload.rank import full, memory, resources, state
 from ckptbench.workload.rank.collector import Collector
 from ckptbench.workload.rank.failures import (
     AsyncSaveError,
@@ -184,7 +184,7 @@ class _Loop:
         self._after_save(index, checkpoint_id)
 
         template: dict[str, torch.Tensor] = self._step(
-            "prepare load", lambda: state.empty_template(config.loader())
+            "prepare load", lambda: self._empty_template()
         )
         self.load_bytes = state.tensor_bytes(template)  # more than the shard on a reshard
         loaded = self._load(checkpoint_id, template)
@@ -197,9 +197,11 @@ class _Loop:
         if (
             config.load_world_size not in (None, config.world_size)
             or config.load_rank != config.rank
+            or config.strategy is Strategy.FULL
         ):
             # A resharded load holds the load world's pieces, a load of another rank's shard
-            # that rank's tensors; the next save is this rank's own.
+            # that rank's tensors, a full load the whole state on rank 0; the next save is
+            # this rank's own.
             del template
             rebuilt: dict[str, torch.Tensor] = self._step(
                 "build state", lambda: state.build_state(config)
@@ -224,7 +226,7 @@ class _Loop:
         del shard  # released before the template is allocated: one shard in memory
         memory.after_drop()
         template: dict[str, torch.Tensor] = self._step(
-            "prepare load", lambda: state.empty_template(config.loader())
+            "prepare load", lambda: self._empty_template()
         )
         self.load_bytes = state.tensor_bytes(template)  # more than the shard on a reshard
         for index, checkpoint_id in enumerate(ids):
@@ -267,6 +269,8 @@ class _Loop:
 
         def save() -> timing.Phases:
             nonlocal blocked
+            if self.config.strategy is Strategy.FULL:
+                return full.save(self.config, session, checkpoint_id, shard)
             if self.config.async_save:
                 t0 = time.perf_counter()
                 future = dcp_async_save(shard, storage_writer=writer, process_group=self.save_group)
@@ -303,6 +307,8 @@ class _Loop:
         reader: timing.TimedReader = self._step("prepare load", prepare)
 
         def load() -> timing.Phases:
+            if self.config.strategy is Strategy.FULL:
+                return full.load(self.config, session, checkpoint_id, template)
             dcp_load(template, storage_reader=reader)
             return reader.phases
 
@@ -352,9 +358,23 @@ class _Loop:
             raise RuntimeError("the storage session is opened before the first sample")
         return self.session
 
+    def _load_view(self) -> WorkloadConfig | None:
+        """The config whose tensors this rank loads (None: it loads nothing)."""
+        config = self.config
+        if config.strategy is Strategy.FULL:
+            return config.whole() if config.rank == 0 else None
+        return config.loader()
+
+    def _empty_template(self) -> dict[str, torch.Tensor]:
+        view = self._load_view()
+        return state.empty_template(view) if view is not None else {}
+
     def _verify(self, loaded: dict[str, torch.Tensor]) -> None:
+        view = self._load_view()
+        if view is None:
+            return  # nothing loaded here; rank 0's verdict reaches every rank through _step
         try:
-            state.verify(loaded, self.config.loader())
+            state.verify(loaded, view)
         except VerificationError:
             self.verified = False
             raise

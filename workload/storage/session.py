@@ -11,11 +11,13 @@ authenticated once, outside the timings, and reused by every sample, as a traini
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from ckptbench.workload.contract.choices import Backend
@@ -29,7 +31,12 @@ from ckptbench.workload.storage.retry import (
     call_with_retry,
     discard_policy,
 )
-from ckptbench.workload.storage.traffic import count_traffic
+from ckptbench.workload.storage.traffic import (
+    TRAFFIC,
+    CountingFileSystem,
+    CountingStream,
+    count_traffic,
+)
 
 
 class StorageSession:
@@ -85,6 +92,39 @@ class StorageSession:
         from ckptbench.workload.storage.gcs.backend import GcsStorageReader
 
         return GcsStorageReader(checkpoint_id, filesystem=self._gcs)
+
+    @contextlib.contextmanager
+    def object_stream(self, url: str, mode: str, expected_bytes: int = 0) -> Iterator[Any]:
+        """One object as a stream, through this backend, its bytes counted: what ``torch.save``
+        into a writer (PyTorch Lightning's non-sharded checkpoint) writes to and reads from.
+        ``expected_bytes`` sizes the gcs backend's upload parts."""
+        config = self.config
+        if config.backend is Backend.FILE:
+            path = local_path(url)
+            if mode == "wb":
+                path.parent.mkdir(parents=True, exist_ok=True)
+            with CountingFileSystem(FileSystem()).create_stream(path, mode) as stream:
+                yield stream
+                if mode == "wb":  # durable, as DCP's file writer makes its files
+                    stream.flush()
+                    os.fsync(stream.fileno())
+            return
+        if config.backend is Backend.GCSFS:
+            counted = CountingStream(self._gcsfs.open(url, mode), TRAFFIC)
+            try:
+                yield counted
+            finally:
+                counted.settle()
+                counted.close()
+            return
+        from ckptbench.workload.storage.gcs.backend import Upload
+
+        gcs = self._gcs
+        with contextlib.ExitStack() as stack:
+            if mode == "wb":
+                stack.enter_context(gcs.uploading(Upload(expected_bytes)))
+            # Its own requests count their bytes (gcs/objects.py).
+            yield stack.enter_context(gcs.create_stream(url, mode))
 
     @property
     def read_paths(self) -> dict[str, int] | None:
