@@ -186,7 +186,7 @@ class _Loop:
         template: dict[str, torch.Tensor] = self._step(
             "prepare load", lambda: self._empty_template()
         )
-        self.load_bytes = state.tensor_bytes(template)  # more than the shard on a reshard
+        self.load_bytes = self._loaded_bytes(template)  # more than the shard on a reshard
         loaded = self._load(checkpoint_id, template)
         self._report("load", label, loaded)
         if timed:
@@ -228,7 +228,7 @@ class _Loop:
         template: dict[str, torch.Tensor] = self._step(
             "prepare load", lambda: self._empty_template()
         )
-        self.load_bytes = state.tensor_bytes(template)  # more than the shard on a reshard
+        self.load_bytes = self._loaded_bytes(template)  # more than the shard on a reshard
         for index, checkpoint_id in enumerate(ids):
             loaded = self._load(checkpoint_id, template)
             self._report("load", self._label(index, True), loaded)
@@ -367,7 +367,17 @@ class _Loop:
 
     def _empty_template(self) -> dict[str, torch.Tensor]:
         view = self._load_view()
-        return state.empty_template(view) if view is not None else {}
+        if view is None or self.config.strategy is Strategy.FULL:
+            return {}  # the full strategy's rank 0 loads into a fresh dict: one copy held
+        return state.empty_template(view)
+
+    def _loaded_bytes(self, template: dict[str, torch.Tensor]) -> int:
+        """Tensor bytes this rank's load brings in: its template's, or the whole state for the
+        full strategy's rank 0."""
+        view = self._load_view()
+        if self.config.strategy is Strategy.FULL:
+            return 0 if view is None else view.total_bytes
+        return state.tensor_bytes(template)
 
     def _verify(self, loaded: dict[str, torch.Tensor]) -> None:
         view = self._load_view()
