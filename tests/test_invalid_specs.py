@@ -131,6 +131,12 @@ CASES = [
         "cel",
     ),
     Case("strategy-unknown", _with(strategy="diagonal"), "strategy", "schema"),
+    Case(
+        "strategy-full-async",
+        _with(strategy="full", asyncSave=True, worldSize=2),
+        "asyncSave",
+        "cel",
+    ),
     Case("model-unknown-preset", _with(model="gpt2"), "model", "schema"),
     Case("layers-without-model", _with(layers=2), "layers", "cel"),
     Case("vocab-without-model", _with(vocab=2048), "vocab", "cel"),

@@ -31,6 +31,7 @@ ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
         ({"strategy": "full", "load_shard_offset": 1},
          "load_shard_offset: with strategy full no rank has a shard of its own"),
         ({"strategy": "diagonal"}, "strategy"),
+        ({"strategy": "full", "async_save": True}, "async_save: the full strategy saves with"),
     ],
 )  # fmt: skip
 def test_layouts_that_make_no_sense_are_refused_by_name(

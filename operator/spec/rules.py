@@ -51,6 +51,8 @@ class Spec(Protocol):
     @property
     def strategy(self) -> Strategy: ...
     @property
+    def async_save(self) -> bool: ...
+    @property
     def memory_check(self) -> bool: ...
     @property
     def procedure(self) -> Procedure: ...
@@ -191,6 +193,13 @@ RULES: tuple[Rule, ...] = (
         lambda s: (
             s.strategy is Strategy.SHARDED or (s.model is None and s.load_shard_offset is None)
         ),
+    ),
+    Rule(
+        "asyncSave",
+        "!has(self.strategy) || self.strategy != 'full' || !has(self.asyncSave) || !self.asyncSave",
+        "asyncSave cannot be true with strategy full: torch.save into a stream has no "
+        "asynchronous form",
+        lambda s: not (s.strategy is Strategy.FULL and s.async_save),
     ),
     Rule(
         "loadShardOffset",

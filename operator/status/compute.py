@@ -68,6 +68,8 @@ def _cyclic_gc_paused() -> Iterator[None]:
 
 def _mlperf_rules(spec: RunSpec, summary: RunSummary, reported: int) -> dict[str, Any]:
     """MLPerf's category from the spec's settings, and the 3 x RAM verdict from the ranks."""
+    # RunSpec is the little the status needs; the category needs every setting, which only a
+    # real spec (CheckpointBenchmarkSpec, BenchmarkSettings' record()) has.
     record = getattr(spec, "record", None)
     found = figures.category_figures(record()) if callable(record) else {}
     out: dict[str, Any] = {

@@ -91,6 +91,11 @@ class WorkloadConfig(BenchmarkSettings):
                 f"padding_size: {self.padding_size} must be at least world_size {self.world_size}: "
                 "every rank must own at least one tensor"
             )
+        if self.strategy is Strategy.FULL and self.async_save:
+            raise ValueError(
+                "async_save: the full strategy saves with torch.save into a stream, which has "
+                "no asynchronous form; use strategy sharded or replicated"
+            )
         if self.backend in (Backend.GCS, Backend.GCSFS) and not self.checkpoint_path.startswith(
             "gs://"
         ):
