@@ -14,6 +14,11 @@ class _Dumper(yaml.SafeDumper):
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         super().increase_indent(flow, False)
 
+    def ignore_aliases(self, data: Any) -> bool:
+        # A value used twice (a schema inlined at two places) is written out twice: a manifest
+        # a person reads, or a tool that does not resolve them, never meets &id001 / *id001.
+        return True
+
 
 def dump(obj: Any) -> str:
     text: str = yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)

@@ -12,9 +12,10 @@ PY=${PYTHON:-python3}
 if [ -x scripts/install-helm.sh ]; then
   scripts/install-helm.sh
 fi
-# A real Prometheus for tests/test_prometheus.py (Debian's package; that test fails under CI=true
-# without it). Installed when missing and we are root; otherwise the test says what to do.
-if ! command -v prometheus >/dev/null 2>&1; then
+# A real Prometheus for tests/test_prometheus.py, and its promtool for tests/test_alerts.py
+# (both in Debian's package; those tests fail under CI=true without them). Installed when missing
+# and we are root; otherwise the tests say what to do.
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus

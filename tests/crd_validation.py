@@ -118,20 +118,37 @@ def _at(obj: Any, path: str) -> Any:
     return obj
 
 
-def cel_failures(obj: dict[str, Any], crd: dict[str, Any] | None = None) -> list[str]:
+def is_transition_rule(rule: dict[str, str]) -> bool:
+    """A rule that reads ``oldSelf``: the API server runs it on updates only."""
+    return "oldSelf" in rule["rule"]
+
+
+def cel_failures(
+    obj: dict[str, Any], crd: dict[str, Any] | None = None, old: dict[str, Any] | None = None
+) -> list[str]:
     """``<path><fieldPath>: <message>`` for every CEL rule the CheckpointBenchmark ``obj`` breaks.
 
+    ``old`` makes it an update from that object: transition rules (``oldSelf``) run too, where
+    the old object has a value at the rule's path, as on an API server; without it, a create.
     Objects the schema already rejects are not meaningful here (the API server stops earlier)."""
     if crd is not None:
         _CRDS.setdefault(_kind(crd), crd)
-    defaulted = with_defaults(obj, openapi_schema(_crd_of(_kind(crd))))
+    schema = openapi_schema(_crd_of(_kind(crd)))
+    defaulted = with_defaults(obj, schema)
+    old_defaulted = with_defaults(old, schema) if old is not None else None
     failures = []
     for path, rule, program in _programs(_kind(crd)):
         target = _at(defaulted, path)
         if target is None:
             continue
+        activation = {"self": json_to_cel(target)}
+        if is_transition_rule(rule):
+            previous = _at(old_defaulted, path) if old_defaulted is not None else None
+            if previous is None:
+                continue
+            activation["oldSelf"] = json_to_cel(previous)
         try:
-            result = program.evaluate({"self": json_to_cel(target)})
+            result = program.evaluate(activation)
         except CELEvalError as exc:
             result = exc
         # An evaluation error rejects the object on an API server too.

@@ -107,10 +107,26 @@ def run_helm(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def template_args(sets: list[str]) -> list[str]:
+# The optional APIs the chart creates objects of only when the cluster serves them
+# (.Capabilities guards). `helm template` knows of none unless told: the tests render for a
+# cluster that has them all, except where they test the guards.
+OPTIONAL_APIS = (
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PrometheusRule",
+    "kueue.x-k8s.io/v1beta2/ResourceFlavor",
+    "kueue.x-k8s.io/v1beta2/ClusterQueue",
+    "kueue.x-k8s.io/v1beta2/LocalQueue",
+    "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",
+    "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding",
+)
+
+
+def template_args(sets: list[str], apis: tuple[str, ...] = OPTIONAL_APIS) -> list[str]:
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE]
     for item in sets:
         args += ["--set", item]
+    for api in apis:
+        args += ["--api-versions", api]
     return args
 
 
@@ -182,10 +198,66 @@ def test_each_optional_part_renders_its_objects(render: Any, name: str) -> None:
     assert EXPECTED_KINDS[name] <= kinds
 
 
+GUARDED = {
+    "serviceMonitor": ("ServiceMonitor", ("monitoring.coreos.com/v1/ServiceMonitor",)),
+    "prometheusRule": ("PrometheusRule", ("monitoring.coreos.com/v1/PrometheusRule",)),
+    "kueue": (
+        "ClusterQueue",
+        tuple(a for a in OPTIONAL_APIS if a.startswith("kueue.x-k8s.io/")),
+    ),
+}
+
+
+def kinds_rendered(helm: str, sets: list[str], apis: tuple[str, ...]) -> set[str]:
+    result = run_helm(helm, *template_args(sets, apis))
+    assert result.returncode == 0, result.stderr
+    return {d["kind"] for d in yaml.safe_load_all(result.stdout) if d}
+
+
+@pytest.mark.parametrize("part", list(GUARDED))
+def test_optional_objects_only_where_the_cluster_serves_their_api(helm: str, part: str) -> None:
+    """A ServiceMonitor, PrometheusRule or Kueue queue on a cluster without that CRD would fail
+    the whole install at apply time: each is created only when the API is served."""
+    kind, apis = GUARDED[part]
+    sets = [f"{part}.enabled=true"]
+    assert kind in kinds_rendered(helm, sets, apis)
+    assert kind not in kinds_rendered(helm, sets, ())
+    # Another optional API does not stand in for this one.
+    others = tuple(a for a in OPTIONAL_APIS if a not in apis)
+    assert kind not in kinds_rendered(helm, sets, others)
+
+
+def install_notes(helm: str, sets: list[str]) -> str:
+    """NOTES.txt as `helm install` prints it (client-side dry run: a cluster without the
+    optional APIs)."""
+    args = ["install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    for item in sets:
+        args += ["--set", item]
+    result = run_helm(helm, *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("NOTES:", 1)[1]
+
+
+def test_notes_say_which_enabled_parts_the_cluster_could_not_take(helm: str) -> None:
+    parts = list(GUARDED)
+    notes = install_notes(helm, [f"{part}.enabled=true" for part in parts])
+    for part in parts:
+        assert f"NOTE: {part}.enabled is set, but this cluster serves no" in notes, notes
+    # The admission policy is on by default: a cluster before 1.30 is told the API server does
+    # not check the allow-lists.
+    notes = install_notes(helm, [])
+    assert notes.count("NOTE:") == 1, notes
+    assert "NOTE: workload.admissionPolicy.enabled is set, but this cluster serves no" in notes
+    assert "NOTE:" not in install_notes(helm, ["workload.admissionPolicy.enabled=false"])
+
+
 def test_optional_parts_are_off_by_default(render: Any) -> None:
     objects = tuple(o for o in render("default") if not aggregated(o))
     kinds = {o["kind"] for o in objects}
-    optional = {"ServiceMonitor", "ConfigMap", "ResourceFlavor", "ClusterQueue", "LocalQueue"}
+    optional = {
+        *("ServiceMonitor", "PrometheusRule", "ConfigMap"),
+        *("ResourceFlavor", "ClusterQueue", "LocalQueue"),
+    }
     assert not kinds & optional
     assert not kinds & {"ClusterRole", "ClusterRoleBinding", "NetworkPolicy"}
 
@@ -616,3 +688,29 @@ def test_packaged_chart_carries_what_its_notes_and_readme_need(helm: str, tmp_pa
     for part in ("## Install", "## Values", "## Upgrade", "kubectl apply --server-side -f"):
         assert part in readme.stdout
     assert "PodDisruptionBudget" in readme.stdout
+
+
+# ---- uninstall steps --------------------------------------------------------------------------
+
+
+def uninstall_part(text: str, heading: str) -> str:
+    """The text from ``heading`` to the next Markdown heading."""
+    start = text.index(heading)
+    following = text.find("\n## ", start + len(heading))
+    return text[start : following if following > 0 else len(text)]
+
+
+def test_uninstall_steps_delete_every_crd_the_chart_installs(helm: str) -> None:
+    """Helm never deletes a chart's CRDs: each place that tells how to uninstall names them all."""
+    crds = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in (CHART / "crds").glob("*")}
+    assert len(crds) == 2
+    places = {
+        "NOTES.txt": uninstall_part(install_notes(helm, []), "Uninstall"),
+        "README.md": uninstall_part((ROOT / "README.md").read_text(), "Uninstall with"),
+        "docs/install.md": uninstall_part((ROOT / "docs/install.md").read_text(), "## Uninstall"),
+        "chart README": uninstall_part((CHART / "README.md").read_text(), "## Uninstall"),
+    }
+    for place, text in places.items():
+        commands = re.findall(r"kubectl delete crd ([^\n`]+)", text)
+        deleted = {name for command in commands for name in command.split()}
+        assert crds <= deleted, f"{place} leaves {sorted(crds - deleted)} behind:\n{text}"

@@ -57,14 +57,14 @@ def test_clean_refuses_a_whole_bucket_and_other_schemes(
     assert ckptbench(["clean", "s3://b/x"]) == 2
 
 
-def test_clean_removes_a_local_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    root = tmp_path / "ckpts"
+def test_clean_empties_a_local_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "run" / "checkpoints"  # a run's checkpoints folder
     (root / "ckpt_0.ckpt").mkdir(parents=True)
     (root / "ckpt_0.ckpt" / "__0_0.distcp").write_bytes(b"x")
     (root / "ckpt_0.ckpt" / ".metadata").write_bytes(b"x")
     assert ckptbench(["clean", f"file://{root}"]) == 0
     assert "deleted 2 object(s)" in capsys.readouterr().out
-    assert not root.exists()
+    assert root.is_dir() and not any(root.iterdir())  # emptied, never removed
 
 
 def test_clean_names_what_it_could_not_delete(
@@ -75,19 +75,21 @@ def test_clean_names_what_it_could_not_delete(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     bucket = client.bucket(gcs_bucket)
-    for name in ("dead/a", "dead/b"):
+    for name in ("dead/results/rank-00000.json", "dead/results/summary.json"):
         bucket.blob(name).upload_from_string(b"x")
-    # Deleting "dead/b" is forbidden, every time.
-    rule = Rule("status", method="DELETE", url_contains="dead%2Fb", times=None, statuses=(403,))
+    # Deleting the summary is forbidden, every time.
+    rule = Rule("status", method="DELETE", url_contains="summary.json", times=None, statuses=(403,))
     proxy = FaultProxy(gcs_emulator.url, [rule])
     with proxy.running():
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
         assert ckptbench(["clean", f"gs://{gcs_bucket}/dead"]) == 1
     captured = capsys.readouterr()
     assert "deleted 1 object(s)" in captured.out
-    assert "could not delete 1 object(s): b (first error: GcsError" in captured.err
+    assert "could not delete 1 object(s): results/summary.json (first error: GcsError" in (
+        captured.err
+    )
     assert "403" in captured.err
-    assert [b.name for b in client.list_blobs(gcs_bucket)] == ["dead/b"]
+    assert [b.name for b in client.list_blobs(gcs_bucket)] == ["dead/results/summary.json"]
 
 
 def test_clean_aborts_the_unfinished_multipart_uploads_under_the_prefix_only(
@@ -116,3 +118,19 @@ def test_an_emulator_without_the_xml_api_has_no_unfinished_uploads_to_list(
     client: storage.Client, gcs_bucket: str
 ) -> None:
     assert unfinished_uploads(GcsObjects(client, gcs_bucket), "runs/") is None
+
+
+def test_clean_leaves_objects_outside_the_run_layout_and_refuses_a_prefix_of_none(
+    client: storage.Client, gcs_bucket: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bucket = client.bucket(gcs_bucket)
+    for name in ["runs/dead/checkpoints/ckpt_0.ckpt/.metadata", "runs/notes.txt",
+                 "runs/dead/model.pt", "other/data.bin"]:  # fmt: skip
+        bucket.blob(name).upload_from_string(b"x")
+    assert ckptbench(["clean", f"gs://{gcs_bucket}/runs"]) == 0
+    assert "deleted 1 object(s)" in capsys.readouterr().out
+    assert ckptbench(["clean", f"gs://{gcs_bucket}/other"]) == 2
+    assert "none of them ckptbench's run layout" in capsys.readouterr().err
+    assert sorted(b.name for b in client.list_blobs(gcs_bucket)) == [
+        "other/data.bin", "runs/dead/model.pt", "runs/notes.txt",
+    ]  # fmt: skip

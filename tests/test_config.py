@@ -97,7 +97,7 @@ def test_rank_sources_in_order() -> None:
         ({"CKPTBENCH_RUN_ID": "../escape"}, ["CKPTBENCH_RUN_ID"]),
         ({"CKPTBENCH_WORLD_SIZE": "4", "RANK": "4"}, ["RANK", "below world_size"]),
         ({"CKPTBENCH_WORLD_SIZE": "8", "PADDING_SIZE": "4"}, ["PADDING_SIZE", "at least"]),
-        ({"CKPTBENCH_BACKEND": "file"}, ["CKPTBENCH_CHECKPOINT_PATH", "backend is file"]),
+        ({"CKPTBENCH_BACKEND": "file"}, ["CKPTBENCH_CHECKPOINT_PATH", "backend file takes"]),
         ({"CKPTBENCH_CHECKPOINT_PATH": "gs://"}, ["CKPTBENCH_CHECKPOINT_PATH", "no bucket"]),
         # A file backend given another scheme wrote under ./s3:/b/x in the working directory.
         (

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import generate_latest
 
 from ckptbench.operator.runtime import metrics
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CONTRACT_NAMES = {
     "ckptbench_benchmark_checkpoint_bytes",
@@ -167,3 +173,39 @@ def test_reconcile_counters_start_at_zero_for_every_handler() -> None:
     for handler in metrics.HANDLERS:
         assert f'ckptbench_operator_reconcile_errors_total{{handler="{handler}"}}' in text
         assert f'ckptbench_operator_reconciles_total{{handler="{handler}"}}' in text
+
+
+SCRAPE_IN_A_FRESH_PROCESS = """
+import urllib.request
+from ckptbench.operator.runtime import metrics
+with metrics.observe_reconcile("create"):
+    pass
+metrics.update_benchmark("ns", "b", "gcs", {"phase": "Succeeded", "checkpointBytes": 1})
+server, thread = metrics.serve(0, "127.0.0.1")
+url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+with urllib.request.urlopen(url, timeout=5) as response:
+    print(response.read().decode())
+server.shutdown()
+"""
+
+
+def test_a_scrape_has_no_created_series() -> None:
+    """prometheus_client adds a ``_created`` series to every counter and histogram child unless
+    told not to. A fresh process, without PROMETHEUS_DISABLE_CREATED_SERIES in its environment,
+    so only the operator's own switch can keep them out."""
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_DISABLE_CREATED_SERIES"}
+    result = subprocess.run(
+        [sys.executable, "-c", SCRAPE_IN_A_FRESH_PROCESS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,  # imports this checkout's ckptbench
+        env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    text = result.stdout
+    assert 'ckptbench_operator_reconciles_total{handler="create"} 1.0' in text
+    assert "ckptbench_operator_reconcile_duration_seconds_count" in text
+    created = [line for line in text.splitlines() if "_created" in line]
+    assert created == [], created

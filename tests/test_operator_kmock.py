@@ -380,3 +380,68 @@ def test_watches_select_the_operators_objects_server_side(
     assert {r.resource.plural for r in watches if r.resource is not None} == {"pods", "jobsets"}
     selector = "app.kubernetes.io/managed-by=ckptbench-operator,ckptbench.dev/benchmark"
     assert all(r.params.get("labelSelector") == selector for r in watches)
+
+
+# What the admin of the policy test allows (chart values workload.allowed*), as operator flags.
+ALLOWED_PREFIX, ALLOWED_ACCOUNT, ALLOWED_SECRET = "registry.example/team/", "ckpt-writer", "key"
+POLICY_FLAGS = [
+    f"--allow-image-prefix={ALLOWED_PREFIX}",
+    f"--allow-service-account={ALLOWED_ACCOUNT}",
+    f"--allow-secret={ALLOWED_SECRET}",
+]
+ESCALATIONS: dict[str, tuple[dict[str, Any], str, str]] = {
+    # name: (spec fields, the field refused, what the message lists as allowed)
+    "foreign-image": ({"image": "attacker.example/own:1"}, "spec.image", ALLOWED_PREFIX),
+    "foreign-account": (
+        {"serviceAccountName": "privileged-ksa"},
+        "spec.serviceAccountName",
+        ALLOWED_ACCOUNT,
+    ),
+    "secret-volume": (
+        {"volumes": [{"name": "pw", "secret": {"secretName": "prod-db-password"}}]},
+        "spec.volumes[0].secret.secretName",
+        ALLOWED_SECRET,
+    ),
+}
+
+
+def test_the_operator_refuses_what_the_admin_did_not_allow_and_creates_nothing(
+    client: Client, emulator: EmulatorThread, tmp_path: Path
+) -> None:
+    ns = "policy"  # an operator of its own, with the admin's allow-lists as its chart passes them
+
+    def create(name: str, **fields: Any) -> None:
+        spec = reference_spec(WORLD, LAYER, PADDING, "gs://bucket/bench", **fields)
+        client.create(CKB, spec_names.PLURAL, ckptbench_object(spec_names.KIND, name, spec, ns))
+
+    def failed(name: str) -> Callable[[], dict[str, Any] | None]:
+        def probe() -> dict[str, Any] | None:
+            found = client.get(CKB, spec_names.PLURAL, ns, name) or {}
+            status: dict[str, Any] = found.get("status") or {}
+            return status if status.get("phase") == "Failed" else None
+
+        return probe
+
+    with running_operator(emulator.url, tmp_path, ns, extra_args=POLICY_FLAGS):
+        for name, (fields, _, _) in ESCALATIONS.items():
+            create(name, **fields)
+        create(
+            "allowed",
+            image=f"{ALLOWED_PREFIX}ckptbench-workload:2",
+            serviceAccountName=ALLOWED_ACCOUNT,
+            volumes=[{"name": "k", "secret": {"secretName": ALLOWED_SECRET}}],
+        )
+        jobset = wait_for(
+            "the allowed JobSet", lambda: client.get(JOBSET, "jobsets", ns, "allowed")
+        )
+        pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == ALLOWED_ACCOUNT
+        assert pod["containers"][0]["image"] == f"{ALLOWED_PREFIX}ckptbench-workload:2"
+        for name, (_, field, allowed) in ESCALATIONS.items():
+            status = wait_for(f"{name} refused", failed(name))
+            condition = next(c for c in status["conditions"] if c["type"] == "Failed")
+            assert condition["reason"] == "InvalidSpec", condition
+            message = condition["message"]
+            assert f"{field}: " in message and "not allowed by the operator's policy" in message
+            assert "(allowed: " in message and allowed in message, message
+            assert client.get(JOBSET, "jobsets", ns, name) is None, f"{name}: a JobSet was made"

@@ -6,12 +6,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from ckptbench.workload.local import orphans
+from ckptbench.workload.local.emulator import GcsEmulator
 from tests.workers import ROOT, base_env, children_by_parent
 
 pytestmark = pytest.mark.timeout(120)
@@ -67,7 +69,28 @@ def test_sigkilled_runner_takes_ranks_and_emulator_with_it(tmp_path: Path) -> No
     left = list(tmp_path.glob(f"ckptbench-*-{runner.pid}-*"))
     assert len(left) == 2  # SIGKILL ran no cleanup ...
     assert sorted(orphans.reclaim_stale(str(tmp_path))) == sorted(left)  # ... the next run does
-    assert not list(tmp_path.glob("ckptbench-*"))
+    # Nothing at all is left in $TMPDIR: the emulator's own temporary files were in its folder.
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_emulators_temporary_files_go_in_its_own_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fake-gcs-server stages objects in $TMPDIR; a SIGKILLed one left a part-sized file there
+    # that no run removed. Its $TMPDIR is now inside the folder the next run reclaims.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read $TMPDIR
+    with GcsEmulator() as emu:
+        assert emu.pid is not None
+        env = dict(
+            item.split(b"=", 1)
+            for item in Path(f"/proc/{emu.pid}/environ").read_bytes().split(b"\0")
+            if b"=" in item
+        )
+        emulator_tmp = Path(env[b"TMPDIR"].decode())
+        (scratch,) = tmp_path.glob(f"ckptbench-gcs-{os.getpid()}-*")
+        assert emulator_tmp == scratch / "tmp" and emulator_tmp.is_dir()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_live_runners_folders_are_kept(tmp_path: Path) -> None:

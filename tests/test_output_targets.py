@@ -105,3 +105,39 @@ def test_a_local_storage_the_ranks_cannot_write_under_is_refused_before_they_sta
         plan(args)
     assert says.format(tmp=tmp_path) in str(err.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # the probe left nothing
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        # Root may write anything by its permission bits; /proc and /sys still take no file.
+        (["--json", "/proc/version"], "--json: cannot write '/proc/version': no file can be made"),
+        (["--json", "/sys/x.json"], "--json: cannot write '/sys/x.json': no file can be made"),
+    ],
+)
+def test_a_place_that_takes_no_file_is_refused_before_the_run(
+    tmp_path: Path, argv: list[str], says: str
+) -> None:
+    with pytest.raises(UsageError) as err:
+        _plan(tmp_path, *argv)
+    assert says in str(err.value)
+
+
+def test_a_write_that_fails_after_the_run_is_an_error_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+
+    from ckptbench.workload.local import cli
+
+    def full(path: Path, text: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(target, "_write_atomically", full)
+    out = tmp_path / "out.json"
+    code = cli.main(["--storage", str(tmp_path / "s"), *TINY, "--world-size", "1",
+                     "--json", str(out)])  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert f"ckptbench run: --json: could not write '{out}': No space left on device" in err
+    assert "Traceback" not in err

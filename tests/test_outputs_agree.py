@@ -92,6 +92,44 @@ _RATES = [
 ]  # fmt: skip
 
 
+# Each mean's 95% interval: (table label after the operation's name, or None for a rate whose
+# label carries the unit; JSON field; CSV column; status field; whether it is a rate).
+_INTERVALS = [
+    ("mean 95% CI (s)", "mean_seconds_ci", "mean_seconds", "meanSecondsCi", False),
+    ("throughput 95% CI", "throughput_bytes_per_second_ci", "throughput_gib_per_second",
+     "throughputBytesPerSecondCi", True),
+]  # fmt: skip
+_MLPERF_INTERVALS = [
+    ("span 95% CI (s)", "span_mean_seconds_ci", "span_mean_seconds", "spanMeanSecondsCi", False),
+    ("span throughput 95% CI", "span_throughput_bytes_per_second_ci",
+     "span_throughput_gib_per_second", "spanThroughputBytesPerSecondCi", True),
+]  # fmt: skip
+
+
+def _interval_agrees(
+    table: dict[str, str], row: dict[str, str], status: dict[str, Any], run: dict[str, Any],
+    op: str, spec: tuple[str, str, str, str, bool],
+) -> None:  # fmt: skip
+    """The same interval in the table, the JSON, the CSV and the status."""
+    label, field, column, key, rate = spec
+    ci = run[op][field]
+    assert ci is not None and ci["low"] <= (ci["high"] or float("inf")), (op, field)
+    high = ci.get("high")
+    assert status[op][key] == ({"low": ci["low"]} if high is None else ci), (op, key)
+    scale = GIB if rate else 1
+    assert float(row[f"{op}_{column}_ci_low"]) == ci["low"] / scale, (op, column)
+    assert float(row[f"{op}_{column}_ci_high"]) == (float("inf") if high is None else high / scale)
+    if rate:
+        [(shown_label, shown)] = [
+            (k, v) for k, v in table.items() if k.startswith(f"{op} {label} (")
+        ]
+        unit = GIB if "(GiB/s)" in shown_label else MIB
+    else:
+        shown, unit = table[f"{op} {label}"], 1
+    upper = "inf" if high is None else f"{high / unit:.3f}"
+    assert shown == f"[{ci['low'] / unit:.3f}, {upper}]", (op, label, shown)
+
+
 def _metric(gauge: Any, op: str, label: str) -> float | None:
     name = gauge._name
     labels = {"namespace": "ns", "name": "agree", "backend": "file", "operation": op}
@@ -149,6 +187,8 @@ def test_every_output_of_one_run_reports_each_figure_the_same(
             assert float(row[f"{op}_{column}"]) == value / GIB, (op, column)
             assert theirs[key] == pytest.approx(value, abs=1e-3), (op, key)
             assert _metric(metric[0], op, metric[1]) == theirs[key]
+        for interval in _INTERVALS + (_MLPERF_INTERVALS if procedure == "mlperf" else []):
+            _interval_agrees(table, row, status, run, op, interval)
         for field in ("samples", "slowest_rank"):
             assert int(row[f"{op}_{field}"]) == mine[field]
         assert table[f"{op} samples"] == str(mine["samples"]) == str(theirs["samples"])

@@ -19,10 +19,19 @@ from ckptbench.operator.render.jobset import RenderDefaults, render_jobset
 from ckptbench.operator.render.security import WORKLOAD_UID
 from ckptbench.operator.spec.names import KIND
 from ckptbench.operator.spec.parse import parse_spec
+from ckptbench.operator.spec.policy import Policy
 from tests.pod_security import RESTRICTED
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULTS = RenderDefaults(image="registry.example/ckptbench-workload:1.0")
+IMAGE = "registry.example/ckptbench-workload:1.0"
+# The admin allows the Secret the every-volume-kind case mounts, and the workload service account
+# the chart creates (workloadServiceAccount.create=true), which the examples name.
+POLICY = Policy(
+    image=IMAGE,
+    service_accounts=frozenset({"ckptbench-workload"}),
+    secrets=frozenset({"gcs-key"}),
+)
+DEFAULTS = RenderDefaults(image=IMAGE, policy=POLICY)
 EVERY_VOLUME_KIND = {
     "checkpointPath": "/data/ckpt",
     "backend": "file",

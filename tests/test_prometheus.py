@@ -36,7 +36,9 @@ DASHBOARD = ROOT / "charts" / "ckptbench" / "dashboards" / "ckptbench.json"
 OPERATOR_NS, BENCH_NS, BENCH = "ckptbench-system", "team-b", "shown"
 CKB = f"{spec_names.GROUP}/{spec_names.VERSION}"
 WORLD, LAYER, PADDING = 4, 10, 8
-VARIABLES = {"$namespace": BENCH_NS, "$benchmark": BENCH, "$backend": "gcs"}
+# $cluster as Grafana sends its "All": the test's Prometheus, like a single cluster's, puts no
+# cluster label on the series.
+VARIABLES = {"$cluster": ".*", "$namespace": BENCH_NS, "$benchmark": BENCH, "$backend": "gcs"}
 # Panels about one benchmark: each must show data for it. The others (the operator's own
 # reconciles, sweeps) must evaluate without error.
 PER_BENCHMARK = re.compile(r"ckptbench_benchmark_")
@@ -233,6 +235,8 @@ def test_every_dashboard_expression_through_a_real_prometheus(
             assert empty == [], f"panels without data for {BENCH_NS}/{BENCH}: {empty}"
             # Counters start at 0: the errors panel has a series before any error.
             assert prometheus.query("ckptbench_operator_reconcile_errors_total")
+            # ... and come without prometheus_client's _created series.
+            assert prometheus.query('{__name__=~"ckptbench_.+_created"}') == []
         else:
             # What the issue found: the operator's namespace written over the benchmark's.
             assert empty, "expected the per-benchmark panels to lose the benchmark's namespace"

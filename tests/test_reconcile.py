@@ -22,7 +22,7 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_jso
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 NS, NAME, UID = "team-a", "bench", "uid-1"
 SPEC = {"checkpointPath": "gs://bucket/x", "worldSize": 2, "image": "img:1"}
-DEFAULTS = RenderDefaults()
+DEFAULTS = RenderDefaults(image="img:1")
 
 
 def owned_jobset() -> dict[str, Any]:

@@ -12,9 +12,10 @@ import yaml
 from ckptbench.operator.render import cli as render_cli
 from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset, spec_hash
 from ckptbench.operator.render.labels import benchmark_labels
-from ckptbench.operator.render.security import Policy
+from ckptbench.operator.render.liveness import HEARTBEAT_FILE
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.parse import parse_spec
+from ckptbench.operator.spec.policy import Policy
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from tests.crd_validation import closed
@@ -22,11 +23,17 @@ from tests.k8s_schemas import schema_for, validate, validate_pod_template
 
 NAMESPACE = "bench"
 UID = "5f0c2a9e-1b7d-4c1e-9a51-0d4c7b3e2f10"
-# An admin who allows the toleration and priority class the every-pod-option case uses.
+# An admin who allows the image, service account, toleration and priority class the
+# every-pod-option case uses.
+DEFAULT_IMAGE = "registry.example/ckptbench-workload:1.0"
 POLICY = Policy(
-    toleration_keys=frozenset({"dedicated"}), priority_class_names=frozenset({"batch-high"})
+    image=DEFAULT_IMAGE,
+    image_prefixes=frozenset({"registry.example/"}),
+    service_accounts=frozenset({"ckpt-writer"}),
+    toleration_keys=frozenset({"dedicated"}),
+    priority_class_names=frozenset({"batch-high"}),
 )
-DEFAULTS = RenderDefaults(image="registry.example/ckptbench-workload:1.0", policy=POLICY)
+DEFAULTS = RenderDefaults(image=DEFAULT_IMAGE, policy=POLICY)
 TMP_VOLUME = {"name": "ckptbench-tmp", "emptyDir": {}}
 TMP_MOUNT = {"name": "ckptbench-tmp", "mountPath": "/tmp"}
 PVC_VOLUME = {"name": "shared", "persistentVolumeClaim": {"claimName": "ckpt-rwx"}}
@@ -179,6 +186,7 @@ def test_env_round_trips_into_the_expected_workload_config(case: str) -> None:
         rank=index,
         run_id=f"{name}-{UID}",
         master_addr=f"{name}-rank-0-0.{name}.{NAMESPACE}.svc",
+        heartbeat_file=HEARTBEAT_FILE,
     )
     assert config == expected
     assert config.backend is Backend(spec.get("backend", "gcs"))
@@ -244,7 +252,11 @@ def test_jobset_shape(case: str) -> None:
         ("affinity", "affinity"),
     ]:
         assert pod["spec"].get(pod_key) == spec.get(key), key
-    assert container.get("resources") == spec.get("resources")
+    given = spec.get("resources") or {}
+    resources = container["resources"]
+    assert set(resources["limits"]) >= {"memory"} and set(resources["requests"]) >= {"memory"}
+    for kind in ("limits", "requests"):
+        assert resources[kind].items() >= (given.get(kind) or {}).items(), kind
     # The operator's emptyDir for temporary files comes first: the root filesystem is read-only.
     assert pod["spec"]["volumes"] == [TMP_VOLUME, *spec.get("volumes", [])]
     assert container["volumeMounts"] == [TMP_MOUNT, *spec.get("volumeMounts", [])]
@@ -411,7 +423,8 @@ def test_the_documented_example_renders(tmp_path: Path, capsys: pytest.CaptureFi
     example = doc.split("```yaml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "example.yaml"
     path.write_text(example)
-    assert render_cli.main(["-f", str(path), "--default-image", "img:1"]) == 0
+    args = ["-f", str(path), "--default-image", "img:1"]
+    assert render_cli.main([*args, "--allow-service-account", "ckptbench-writer"]) == 0
     (jobset,) = [doc for doc in yaml.safe_load_all(capsys.readouterr().out) if doc]
     validate(jobset)
     assert jobset["spec"]["suspend"] is True
@@ -438,6 +451,7 @@ def test_render_cli_takes_the_admins_policy(
     assert render_cli.main(args) == render_cli.EXIT_INVALID
     assert "spec.tolerations[0].key" in capsys.readouterr().err
     allow = ["--allow-toleration-key", "dedicated", "--allow-priority-class", "batch-high"]
+    allow += ["--allow-image-prefix", "registry.example/", "--allow-service-account", "ckpt-writer"]
     assert render_cli.main([*args, *allow]) == 0
 
 

@@ -139,6 +139,7 @@ def test_rank_env_is_what_the_worker_parses(tmp_path: Path) -> None:
         update={
             "rank": 2,
             "termination_log": str(tmp_path / "r2.json"),
+            "heartbeat_file": str(tmp_path / "r2.beat"),
             "master_port": 41234,
             "master_addr": "127.0.0.1",
         }

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckptbench.workload.contract.figures import summarize
+from ckptbench.workload.contract import stats
+from ckptbench.workload.contract.figures import Best, summarize
 from ckptbench.workload.contract.results import OpTiming, RankResult, RunSummary
 from ckptbench.workload.local import report
 from ckptbench.workload.local.outputs import compare, csvfile, document, plot
@@ -87,10 +88,52 @@ def test_table_heads_cells_by_number_and_gives_each_varied_setting() -> None:
 
 def test_best_row_names_the_fastest_succeeded_cell_for_save_and_for_load() -> None:
     runs = _grid()
-    assert report.best_cells(runs) == {"save": 1, "load": 0}
+    # Every sample alike: intervals of no width, so each best is told apart from the rest.
+    assert report.best_cells(runs) == {"save": Best(1, ()), "load": Best(0, ())}
     line = next(ln for ln in report.format_table(runs).splitlines() if ln.startswith("best"))
     # Columns are right-aligned: cell 1 holds "load", cell 2 "save", the failed cell nothing.
     assert line.split()[2:] == ["load", "save"]
+
+
+def test_table_gives_each_mean_its_interval_unbounded_or_none() -> None:
+    runs = [
+        # 0.1 and 1.9 s: the mean's interval reaches 0, so the rate's is unbounded above.
+        ("gcs", _summary([0.1, 1.9], [1.0, 1.0], axes={"backend": "gcs"})),
+        ("gcsfs", _summary([1.0, 1.2, 1.1], [0.5, 0.5], axes={"backend": "gcsfs"})),
+    ]
+    table = report.format_table(runs)
+    gcs, gcsfs = runs[0][1].save, runs[1][1].save
+    assert gcs is not None and gcsfs is not None
+    ci, other = gcs.throughput_bytes_per_second_ci, gcsfs.throughput_bytes_per_second_ci
+    assert ci is not None and ci.high is None and other is not None and other.high is not None
+    assert _row(table, "save throughput 95% CI (GiB/s)") == [
+        f"[{ci.low / GIB:.3f},",
+        "inf]",
+        f"[{other.low / GIB:.3f},",
+        f"{other.high / GIB:.3f}]",
+    ]
+    seconds = gcs.mean_seconds_ci
+    assert seconds is not None and seconds.low == 0.0
+    assert _row(table, "save mean 95% CI (s)")[:2] == ["[0.000,", f"{seconds.high:.3f}]"]
+    rows = list(csv.DictReader(io.StringIO(csvfile.to_csv(runs))))
+    assert rows[0]["save_throughput_gib_per_second_ci_high"] == "inf"
+    assert float(rows[0]["save_throughput_gib_per_second_ci_low"]) == ci.low / GIB
+    # Saves overlap (gcs's reaches infinity): indistinguishable; loads have no spread: gcsfs.
+    assert _row(table, "best (throughput)") == ["(save)", "(save),load"]
+    notes = table.splitlines()[-2:]
+    assert notes == [
+        "best save: indistinguishable among gcs, gcsfs (95% CIs overlap, or n/a with one sample)",
+        "best load: gcsfs (its 95% CI is above every other cell's)",
+    ]
+
+
+def test_one_sample_has_no_interval_in_table_or_csv() -> None:
+    runs = [("gcs", _summary([1.0], [1.0], axes={}))]
+    table = report.format_table(runs)
+    assert _row(table, "save mean 95% CI (s)") == ["n/a"]
+    assert _row(table, "load throughput 95% CI (GiB/s)") == ["n/a"]
+    [row] = list(csv.DictReader(io.StringIO(csvfile.to_csv(runs))))
+    assert row["save_mean_seconds_ci_low"] == row["save_mean_seconds_ci_high"] == ""
 
 
 def test_no_best_row_with_fewer_than_two_succeeded_cells() -> None:
@@ -227,11 +270,13 @@ def test_compare_prints_ratios_against_the_first_file(
     assert compare.main([str(before), str(after)]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert lines[0].split() == ["A", "B", "B/A"]
+    assert lines[0].split() == ["A", "B", "B/A", "(95%", "CI)"]
+    # The cells' settings do not tell them apart (both "gcs"): they line up by their labels.
     gcs = lines.index("gcs")
-    assert lines[gcs + 1].split()[-3:] == ["1.000", "2.000", "2.00x"]  # save GiB/s doubled
-    assert lines[gcs + 2].split()[-1] == "1.00x"  # load unchanged
-    assert lines[gcs + 3].split()[-3:] == ["2.000", "1.000", "0.50x"]  # save seconds halved
+    # One sample each: no interval of the ratio.
+    assert lines[gcs + 1].split()[-4:] == ["1.000", "2.000", "2.00x", "n/a"]  # save doubled
+    assert lines[gcs + 2].split()[-2:] == ["1.00x", "n/a"]  # load unchanged
+    assert lines[gcs + 3].split()[-4:] == ["2.000", "1.000", "0.50x", "n/a"]  # seconds halved
     gcsfs = lines.index("gcsfs")
     assert lines[gcsfs + 1].split()[-2:] == ["0.500", "-"]  # only in A: no ratio
     assert f"A = {before}" in out and f"B = {after}" in out
@@ -246,9 +291,122 @@ def test_compare_notes_cells_that_differ_in_size(
     assert "note: gcs: world size differs (A 2, B 4)" in capsys.readouterr().out
 
 
+def test_compare_lines_up_single_runs_of_different_backends_and_names_what_differs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "no cell appears in every file", since the cells are named by their backend.
+    # Single runs: no axes recorded, each cell named by its backend.
+    a = _doc(
+        tmp_path,
+        "a.json",
+        [("file", _summary([2.0, 2.0], [1.0, 1.0], axes={}, settings={"backend": "file"}))],
+    )
+    b = _doc(
+        tmp_path,
+        "b.json",
+        [("gcs", _summary([1.0, 1.0], [1.0, 1.0], axes={}, settings={"backend": "gcs"}))],
+    )
+    assert compare.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    at = lines.index("file vs gcs")
+    # No spread: the ratio's interval is the ratio itself.
+    assert lines[at + 1].split()[-5:] == ["1.000", "2.000", "2.00x", "[2.00,", "2.00]"]
+    assert lines[at + 3].split()[-5:] == ["2.000", "1.000", "0.50x", "[0.50,", "0.50]"]
+    assert "note: file vs gcs: settings differ: backend (A file, B gcs)" in out
+
+
+def test_compare_lines_up_two_sweeps_by_their_axis_whatever_their_order(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def cell(backend: str, threads: int, seconds: float) -> tuple[str, RunSummary]:
+        # Labels differ between the files: only the settings can line the cells up. Each cell
+        # has its own run id, which names the run and is no setting to match by.
+        return (
+            f"{backend} threads={threads}",
+            _summary(
+                [seconds, seconds],
+                [seconds, seconds],
+                axes={"threads": str(threads)},
+                settings={"backend": backend, "threads": threads, "run_id": f"{backend}{threads}"},
+            ),
+        )
+
+    a = _doc(tmp_path, "a.json", [cell("gcs", 4, 1.0), cell("gcs", 16, 2.0)])
+    b = _doc(tmp_path, "b.json", [cell("gcsfs", 16, 1.0), cell("gcsfs", 4, 4.0)])
+    assert compare.main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    four, sixteen = lines.index("threads=4"), lines.index("threads=16")
+    assert lines[four + 3].split()[-5:] == ["1.000", "4.000", "4.00x", "[4.00,", "4.00]"]
+    assert lines[sixteen + 3].split()[-5:] == ["2.000", "1.000", "0.50x", "[0.50,", "0.50]"]
+    # The run id names each run: no difference worth a note.
+    assert "note: threads=4: settings differ: backend (A gcs, B gcsfs)\n" in out + "\n"
+
+
+def test_compare_lines_up_a_single_run_with_the_sweep_cell_of_its_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = _doc(
+        tmp_path,
+        "sweep.json",
+        [
+            (f"threads={t}", _summary([1.0, 1.0], [1.0, 1.0], axes={"threads": str(t)},
+                                      settings={"threads": t}))
+            for t in (4, 16)
+        ],
+    )  # fmt: skip
+    single = _doc(
+        tmp_path,
+        "one.json",
+        [("gcs", _summary([2.0, 2.0], [1.0, 1.0], axes={}, settings={"threads": 16}))],
+    )
+    assert compare.main([str(sweep), str(single)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    sixteen = lines.index("threads=16")
+    assert lines[sixteen + 3].split()[-5:] == ["1.000", "2.000", "2.00x", "[2.00,", "2.00]"]
+    four = lines.index("threads=4")
+    assert lines[four + 3].split()[-2:] == ["1.000", "-"]
+
+
+def test_compare_gives_each_ratio_its_delta_method_interval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _doc(tmp_path, "a.json", [("gcs", _summary([1.9, 2.1, 1.9, 2.1], [1.0, 1.0], axes={}))])
+    b = _doc(tmp_path, "b.json", [("gcs", _summary([0.95, 1.05, 0.95, 1.05], [1.0], axes={}))])
+    assert compare.main([str(a), str(b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # By hand: means 2 and 1, standard errors s/sqrt(4) = 0.057735 and 0.028868, relative 0.028868
+    # each; ratio 0.5 with relative standard error 0.028868 * sqrt(2); Welch-Satterthwaite df =
+    # (se_a^2 + se_b^2)^2 / (se_a^4/3 + se_b^4/3) = 4.4118.
+    va, vb = 0.057735**2, 0.028868**2
+    t = stats.t_quantile(0.975, (va + vb) ** 2 / (va**2 / 3 + vb**2 / 3))
+    half = t * 0.5 * 0.028868 * 2**0.5
+    at = lines.index("gcs")
+    save_rate, load_rate, save_mean = lines[at + 1], lines[at + 2], lines[at + 3]
+    assert save_mean.split()[-3:] == ["0.50x", f"[{0.5 - half:.2f},", f"{0.5 + half:.2f}]"]
+    assert save_rate.split()[-3:] == [
+        "2.00x",
+        f"[{1 / (0.5 + half):.2f},",
+        f"{1 / (0.5 - half):.2f}]",
+    ]
+    assert load_rate.split()[-2:] == ["1.00x", "n/a"]  # one load sample in B
+
+
 def test_compare_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    a = _doc(tmp_path, "a.json", [("gcs", _summary([1.0], [1.0], axes={}))])
-    b = _doc(tmp_path, "b.json", [("file", _summary([1.0], [1.0], axes={}))])
+    a = _doc(
+        tmp_path,
+        "a.json",
+        [
+            ("gcs threads=4", _summary([1.0], [1.0], axes={}, settings={"threads": 4})),
+            ("gcs threads=8", _summary([1.0], [1.0], axes={}, settings={"threads": 8})),
+        ],
+    )
+    b = _doc(
+        tmp_path,
+        "b.json",
+        [("gcs threads=16", _summary([1.0], [1.0], axes={}, settings={"threads": 16}))],
+    )
     assert compare.main([str(a)]) == 2
     assert "2 to 26 results files" in capsys.readouterr().err
     assert compare.main([str(a), str(tmp_path / "missing.json")]) == 2
@@ -308,6 +466,46 @@ def test_report_writes_each_format(tmp_path: Path, suffix: str, magic: bytes) ->
     assert data.startswith(magic)
     if suffix == ".html":
         assert b"<svg" in data and b"gcs threads=16" in data
+
+
+def test_report_marks_no_best_where_intervals_overlap_and_draws_each_interval(
+    tmp_path: Path,
+) -> None:
+    runs = [
+        ("gcs", _summary([1.0, 1.2, 0.8], [1.0, 1.0], axes={"backend": "gcs"})),
+        ("gcsfs", _summary([1.1, 0.9, 1.0], [2.0, 2.0], axes={"backend": "gcsfs"})),
+    ]
+    per_cell = plot.draw(_document(tmp_path, runs)).axes[0]
+    # Load: no spread, told apart (gcs at 2 GiB/s beats 1). Save: 2 GiB/s either way, with
+    # overlapping intervals: no mark, and the title says so.
+    assert [t.get_text() for t in per_cell.texts] == ["best load"]
+    title = per_cell.get_title()
+    assert "best save: indistinguishable among 1, 2" in title
+    # Each bar's error bar spans its throughput interval (GiB/s).
+    save = runs[0][1].save
+    assert save is not None and save.throughput_bytes_per_second_ci is not None
+    ci = save.throughput_bytes_per_second_ci
+    assert ci.high is not None
+    segments = [c for c in per_cell.collections if c.get_segments()]  # type: ignore[attr-defined]
+    spans = [tuple(seg[:, 1]) for c in segments for seg in c.get_segments()]  # type: ignore[attr-defined]
+    assert any(
+        lo == pytest.approx(ci.low / GIB) and hi == pytest.approx(ci.high / GIB) for lo, hi in spans
+    ), spans
+
+
+def test_report_draws_several_files_as_one_lettered_like_compare(tmp_path: Path) -> None:
+    a = _doc(tmp_path, "a.json", [("file", _summary([1.0, 1.0], [1.0, 1.0], axes={}))])
+    b = _doc(tmp_path, "b.json", [("gcs", _summary([2.0, 2.0], [2.0, 2.0], axes={}))])
+    out = tmp_path / "both.html"
+    assert plot.main([str(a), str(b), "-o", str(out)]) == 0
+    page = out.read_text()
+    assert "ckptbench: a.json + b.json" in page
+    assert "A: file" in page and "B: gcs" in page
+    assert f"A = {a}" in page and f"B = {b}" in page
+    assert "B/A (95% CI)" in page  # the comparison of the two files
+    per_cell = plot.draw(plot.merge([document.read_json(a), document.read_json(b)])).axes[0]
+    ticks = [t.get_text() for t in per_cell.get_xticklabels()]
+    assert ticks == ["1: A: file", "2: B: gcs"]
 
 
 def test_report_refuses_unknown_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

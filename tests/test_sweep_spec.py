@@ -202,19 +202,21 @@ def _cells() -> list[sc.Cell]:
 
 
 def _child(
-    phase: str, save_gibps: float | None = None, load_gibps: float | None = None
+    phase: str,
+    save_gibps: float | None = None,
+    load_gibps: float | None = None,
+    spread: float | None = 0.01,
 ) -> dict[str, Any]:
+    """A child's status; each throughput's interval is +/- ``spread`` of it (None: one sample)."""
     status: dict[str, Any] = {"phase": phase}
-    if save_gibps is not None:
-        status["save"] = {
-            "meanSeconds": 1.0 / save_gibps,
-            "throughputBytesPerSecond": save_gibps * 1024**3,
-        }
-    if load_gibps is not None:
-        status["load"] = {
-            "meanSeconds": 1.0 / load_gibps,
-            "throughputBytesPerSecond": load_gibps * 1024**3,
-        }
+    for op, gibps in (("save", save_gibps), ("load", load_gibps)):
+        if gibps is not None:
+            status[op] = {"meanSeconds": 1.0 / gibps, "throughputBytesPerSecond": gibps * 1024**3}
+            if spread is not None:
+                status[op]["throughputBytesPerSecondCi"] = {
+                    "low": gibps * (1 - spread) * 1024**3,
+                    "high": gibps * (1 + spread) * 1024**3,
+                }
     return {"status": status}
 
 
@@ -257,6 +259,26 @@ def test_status_tables_cells_names_the_best_and_counts_progress() -> None:
     assert status["bestSave"]["cell"] == 2 and status["bestSave"]["name"] == "grid-c2"
     assert status["bestLoad"]["cell"] == 1
     assert status["bestSaveCell"] == "grid-c2 (backend=gcs threads=16)"
+    assert rows[0]["saveGiBpsCi"] == {"low": 0.99, "high": 1.01}
+
+
+def test_status_names_no_best_where_intervals_overlap() -> None:
+    children = {
+        1: _child("Succeeded", 0.075, 1.0, spread=0.1),  # 0.0675-0.0825
+        2: _child("Succeeded", 0.073, 3.0, spread=0.1),  # 0.0657-0.0803: overlaps cell 1
+        3: _child("Succeeded", 0.010, 2.0, spread=0.1),  # far below: not tied
+        4: _child("Succeeded", 0.074, 0.5, spread=None),  # one sample: no interval
+    }
+    status = status_body(sst.sweep_status("grid", _cells(), children, stop_on_failure=False))
+    assert "bestSave" not in status
+    assert status["bestSaveCell"] == "indistinguishable (grid-c1, grid-c2, grid-c4)"
+    # Loads: cell 2's interval (2.7-3.3) is above all others (cell 4's one sample cannot be told
+    # from anything, so it ties with any leader): still indistinguishable.
+    assert status["bestLoadCell"] == "indistinguishable (grid-c2, grid-c4)"
+    del children[4]
+    status = status_body(sst.sweep_status("grid", _cells()[:3], children, stop_on_failure=False))
+    assert status["bestLoad"]["name"] == "grid-c2"
+    assert status["bestLoadCell"] == "grid-c2 (backend=gcs threads=16)"
 
 
 @pytest.mark.parametrize(

@@ -28,10 +28,11 @@ import yaml
 
 from ckptbench.operator import manifests
 from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset
-from ckptbench.operator.render.security import Policy
+from ckptbench.operator.spec import policy
 from ckptbench.operator.spec.names import (
     API_VERSION,
     CHART_WORKLOAD_IMAGE,
+    CHART_WORKLOAD_SERVICE_ACCOUNT,
     IMAGE_PULL_POLICIES,
     KIND,
     validate_name,
@@ -76,7 +77,7 @@ def render_documents(
             continue
         found = _check_document(document)
         try:
-            spec = parse_spec(document.get("spec"))
+            spec = parse_spec(document.get("spec"), options.defaults.policy)
         except SpecError as exc:
             found += exc.problems
         if found:
@@ -207,22 +208,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=IMAGE_PULL_POLICIES,
         help="Pull policy for benchmarks without spec.imagePullPolicy (default IfNotPresent).",
     )
-    parser.add_argument(
-        "--allow-toleration-key",
-        action="append",
-        default=[],
-        metavar="KEY",
-        help="A taint key tolerations may name, as the operator's chart value "
-        "workload.allowedTolerationKeys allows (repeatable; default: none).",
-    )
-    parser.add_argument(
-        "--allow-priority-class",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="A PriorityClass benchmarks may use, as the chart value "
-        "workload.allowedPriorityClassNames allows (repeatable; default: none).",
-    )
+    policy.add_options(parser)
     owner = parser.add_mutually_exclusive_group()
     owner.add_argument("--uid", help="The benchmark's uid, for the owner reference and run path.")
     owner.add_argument(
@@ -239,9 +225,8 @@ def main(argv: list[str]) -> int:
         defaults=RenderDefaults(
             image=args.default_image or CHART_WORKLOAD_IMAGE,
             image_pull_policy=args.default_image_pull_policy,
-            policy=Policy(
-                toleration_keys=frozenset(args.allow_toleration_key),
-                priority_class_names=frozenset(args.allow_priority_class),
+            policy=policy.from_args(
+                args, args.default_image or CHART_WORKLOAD_IMAGE, [CHART_WORKLOAD_SERVICE_ACCOUNT]
             ),
         ),
         uid=args.uid,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ckptbench.operator.render.labels import (
@@ -25,16 +25,17 @@ from ckptbench.operator.render.labels import (
     owner_reference,
     run_id,
 )
+from ckptbench.operator.render.liveness import HEARTBEAT_FILE, liveness_probe
+from ckptbench.operator.render.resources import container_resources
 from ckptbench.operator.render.security import (
-    Policy,
     container_security_context,
     pod_security_context,
-    policy_problems,
     tmp_mount,
     tmp_volume,
 )
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
 from ckptbench.operator.spec.names import REPLICATED_JOB, validate_name
+from ckptbench.operator.spec.policy import Policy
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.quantity import cpu_threads
 
@@ -56,6 +57,11 @@ class RenderDefaults:
     image: str | None = None
     image_pull_policy: str = "IfNotPresent"
     policy: Policy = field(default_factory=Policy)
+
+    def __post_init__(self) -> None:
+        # The default image is the chart's workload image: always allowed (also by digest).
+        if self.policy.image is None and self.image is not None:
+            object.__setattr__(self, "policy", replace(self.policy, image=self.image))
 
 
 def spec_hash(spec: CheckpointBenchmarkSpec) -> str:
@@ -84,7 +90,9 @@ def render_jobset(
     image = spec.image or defaults.image
     if not image:
         raise RenderError("spec.image: not set, and the operator has no default image")
-    refused = policy_problems(spec, defaults.policy)
+    # Again, though parse_spec checked it with the same policy: nothing is created for a spec the
+    # admin's policy refuses, however the spec was made.
+    refused = defaults.policy.problems(spec)
     if refused:
         raise RenderError("; ".join(refused))
 
@@ -151,10 +159,12 @@ def render_jobset(
 def workload_config(
     name: str, namespace: str, uid: str, spec: CheckpointBenchmarkSpec
 ) -> WorkloadConfig:
-    """What every rank of the benchmark runs with; each pod sets its own rank."""
-    return spec.to_workload_config(
+    """What every rank of the benchmark runs with; each pod sets its own rank. Every rank beats
+    its heartbeat where the pod's liveness probe reads it."""
+    config = spec.to_workload_config(
         run_id=run_id(name, uid), master_addr=master_addr(name, namespace)
     )
+    return config.model_copy(update={"heartbeat_file": HEARTBEAT_FILE})
 
 
 def _pod_spec(
@@ -191,8 +201,8 @@ def _pod_spec(
         # A rank that crashes before writing its result still leaves the tail of its log.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if spec.resources is not None:
-        container["resources"] = spec.resources
+    container["livenessProbe"] = liveness_probe(config.progress_timeout_seconds)
+    container["resources"] = container_resources(spec)
     container["volumeMounts"] = [tmp_mount(), *spec.volume_mounts]
     container["securityContext"] = container_security_context()
 

@@ -2,56 +2,21 @@
 
 Whoever may create a CheckpointBenchmark gets pods made by the operator's service account, so the
 pods run as the workload image's non-root user with a read-only root filesystem, no capabilities,
-no privilege escalation and the runtime's default seccomp profile. Tolerations and priority
-classes are a cluster admin's decision: the operator admits only those its chart values list.
+no privilege escalation and the runtime's default seccomp profile. Images, service accounts,
+Secrets, tolerations and priority classes are a cluster admin's decision: the operator admits
+only those its chart values list (:class:`~ckptbench.operator.spec.policy.Policy`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.names import TMP_PATH, TMP_VOLUME
 
 # The USER of Dockerfile.workload (a test keeps the two equal). runAsNonRoot alone cannot check a
 # user given by name, and the number makes files on shared volumes owned by one known user.
 WORKLOAD_UID = 10001
 WORKLOAD_GID = 10001
-
-
-@dataclass(frozen=True)
-class Policy:
-    """What a cluster admin allows benchmarks beyond the restricted defaults (chart values
-    ``workload.allowedTolerationKeys`` and ``workload.allowedPriorityClassNames``)."""
-
-    toleration_keys: frozenset[str] = frozenset()
-    priority_class_names: frozenset[str] = frozenset()
-
-
-def policy_problems(spec: CheckpointBenchmarkSpec, policy: Policy) -> list[str]:
-    """Why the admin's policy refuses ``spec``, one message per field; empty when it admits it."""
-    problems = []
-    for index, toleration in enumerate(spec.tolerations):
-        key = toleration.get("key")
-        if key not in policy.toleration_keys:
-            problems.append(
-                f"spec.tolerations[{index}].key: {key!r} is not allowed by the operator's policy "
-                f"(allowed: {_listed(policy.toleration_keys)}; chart value "
-                "workload.allowedTolerationKeys)"
-            )
-    name = spec.priority_class_name
-    if name is not None and name not in policy.priority_class_names:
-        problems.append(
-            f"spec.priorityClassName: {name!r} is not allowed by the operator's policy "
-            f"(allowed: {_listed(policy.priority_class_names)}; chart value "
-            "workload.allowedPriorityClassNames)"
-        )
-    return problems
-
-
-def _listed(names: frozenset[str]) -> str:
-    return ", ".join(sorted(names)) or "none"
 
 
 def _restricted(**between: Any) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ckptbench.operator.spec import policy as admin
+
 ENV_NAMESPACES = "CKPTBENCH_OPERATOR_NAMESPACES"
 ENV_METRICS_PORT = "CKPTBENCH_OPERATOR_METRICS_PORT"
 ENV_HEALTH_PORT = "CKPTBENCH_OPERATOR_HEALTH_PORT"
@@ -41,6 +43,9 @@ class Options:
     resync_seconds: float = DEFAULT_RESYNC_SECONDS
     allowed_toleration_keys: frozenset[str] = frozenset()
     allowed_priority_classes: frozenset[str] = frozenset()
+    allowed_image_prefixes: frozenset[str] = frozenset()
+    allowed_service_accounts: frozenset[str] = frozenset()
+    allowed_secrets: frozenset[str] = frozenset()
     bind_address: str = DEFAULT_BIND_ADDRESS
 
     @property
@@ -51,6 +56,17 @@ class Options:
     @property
     def clusterwide(self) -> bool:
         return not self.namespaces
+
+    def admin_policy(self) -> admin.Policy:
+        """The allow-lists; the default image is always allowed."""
+        return admin.Policy(
+            image=self.default_image,
+            image_prefixes=self.allowed_image_prefixes,
+            service_accounts=self.allowed_service_accounts,
+            secrets=self.allowed_secrets,
+            toleration_keys=self.allowed_toleration_keys,
+            priority_class_names=self.allowed_priority_classes,
+        )
 
 
 def _bounded(convert: Callable[[str], N], what: str, low: int, high: int) -> Callable[[str], N]:
@@ -139,20 +155,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         help=f"reconcile every benchmark this often, whatever events arrive (env "
         f"{ENV_RESYNC_SECONDS}, default {DEFAULT_RESYNC_SECONDS:g})",
     )
-    parser.add_argument(
-        "--allow-toleration-key",
-        action="append",
-        default=[],
-        metavar="KEY",
-        help="a taint key benchmark tolerations may name (repeatable; default: none)",
-    )
-    parser.add_argument(
-        "--allow-priority-class",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="a PriorityClass benchmarks may use (repeatable; default: none)",
-    )
+    admin.add_options(parser)
     args = parser.parse_args(list(argv))
 
     def from_env(name: str, option: str, parse: Callable[[str], V], default: V) -> V:
@@ -191,6 +194,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         else from_env(ENV_RESYNC_SECONDS, "--resync-seconds", _seconds, DEFAULT_RESYNC_SECONDS),
         allowed_toleration_keys=frozenset(args.allow_toleration_key),
         allowed_priority_classes=frozenset(args.allow_priority_class),
+        allowed_image_prefixes=frozenset(args.allow_image_prefix),
+        allowed_service_accounts=frozenset(args.allow_service_account),
+        allowed_secrets=frozenset(args.allow_secret),
         bind_address=args.bind_address
         if args.bind_address is not None
         else from_env(ENV_BIND_ADDRESS, "--bind-address", _address, DEFAULT_BIND_ADDRESS),
@@ -206,7 +212,6 @@ def main(argv: Sequence[str]) -> int:
     import kopf
 
     from ckptbench.operator.render.jobset import RenderDefaults
-    from ckptbench.operator.render.security import Policy
     from ckptbench.operator.runtime import handlers, kube, metrics, sweep_handlers
     from ckptbench.operator.runtime.reconcile import Reconciler
     from ckptbench.operator.runtime.sweeps import SweepReconciler
@@ -231,10 +236,7 @@ def main(argv: Sequence[str]) -> int:
     defaults = RenderDefaults(
         image=options.default_image,
         image_pull_policy=options.default_image_pull_policy,
-        policy=Policy(
-            toleration_keys=options.allowed_toleration_keys,
-            priority_class_names=options.allowed_priority_classes,
-        ),
+        policy=options.admin_policy(),
     )
     api = kube.Kube(kube.load_config())
     reconciler = Reconciler(
@@ -243,7 +245,7 @@ def main(argv: Sequence[str]) -> int:
         namespaces=options.namespaces,
         resync_seconds=options.resync_seconds,
     )
-    sweeps = SweepReconciler(api=api)
+    sweeps = SweepReconciler(api=api, policy=defaults.policy)
     server, thread = metrics.serve(options.metrics_port, options.bind_address)
     log.info(
         "serving metrics on %s:%d, liveness on %s, watching %s (handlers: %s)",

@@ -6,6 +6,10 @@ the status, whose figures the workload's contract computed (``workload/contract/
 nothing is computed here, so a series reads what ``kubectl get`` and ``ckptbench run`` show. The
 one exception is a sweep cell's throughput: the sweep's status keeps only GiB/s to four
 significant digits, so that series is converted back from it and is that precise.
+
+Counters and histograms export no ``_created`` series: prometheus_client adds one per child by
+default, a second series per label set that no panel or rule reads (and Prometheus' own
+created-timestamp handling does not need it).
 """
 
 from __future__ import annotations
@@ -15,10 +19,20 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
 
 from ckptbench.operator.status.phases import PHASES
 
+# A process-wide switch of prometheus_client, read at every scrape; the operator's process
+# serves only this registry.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
 _LABELS = ("namespace", "name", "backend")
 OPERATIONS = ("save", "load", "delete")  # delete: absent when checkpoints are kept

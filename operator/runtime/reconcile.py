@@ -76,7 +76,7 @@ def reconcile_once(
     problem = validate_name(name)
     if problem is None:
         try:
-            current = parse_spec(raw_spec)
+            current = parse_spec(raw_spec, defaults.policy)
         except SpecError as exc:
             problem = str(exc)
 

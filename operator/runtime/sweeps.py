@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from ckptbench.operator.runtime import metrics
 from ckptbench.operator.runtime.coalesce import Coalescing
 from ckptbench.operator.runtime.steps import patch_if_changed, read_live
+from ckptbench.operator.spec.policy import Policy
 from ckptbench.operator.sweep import status as sst
 from ckptbench.operator.sweep.cells import LABEL_CELL, Cell, CellError, expand, render_child
 from ckptbench.operator.sweep.crd import validate_sweep_name
@@ -63,7 +64,9 @@ def _children(
     return found
 
 
-def reconcile_sweep_once(api: SweepApi, namespace: str, name: str) -> SweepOutcome | None:
+def reconcile_sweep_once(
+    api: SweepApi, namespace: str, name: str, policy: Policy | None = None
+) -> SweepOutcome | None:
     live = read_live(api.get_sweep, metrics.remove_sweep, namespace, name)
     if live is None:
         return None
@@ -77,6 +80,12 @@ def reconcile_sweep_once(api: SweepApi, namespace: str, name: str) -> SweepOutco
             cells = expand(spec)
         except (ValueError, CellError) as exc:
             problem = str(exc)
+    if spec is not None and problem is None and policy is not None:
+        # The admin's allow-lists, before any child exists: a child the policy refuses would be
+        # refused anyway (by the API server or by the benchmark reconcile), one by one.
+        refused = policy.problems(spec.template)
+        if refused:
+            problem = "; ".join(p.replace("spec.", "spec.template.", 1) for p in refused)
     created: list[str] = []
     if spec is None or problem is not None:
         status = sst.invalid_status(problem or "invalid spec")
@@ -114,11 +123,14 @@ class SweepReconciler(Coalescing):
     LOG_KIND = "sweep "
 
     api: SweepApi
+    policy: Policy | None = None
 
     async def reconcile(self, namespace: str, name: str, handler: str) -> SweepOutcome | None:
         async with self.lock((namespace, name)):
             with metrics.observe_reconcile(f"sweep-{handler}"):
-                return await asyncio.to_thread(reconcile_sweep_once, self.api, namespace, name)
+                return await asyncio.to_thread(
+                    reconcile_sweep_once, self.api, namespace, name, self.policy
+                )
 
     async def deleted(self, namespace: str, name: str, uid: str) -> None:
         metrics.remove_sweep(namespace, name)

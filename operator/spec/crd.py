@@ -27,6 +27,7 @@ from ckptbench.operator.spec.names import (
     SINGULAR,
     VERSION,
 )
+from ckptbench.operator.spec.rules import IMMUTABLE_SPEC
 from ckptbench.operator.spec.status_schema import BenchmarkStatus
 
 CRD_FILE = f"crds/{CRD_NAME}.yaml"
@@ -92,13 +93,14 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     },
 ]
 
-# Rules on the whole object: the only place CEL can see metadata.name.
+# Rules on the whole object: the only place CEL can see metadata.name, and the status.
 ROOT_RULES: list[dict[str, str]] = [
     {
         "rule": f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
         "message": f"metadata.name must be at most {MAX_NAME_LENGTH} characters: pod hostnames "
         f"<name>-{REPLICATED_JOB}-0-<index> must stay within 63",
-    }
+    },
+    IMMUTABLE_SPEC,
 ]
 
 _DROPPED_KEYS = frozenset({"title", "$defs"})

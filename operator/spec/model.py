@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 
 from ckptbench.operator.spec.names import MAX_LIST_ITEMS, ImagePullPolicy
 from ckptbench.operator.spec.objects import ITEM_CHECKS, object_list, optional_name
+from ckptbench.operator.spec.policy import CONTEXT_KEY, Policy
 from ckptbench.operator.spec.rules import RULES, memory_problem
 from ckptbench.operator.spec.schemas import (
     FREE_OBJECT,
@@ -192,6 +193,20 @@ class CheckpointBenchmarkSpec(BenchmarkSettings):
                 broken.append(memory)
         if broken:
             raise ValueError("; ".join(broken))
+        return self
+
+    @model_validator(mode="after")
+    def _admin_policy(self, info: ValidationInfo) -> Self:
+        # The admin's allow-lists, when the validation is given them (parse_spec's policy): the
+        # operator and `ckptbench render` pass theirs; a spec read with no deployment in view
+        # (a recorded one, a sweep cell) is checked for its shape only.
+        context = info.context if isinstance(info.context, dict) else {}
+        policy = context.get(CONTEXT_KEY)
+        if isinstance(policy, Policy):
+            problems = policy.problems(self)
+            if problems:
+                # parse_spec puts "spec." before the message: each problem keeps its own.
+                raise ValueError("; ".join(problems).removeprefix("spec."))
         return self
 
     # -- use --------------------------------------------------------------------------------------

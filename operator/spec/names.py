@@ -18,6 +18,13 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 # The workload image the chart gives the operator by default (values workload.image, with the
 # chart's appVersion as its tag): what `ckptbench render` uses when told no other.
 CHART_WORKLOAD_IMAGE = "ckptbench-workload:0.1.0"
+# The service account the chart names for benchmark pods (values workloadServiceAccount.name),
+# which its operator always allows: what `ckptbench render` allows when told no other.
+CHART_WORKLOAD_SERVICE_ACCOUNT = "ckptbench-workload"
+
+# The condition type that is True while the benchmark's JobSet exists: from then on the spec is
+# the run's and cannot change (the CRD's immutability rule reads it; the status writes it).
+JOBSET_CREATED = "JobSetCreated"
 
 # Pods get the hostname `<name>-rank-0-<index>`, a DNS label (<= 63 characters).
 REPLICATED_JOB = "rank"

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.operator.spec.policy import CONTEXT_KEY, Policy
 
 
 class SpecError(ValueError):
@@ -18,12 +19,15 @@ class SpecError(ValueError):
         self.problems = problems
 
 
-def parse_spec(raw: object) -> CheckpointBenchmarkSpec:
-    """Validate ``raw`` (the object's ``spec``) or raise :class:`SpecError`; never anything else."""
+def parse_spec(raw: object, policy: Policy | None = None) -> CheckpointBenchmarkSpec:
+    """Validate ``raw`` (the object's ``spec``) or raise :class:`SpecError`; never anything else.
+
+    With ``policy``, the admin's allow-lists are checked too (each refusal names its field)."""
     if isinstance(raw, Mapping) and not isinstance(raw, dict):
         raw = dict(raw)  # kopf hands the spec over as a read-only mapping view; strict wants dict
     try:
-        return CheckpointBenchmarkSpec.model_validate(raw)
+        context = {CONTEXT_KEY: policy} if policy is not None else None
+        return CheckpointBenchmarkSpec.model_validate(raw, context=context)
     except ValidationError as exc:
         raise SpecError([_describe(error) for error in exc.errors()]) from None
 

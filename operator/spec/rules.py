@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from ckptbench.operator.spec.names import (
     CONTROL_PLANE_KEYS,
+    JOBSET_CREATED,
     MAX_TOTAL_BYTES,
     PARENT_STEP,
     SYSTEM_PRIORITY_PREFIX,
@@ -334,6 +335,26 @@ RULES: tuple[Rule, ...] = (
         lambda s: not (s.priority_class_name or "").startswith(SYSTEM_PRIORITY_PREFIX),
     ),
 )
+
+
+# A benchmark's spec is fixed once its run started: the operator renders the JobSet from it once
+# and refuses a later edit (reconcile._ran_spec compares the spec with the one the JobSet runs,
+# and says what changed in the SpecChangeRejected condition). This transition rule refuses the
+# edit at admission already. It sits on the whole object, the one place CEL sees the status: the
+# run started when the JobSetCreated condition is True (before that, as for the operator, an edit
+# may still fix a spec the operator refused). The operator's check stays as its twin: it also
+# covers an edit in the moment between the JobSet's creation and the status saying so, an edit
+# inside a free-form Kubernetes object (CEL compares only what the schema types: resources'
+# quantities, affinity, a volume's source), and objects that never went through an API server.
+IMMUTABLE_SPEC: dict[str, str] = {
+    "rule": "self.spec == oldSelf.spec || !has(oldSelf.status) || "
+    "!has(oldSelf.status.conditions) || !oldSelf.status.conditions.exists(c, "
+    f"c.type == '{JOBSET_CREATED}' && c.status == 'True')",
+    "message": "spec is immutable once the run started (condition JobSetCreated): the JobSet "
+    "runs the spec it was created with; delete and re-create the benchmark to run another",
+    "fieldPath": ".spec",
+    "reason": "FieldValueForbidden",
+}
 
 
 def memory_problem(spec: Spec) -> str | None:

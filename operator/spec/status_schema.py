@@ -77,6 +77,16 @@ class Condition(StatusModel):
     observed_generation: int | None = Field(None, description="The spec generation it reflects.")
 
 
+# The operator writes six condition types at most (status/phases.py); the CRD's bound leaves room.
+MAX_CONDITIONS = 16
+# Conditions are a map keyed by type, as Kubernetes' own (metav1.Condition lists): one entry per
+# type, and server-side apply merges them by type instead of replacing the whole list.
+CONDITIONS_LIST_MAP: JsonDict = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["type"],
+}
+
+
 class Operation(OpSummary):
     """One operation (save or load) over the timed samples; a collective lasts as long as its
     slowest rank, sample by sample, barrier to barrier."""
@@ -210,7 +220,13 @@ class BenchmarkStatus(StatusModel):
     unreadable_results: list[Unreadable] | None = Field(None, description="The first 10.")
     start_time: str | None = Field(None, description="When the first rank started.")
     completion_time: str | None = Field(None, description="When the run ended.")
-    conditions: list[Condition] | None = Field(None, description="metav1-style conditions.")
+    conditions: list[Condition] | None = Field(
+        None,
+        description="metav1-style conditions.",
+        # A bound lets the API server estimate the cost of the CRD's rule that reads them.
+        max_length=MAX_CONDITIONS,
+        json_schema_extra=CONDITIONS_LIST_MAP,
+    )
 
 
 def status_body(status: BaseModel) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from ckptbench.operator.spec import names
 from ckptbench.operator.spec.status_schema import Condition
 from ckptbench.operator.status import conditions as cond
 from ckptbench.operator.status.pods import object_name
@@ -19,7 +20,7 @@ PHASES = (PENDING, QUEUED, RUNNING, SUCCEEDED, FAILED)
 TERMINAL_PHASES = (SUCCEEDED, FAILED)
 
 # Condition types, in the order they appear in status.
-JOBSET_CREATED = "JobSetCreated"
+JOBSET_CREATED = names.JOBSET_CREATED
 ADMITTED = "Admitted"
 COMPLETE = "Complete"
 FAILED_CONDITION = "Failed"

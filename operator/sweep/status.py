@@ -1,9 +1,11 @@
 """A sweep's status and its next step: pure functions of its cells and its children.
 
 The status holds one row per cell (at most 64, each of fixed shape: settings, phase, save and load
-seconds and GiB/s), the best cell for save and for load (highest throughput among the cells that
-succeeded), and progress as ``done/total``: a :class:`SweepStatus`, the typed model the sweep
-CRD's status schema is generated from (``kubectl explain ckbs.status``).
+seconds and GiB/s with the GiB/s's 95% interval), the best cell for save and for load (highest
+throughput among the cells that succeeded, named only where its interval lies above every other
+succeeded cell's: ``figures.best_of``; otherwise the one-line form says ``indistinguishable``
+and names the cells), and progress as ``done/total``: a :class:`SweepStatus`, the typed model the
+sweep CRD's status schema is generated from (``kubectl explain ckbs.status``).
 :func:`cells_to_start` decides which cells get their child next: in order, while fewer than
 ``parallelism`` children are unfinished, and none after a failure when ``stopOnFailure`` is set.
 """
@@ -17,6 +19,8 @@ from pydantic import Field
 
 from ckptbench.operator.spec.status_schema import StatusModel
 from ckptbench.operator.sweep.cells import Cell, child_name
+from ckptbench.workload.contract import figures
+from ckptbench.workload.contract.results import Interval
 from ckptbench.workload.contract.sizes import GIB
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
@@ -41,13 +45,22 @@ class CellRow(StatusModel):
     save_gi_bps: float | None = Field(
         None, description="Save throughput, GiB/s (4 significant digits)."
     )
+    save_gi_bps_ci: Interval | None = Field(
+        None, description="Its 95% interval, GiB/s; absent with one sample."
+    )
     load_seconds: float | None = Field(None, description="Mean load seconds.")
     load_gi_bps: float | None = Field(
         None, description="Load throughput, GiB/s (4 significant digits)."
     )
+    load_gi_bps_ci: Interval | None = Field(
+        None, description="Its 95% interval, GiB/s; absent with one sample."
+    )
 
     def gibps(self, op: Op) -> float | None:
         return self.save_gi_bps if op == "save" else self.load_gi_bps
+
+    def gibps_ci(self, op: Op) -> Interval | None:
+        return self.save_gi_bps_ci if op == "save" else self.load_gi_bps_ci
 
 
 class BestCell(StatusModel):
@@ -72,11 +85,32 @@ class SweepStatus(StatusModel):
     cells_succeeded: int | None = Field(None, description="Cells that succeeded.")
     cells_failed: int | None = Field(None, description="Cells that failed.")
     progress: str | None = Field(None, description="done/total.")
-    cells: list[CellRow] | None = Field(None, description="One row per cell, in cell order.")
-    best_save: BestCell | None = Field(None, description="The cell that saved fastest.")
-    best_save_cell: str | None = Field(None, description="The same, as one line: name (settings).")
-    best_load: BestCell | None = Field(None, description="The cell that loaded fastest.")
-    best_load_cell: str | None = Field(None, description="The same, as one line: name (settings).")
+    cells: list[CellRow] | None = Field(
+        None,
+        description="One row per cell, in cell order.",
+        # One row per cell number: a map keyed by cell, as the benchmark's conditions by type.
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["cell"]},
+    )
+    best_save: BestCell | None = Field(
+        None,
+        description="The cell that saved fastest, when its 95% interval lies above every other "
+        "succeeded cell's.",
+    )
+    best_save_cell: str | None = Field(
+        None,
+        description="The same, as one line: name (settings); or 'indistinguishable (names)' "
+        "when intervals overlap.",
+    )
+    best_load: BestCell | None = Field(
+        None,
+        description="The cell that loaded fastest, when its 95% interval lies above every other "
+        "succeeded cell's.",
+    )
+    best_load_cell: str | None = Field(
+        None,
+        description="The same, as one line: name (settings); or 'indistinguishable (names)' "
+        "when intervals overlap.",
+    )
 
 
 def child_phase(child: Mapping[str, Any] | None) -> str:
@@ -98,23 +132,33 @@ def cells_to_start(
     return [c for c in cells if c.number not in children][:free]
 
 
-def _op(child: Mapping[str, Any] | None, op: Op) -> tuple[float | None, float | None]:
-    """(mean seconds, GiB/s) of a child's save or load, when it has them."""
+def _gib(rate: object) -> float | None:
+    # Four significant digits: tiny test runs and 100 GiB/s clusters both keep their figure.
+    return float(f"{float(rate) / GIB:.4g}") if isinstance(rate, int | float) else None
+
+
+def _op(
+    child: Mapping[str, Any] | None, op: Op
+) -> tuple[float | None, float | None, Interval | None]:
+    """(mean seconds, GiB/s, its interval) of a child's save or load, when it has them."""
     summary = ((child or {}).get("status") or {}).get(op)
     if not isinstance(summary, Mapping):
-        return None, None
+        return None, None, None
     seconds = summary.get("meanSeconds")
-    rate = summary.get("throughputBytesPerSecond")
+    raw = summary.get("throughputBytesPerSecondCi")
+    ci = None
+    if isinstance(raw, Mapping) and (low := _gib(raw.get("low"))) is not None:
+        ci = Interval(low=low, high=_gib(raw.get("high")))
     return (
         float(seconds) if isinstance(seconds, int | float) else None,
-        # Four significant digits: tiny test runs and 100 GiB/s clusters both keep their figure.
-        float(f"{float(rate) / GIB:.4g}") if isinstance(rate, int | float) else None,
+        _gib(summary.get("throughputBytesPerSecond")),
+        ci,
     )
 
 
 def _row(sweep: str, cell: Cell, child: Mapping[str, Any] | None) -> CellRow:
-    save_seconds, save_rate = _op(child, "save")
-    load_seconds, load_rate = _op(child, "load")
+    save_seconds, save_rate, save_ci = _op(child, "save")
+    load_seconds, load_rate, load_ci = _op(child, "load")
     return CellRow(
         cell=cell.number,
         name=child_name(sweep, cell.number),
@@ -122,17 +166,23 @@ def _row(sweep: str, cell: Cell, child: Mapping[str, Any] | None) -> CellRow:
         phase=child_phase(child),
         save_seconds=save_seconds,
         save_gi_bps=save_rate,
+        save_gi_bps_ci=save_ci,
         load_seconds=load_seconds,
         load_gi_bps=load_rate,
+        load_gi_bps_ci=load_ci,
     )
 
 
-def best(rows: Sequence[CellRow], op: Op) -> CellRow | None:
-    """The succeeded row with the highest throughput for ``op``; the lower cell number on a tie."""
-    scored = [r for r in rows if r.phase == SUCCEEDED and r.gibps(op) is not None]
-    if not scored:
-        return None
-    return max(scored, key=lambda r: (r.gibps(op) or 0.0, -r.cell))
+def best(rows: Sequence[CellRow], op: Op) -> figures.Best | None:
+    """Among the succeeded rows with a throughput for ``op``: the highest, by cell number, where
+    its interval lies above every other's; otherwise the cells that cannot be told apart."""
+    return figures.best_of(
+        [
+            (r.cell, rate, r.gibps_ci(op))
+            for r in rows
+            if r.phase == SUCCEEDED and (rate := r.gibps(op)) is not None
+        ]
+    )
 
 
 def _label(cell: Cell) -> str:
@@ -163,7 +213,10 @@ def sweep_status(
     elif failed:
         message = f"{failed} of {total} cells failed"
     by_number = {c.number: c for c in cells}
-    tops = {op: _best_cell(best(rows, op), by_number, op) for op in ("save", "load")}
+    by_row = {r.cell: r for r in rows}
+    found = {op: best(rows, op) for op in ("save", "load")}
+    tops = {op: _best_cell(found[op], by_row, by_number, op) for op in ("save", "load")}
+    lines = {op: _one_line(tops[op], found[op], by_row) for op in ("save", "load")}
     return SweepStatus(
         phase=phase,
         message=message,
@@ -174,21 +227,32 @@ def sweep_status(
         progress=f"{done}/{total}",
         cells=rows,
         best_save=tops["save"],
-        best_save_cell=_one_line(tops["save"]),
+        best_save_cell=lines["save"],
         best_load=tops["load"],
-        best_load_cell=_one_line(tops["load"]),
+        best_load_cell=lines["load"],
     )
 
 
-def _best_cell(row: CellRow | None, cells: Mapping[int, Cell], op: Op) -> BestCell | None:
-    rate = row.gibps(op) if row is not None else None
-    if row is None or rate is None:
+def _best_cell(
+    found: figures.Best | None, rows: Mapping[int, CellRow], cells: Mapping[int, Cell], op: Op
+) -> BestCell | None:
+    if found is None or found.winner is None:
+        return None
+    row = rows[found.winner]
+    rate = row.gibps(op)
+    if rate is None:
         return None
     return BestCell(cell=row.cell, name=row.name, settings=_label(cells[row.cell]), GiBps=rate)
 
 
-def _one_line(top: BestCell | None) -> str | None:
-    return f"{top.name} ({top.settings})" if top is not None else None
+def _one_line(
+    top: BestCell | None, found: figures.Best | None, rows: Mapping[int, CellRow]
+) -> str | None:
+    if top is not None:
+        return f"{top.name} ({top.settings})"
+    if found is not None and found.tied:
+        return f"indistinguishable ({', '.join(rows[n].name for n in found.tied)})"
+    return None
 
 
 def invalid_status(problem: str) -> SweepStatus:

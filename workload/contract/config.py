@@ -26,7 +26,7 @@ from ckptbench.workload.contract.choices import (
     Procedure,
     Strategy,
 )
-from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV
+from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV, VERBOSE_LOGS_ENV
 from ckptbench.workload.contract.settings import BenchmarkSettings
 
 ENV_PREFIX = "CKPTBENCH_"
@@ -60,6 +60,11 @@ class WorkloadConfig(BenchmarkSettings):
     master_port: int = Field(29500, ge=1, le=65535, description="Rank 0's rendezvous port.")
     collective_timeout_seconds: float = Field(
         1800.0, gt=0, le=86_400, description="gloo timeout for one collective."
+    )
+    heartbeat_file: str | None = Field(
+        None,
+        description="A file the rank touches every few seconds while it lives (the local runner "
+        "watches it); empty: none.",
     )
     termination_log: str | None = Field(
         "/dev/termination-log",
@@ -103,8 +108,14 @@ class WorkloadConfig(BenchmarkSettings):
                 f"checkpoint_path: must start with gs:// for backend {self.backend.value}, "
                 f"got {self.checkpoint_path!r}"
             )
-        if self.backend is Backend.FILE and self.checkpoint_path.startswith("gs://"):
-            raise ValueError("checkpoint_path: is a gs:// URL but backend is file")
+        scheme, sep, _ = self.checkpoint_path.partition("://")
+        if self.backend is Backend.FILE and sep and scheme != "file":
+            # Each backend names the schemes it takes; a foreign URL would otherwise become a
+            # relative folder (``./s3:/b/x``) under the working directory.
+            raise ValueError(
+                f"checkpoint_path: backend file takes an absolute path or file:///path, not a "
+                f"{scheme}:// URL (got {self.checkpoint_path!r})"
+            )
         if self.checkpoint_path.startswith("gs://") and not self.checkpoint_path[5:].split("/")[0]:
             raise ValueError(f"checkpoint_path: no bucket in {self.checkpoint_path!r}")
         if self.procedure is not Procedure.CKPTBENCH and self.warmups:
@@ -289,8 +300,15 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     return sorted(
         v
         for v in environ
-        if v.startswith(ENV_PREFIX) and v not in known and not v.startswith(_OPERATOR_PREFIXES)
+        if v.startswith(ENV_PREFIX)
+        and v not in known
+        and v not in RANK_VARIABLES
+        and not v.startswith(_OPERATOR_PREFIXES)
     )
+
+
+# Read by a rank but no setting of the benchmark.
+RANK_VARIABLES = frozenset({VERBOSE_LOGS_ENV})
 
 
 # The operator's own settings share the prefix; a shell that runs both may carry them.

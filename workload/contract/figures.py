@@ -7,6 +7,8 @@ these figures; none computes its own. Each is defined in docs/measurement.md.
   earliest start);
 - per rank: :func:`moved_bytes` and :func:`rank_throughput` (the rank's bytes / its mean I/O);
 - per operation: :func:`summarize_op` (an :class:`OpSummary`), gathered by :func:`summarize`;
+- uncertainty: :func:`mean_interval` (a mean's Student-t interval), :func:`rate_interval` (a
+  rate's, from its duration's), and :func:`best_of` (the best cell only where intervals say so);
 - MLPerf Storage's, under its names: :func:`mlperf_metrics`;
 - across operations: :func:`slowest_rank`; the checkpoint as stored: :func:`stored_figures`.
 
@@ -15,6 +17,7 @@ Pure: no torch, no storage client. The operator calls these on termination messa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -23,6 +26,7 @@ from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.results import (
     RANKS_LISTED,
     ROUND,
+    Interval,
     OpStats,
     OpSummary,
     OpTiming,
@@ -33,6 +37,8 @@ from ckptbench.workload.contract.results import (
 )
 from ckptbench.workload.contract.sizes import GIB
 
+# The level of every confidence interval published: docs/measurement.md#confidence-intervals.
+CONFIDENCE = 0.95
 _MISSING_LISTED = 20
 _ERRORS_LISTED = 10
 
@@ -98,6 +104,101 @@ def span_seconds(timings: Sequence[RankOp]) -> list[float] | None:
     return [round(latest[i] - earliest[i], ROUND) for i in range(n)]
 
 
+# -- uncertainty ---------------------------------------------------------------------------------
+
+
+def mean_interval(summary: OpStats | None) -> Interval | None:
+    """The Student-t :data:`CONFIDENCE` interval of a mean of durations; None below 2 samples.
+
+    A duration is positive, so the lower bound is at least 0."""
+    if summary is None:
+        return None
+    bounds = stats.mean_interval(summary.n, summary.mean, summary.stdev, CONFIDENCE)
+    if bounds is None:
+        return None
+    low, high = bounds
+    return Interval(low=round(max(0.0, low), ROUND), high=round(high, ROUND))
+
+
+def rate_interval(nbytes: int, seconds: Interval | None) -> Interval | None:
+    """The interval of ``nbytes`` / mean seconds: ``nbytes`` over each bound of the mean's.
+
+    A decreasing function of the mean maps its interval onto one of the same level exactly. When
+    the mean's lower bound is 0 the rate is unbounded above (``high`` None)."""
+    if seconds is None or seconds.high is None:
+        return None
+    return Interval(
+        low=stats.throughput(nbytes, seconds.high),
+        high=stats.throughput(nbytes, seconds.low) if seconds.low > 0 else None,
+    )
+
+
+def _welch_df(a: OpSummary, b: OpSummary) -> float:
+    """Welch-Satterthwaite degrees of freedom of two means' difference (or ratio)."""
+    va, vb = a.stdev_seconds**2 / a.samples, b.stdev_seconds**2 / b.samples
+    if va + vb == 0:
+        return float(min(a.samples, b.samples) - 1)
+    return (va + vb) ** 2 / (va**2 / (a.samples - 1) + vb**2 / (b.samples - 1))
+
+
+def mean_ratio_interval(a: OpSummary, b: OpSummary) -> Interval | None:
+    """The :data:`CONFIDENCE` interval of ``b.mean_seconds / a.mean_seconds`` by the delta method:
+    relative standard error sqrt((se_a/m_a)^2 + (se_b/m_b)^2), t at the Welch-Satterthwaite
+    degrees of freedom. None with fewer than two samples on either side, or a mean of 0."""
+    if a.samples < 2 or b.samples < 2 or a.mean_seconds <= 0 or b.mean_seconds <= 0:
+        return None
+    ratio = b.mean_seconds / a.mean_seconds
+    relative = math.hypot(
+        a.stdev_seconds / math.sqrt(a.samples) / a.mean_seconds,
+        b.stdev_seconds / math.sqrt(b.samples) / b.mean_seconds,
+    )
+    half = stats.t_quantile(1.0 - (1.0 - CONFIDENCE) / 2.0, max(1.0, _welch_df(a, b)))
+    return Interval(low=max(0.0, ratio * (1 - half * relative)), high=ratio * (1 + half * relative))
+
+
+def throughput_ratio_interval(
+    a: OpSummary, a_bytes: int, b: OpSummary, b_bytes: int
+) -> Interval | None:
+    """The interval of ``b``'s throughput / ``a``'s: (b_bytes / a_bytes) over each bound of the
+    durations' ratio :func:`mean_ratio_interval`; unbounded above (``high`` None) when its lower
+    bound is 0."""
+    seconds = mean_ratio_interval(a, b)
+    if seconds is None or seconds.high is None or a_bytes <= 0:
+        return None
+    scale = b_bytes / a_bytes
+    return Interval(low=scale / seconds.high, high=scale / seconds.low if seconds.low > 0 else None)
+
+
+class Best(NamedTuple):
+    """The best of several cells for one operation: ``winner`` (its index) when intervals tell it
+    apart from every other (``tied`` empty); otherwise ``winner`` None and ``tied`` the cells that
+    cannot be told from the highest (it included), in index order."""
+
+    winner: int | None
+    tied: tuple[int, ...]
+
+
+def best_of(candidates: Sequence[tuple[int, float, Interval | None]]) -> Best | None:
+    """``(index, rate, its interval)`` of each cell that succeeded: the highest rate is the best
+    only when its interval lies wholly above every other cell's (non-overlapping intervals, a
+    stricter test than one at the same level). A cell without an interval (one sample) cannot be
+    told from any other. None without candidates."""
+    if not candidates:
+        return None
+    # Ties go to the lower index, so the answer does not depend on the order of equal rates.
+    top = max(candidates, key=lambda c: (c[1], -c[0]))
+    rivals = [c for c in candidates if c[0] != top[0]]
+    tied = [c[0] for c in rivals if not _above(top[2], c[2])]
+    if not tied:
+        return Best(top[0], ())
+    return Best(None, tuple(sorted([top[0], *tied])))
+
+
+def _above(a: Interval | None, b: Interval | None) -> bool:
+    """Whether interval ``a`` lies wholly above interval ``b``."""
+    return a is not None and b is not None and b.high is not None and a.low > b.high
+
+
 # -- per operation -------------------------------------------------------------------------------
 
 
@@ -122,9 +223,12 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
     rank0 = next((t.timing.stats for t in timings if t.rank == 0), None)
     spans = span_seconds(timings)
     span_mean = round(stats.mean(spans), ROUND) if spans else None
+    mean_ci = mean_interval(collective)
+    span_ci = mean_interval(OpStats.of(spans)) if spans else None
     return OpSummary(
         samples=collective.n,
         mean_seconds=collective.mean,
+        mean_seconds_ci=mean_ci,
         stdev_seconds=collective.stdev,
         p50_seconds=collective.p50,
         p90_seconds=collective.p90,
@@ -132,6 +236,7 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
         max_seconds=collective.max,
         min_seconds=collective.min,
         throughput_bytes_per_second=stats.throughput(total_bytes, collective.mean),
+        throughput_bytes_per_second_ci=rate_interval(total_bytes, mean_ci),
         min_rank_throughput_bytes_per_second=min(rates),
         median_rank_throughput_bytes_per_second=stats.percentile(rates, 50),
         ranks_left_out=len(timings) - len(moving),
@@ -144,12 +249,15 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
             [t.timing.io.mean for t in timings] if len(timings) <= RANKS_LISTED else None
         ),
         rank0_mean_seconds=rank0.mean if rank0 else None,
+        rank0_mean_seconds_ci=mean_interval(rank0),
         rank0_stdev_seconds=rank0.stdev if rank0 else None,
         blocked_mean_seconds=max(blocked) if blocked else None,
         span_mean_seconds=span_mean,
+        span_mean_seconds_ci=span_ci,
         span_throughput_bytes_per_second=(
             stats.throughput(total_bytes, span_mean) if span_mean is not None else None
         ),
+        span_throughput_bytes_per_second_ci=rate_interval(total_bytes, span_ci),
         gc_mean_seconds=max(collected) if collected else None,
         seconds=per_sample,
         span_seconds=spans,

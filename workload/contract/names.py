@@ -11,3 +11,7 @@ GCSFS_HNS_FLAG = "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"
 
 # The index an Indexed Job gives each pod: the rank, in a benchmark pod.
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
+
+# Set by `ckptbench run --verbose` for the ranks: they then show the storage libraries' known log
+# noise (ckptbench.workload.storage.noise) instead of hiding it. Read by a rank, not a setting.
+VERBOSE_LOGS_ENV = "CKPTBENCH_VERBOSE_LOGS"

@@ -264,6 +264,18 @@ class RankResult(BaseModel):
         return text if len(text) <= _ERROR_LIMIT else text[: _ERROR_LIMIT - 1] + "…"
 
 
+class Interval(BaseModel):
+    """A two-sided confidence interval of a figure (its level: ``figures.CONFIDENCE``).
+
+    ``high`` None: unbounded above, for a rate whose duration's interval reaches down to 0.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    low: float = Field(description="Lower bound.")
+    high: float | None = Field(None, description="Upper bound; absent: unbounded above.")
+
+
 class OpSummary(BaseModel):
     """One operation across all ranks, in the reference's terms and MLPerf Storage's.
 
@@ -278,6 +290,10 @@ class OpSummary(BaseModel):
     samples: int
     mean_seconds: float = Field(description="Mean collective duration (max over ranks per sample).")
     stdev_seconds: float = Field(description="Sample stdev (n-1) of the collective durations.")
+    mean_seconds_ci: Interval | None = Field(
+        None,
+        description="95% Student-t interval of the mean seconds; absent with fewer than 2 samples.",
+    )
     p50_seconds: float
     p90_seconds: float
     p99_seconds: float | None = Field(
@@ -289,6 +305,10 @@ class OpSummary(BaseModel):
     min_seconds: float
     throughput_bytes_per_second: float = Field(
         description="Total checkpoint bytes / mean collective duration (the reference's figure)."
+    )
+    throughput_bytes_per_second_ci: Interval | None = Field(
+        None,
+        description="95% interval of the throughput: total bytes over each bound of the mean's.",
     )
     min_rank_throughput_bytes_per_second: float = Field(
         description="Lowest per-rank throughput: the rank's bytes / its mean I/O seconds."
@@ -321,6 +341,9 @@ class OpSummary(BaseModel):
     rank0_mean_seconds: float | None = Field(
         None, description="Rank 0's mean barrier-to-barrier seconds: the reference's figure."
     )
+    rank0_mean_seconds_ci: Interval | None = Field(
+        None, description="95% Student-t interval of rank 0's mean seconds."
+    )
     rank0_stdev_seconds: float | None = Field(
         None, description="Rank 0's sample stdev (n-1) of its barrier-to-barrier seconds."
     )
@@ -332,8 +355,15 @@ class OpSummary(BaseModel):
         description="Mean over samples of the latest rank end minus the earliest rank start "
         "(MLPerf Storage's duration).",
     )
+    span_mean_seconds_ci: Interval | None = Field(
+        None, description="95% Student-t interval of the mean span."
+    )
     span_throughput_bytes_per_second: float | None = Field(
         None, description="Total checkpoint bytes / mean span (MLPerf Storage's bandwidth)."
+    )
+    span_throughput_bytes_per_second_ci: Interval | None = Field(
+        None,
+        description="95% interval of the span throughput: total bytes over the mean span's bounds.",
     )
     gc_mean_seconds: float | None = Field(
         None,

@@ -341,6 +341,17 @@ class BenchmarkSettings(BaseModel):
         le=86_400,
         description="How long a rank waits for rank 0's address to resolve and answer.",
     )
+    progress_timeout_seconds: Annotated[
+        float, Setting(unit="seconds", flag="--progress-timeout", metavar="SECONDS")
+    ] = Field(
+        300.0,
+        ge=1,  # not gt=0: Kubernetes' schema and JSON Schema disagree on exclusiveMinimum
+        le=86_400,
+        description="A rank that neither beats its heartbeat nor moves a byte of I/O for this "
+        "long is frozen: the local runner names it and stops the run (rather than waiting for "
+        "the run's timeout). In a cluster the worker container's liveness probe reads the "
+        "heartbeat: a rank that stops beating for this long is killed and the benchmark fails.",
+    )
 
     @field_validator("checkpoint_path")
     @classmethod

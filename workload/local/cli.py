@@ -19,12 +19,13 @@ from typing import Any
 
 from ckptbench.workload.contract import figures, sizes
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
+from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG, VERBOSE_LOGS_ENV
 from ckptbench.workload.contract.results import RunSummary
 from ckptbench.workload.local import preflight, report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
 from ckptbench.workload.local.options import UsageError, build_parser, parse_size
 from ckptbench.workload.local.outputs import csvfile, document
+from ckptbench.workload.local.outputs.target import Target
 from ckptbench.workload.local.plan import EMULATOR_BUCKET, Plan, plan
 from ckptbench.workload.local.progress import Progress
 from ckptbench.workload.local.runner import RanksOutcome, run_ranks
@@ -122,6 +123,8 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
         if emu is not None:
             emulator_url = emu.url
             extra_env[EMULATOR_ENV] = emu.url
+        if p.verbose:
+            extra_env[VERBOSE_LOGS_ENV] = "1"
         if emulator_url:
             # gcsfs stalls ~60 s per bucket call on an emulator unless this is off at import.
             extra_env[GCSFS_HNS_FLAG] = "false"
@@ -192,10 +195,22 @@ def main(argv: Sequence[str]) -> int:
         # Standard output carries the JSON or the CSV when asked to; the table then goes aside.
         aside = any(t is not None and t.is_stdout for t in (p.json, p.csv))
         print(report.format_report(runs), file=sys.stderr if aside else sys.stdout)
+    outputs: list[tuple[Target, str]] = []
     if p.json is not None and runs:
-        p.json.write(document.to_text(runs, ok and not stop.is_set()))
+        outputs.append((p.json, document.to_text(runs, ok and not stop.is_set())))
     if p.csv is not None and runs:
-        p.csv.write(csvfile.to_csv(runs))
+        outputs.append((p.csv, csvfile.to_csv(runs)))
+    for target, text in outputs:
+        try:
+            target.write(text)
+        except OSError as exc:
+            # Checked before the run, but a disk can fill or a folder go meanwhile.
+            print(
+                f"ckptbench run: {target.flag}: could not write {str(target.path)!r}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            ok = False
     if runs and p.emulator_bucket is not None and p.json is None:
         # The ranks' logs name results/summary.json in the bucket; that bucket went with the
         # embedded emulator.

@@ -9,6 +9,7 @@ callers here decide where the address goes.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -62,6 +63,10 @@ class GcsEmulator:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
@@ -73,6 +78,12 @@ class GcsEmulator:
             root = self._root
         data = root / "data"
         data.mkdir(parents=True, exist_ok=True)
+        # fake-gcs-server stages objects in temporary files of $TMPDIR (``.<id>-<digits>``, one
+        # as large as a part); an emulator killed mid-write left them in the user's $TMPDIR for
+        # good. Inside our folder they go with it, or with the next run's reclaim of it.
+        scratch = root / "tmp"
+        scratch.mkdir(exist_ok=True)
+        env = {**os.environ, "TMPDIR": str(scratch)}
         self._log = root / "fake-gcs-server.log"
         self.port = free_port(self.host)
         with self._log.open("wb") as log:
@@ -97,6 +108,7 @@ class GcsEmulator:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env=env,
                 # Killed with its starter, even by SIGKILL: no emulator left serving old data.
                 preexec_fn=orphans.die_with_this_thread(),
             )

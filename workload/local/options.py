@@ -198,6 +198,12 @@ _RUNNER: tuple[Option, ...] = (
         answers_for=("collective_timeout_seconds",),
     ),
     Option(
+        "--verbose",
+        "show every log line of the storage libraries, their known noise too (gcsfs's moveTo "
+        "fallback against the emulator, urllib3's retries); by default each rank hides it and "
+        "says how many it hid",
+    ),
+    Option(
         "--json",
         "write every cell's summary as JSON here (read by 'ckptbench compare' and 'report')",
         parse=str,

@@ -47,6 +47,7 @@ class Plan:
     timeout: float
     json: target.Target | None = None  # --json: where the summaries go, checked before the run
     csv: target.Target | None = None
+    verbose: bool = False  # --verbose: the ranks show the storage libraries' known noise
 
     @property
     def configs(self) -> list[WorkloadConfig]:
@@ -155,7 +156,8 @@ def plan(args: argparse.Namespace) -> Plan:
         if emulator_bucket is not None:
             check_emulator_can(cell)
         check_memory(cell, memory.available_bytes())
-    return Plan(planned, emulator_bucket, storage, timeout, **outputs)
+    verbose = bool(args.verbose)
+    return Plan(planned, emulator_bucket, storage, timeout, **outputs, verbose=verbose)
 
 
 def _outputs(args: argparse.Namespace) -> dict[str, target.Target]:

@@ -6,8 +6,11 @@ With several cells (runs) they are printed side by side, one column each, and wh
 and ``gcsfs`` are present a ratio column ``gcs/gcsfs`` is added: above 1 on a throughput row
 means ``gcs`` moved more bytes per second; below 1 on a seconds row means it took less time.
 When settings other than the backend vary, the columns are headed ``cell i/N`` and the first rows
-give each cell's value of every varied option. A ``best`` row names the cell with the highest
-save and load throughput among the cells that succeeded.
+give each cell's value of every varied option. Each mean carries its 95% confidence interval
+(``n/a`` with one sample), computed in :mod:`~ckptbench.workload.contract.figures`. A ``best`` row
+names the cell with the highest save and load throughput among the cells that succeeded, only
+where the intervals tell it apart from every other cell; otherwise the row says
+``indistinguishable`` under the cells that cannot be told apart.
 """
 
 from __future__ import annotations
@@ -18,12 +21,15 @@ from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import OpSummary, ResourceSummary, RunSummary
+from ckptbench.workload.contract.results import Interval, OpSummary, ResourceSummary, RunSummary
 from ckptbench.workload.contract.sizes import GIB
 
 MIB = 1024**2
 
 MISSING = "-"
+NO_INTERVAL = "n/a"  # one sample: no spread, so no interval
+INDISTINGUISHABLE = "indistinguishable"
+CI = f"{round(figures.CONFIDENCE * 100)}% CI"
 RATIO_PAIR = ("gcs", "gcsfs")
 
 
@@ -70,7 +76,15 @@ def fmt_ratio(x: float) -> str:
     return f"{x:.2f}x"
 
 
-def _op(name: str, get: Callable[[OpSummary], float | int | None]) -> Callable[[RunSummary], Any]:
+def fmt_interval(ci: Interval | None, fmt: Callable[[float], str]) -> str:
+    """``[low, high]`` in a figure's own format; ``inf`` for a rate unbounded above; n/a for
+    none (one sample)."""
+    if ci is None:
+        return NO_INTERVAL
+    return f"[{fmt(ci.low)}, {'inf' if ci.high is None else fmt(ci.high)}]"
+
+
+def _op(name: str, get: Callable[[OpSummary], Any]) -> Callable[[RunSummary], Any]:
     def value(s: RunSummary) -> float | int | None:
         op: OpSummary | None = getattr(s, name)
         return None if op is None else get(op)
@@ -84,7 +98,7 @@ class _Figure(NamedTuple):
     """
 
     label: str
-    get: Callable[[OpSummary], float | int | None]
+    get: Callable[[OpSummary], float | int | Interval | None]
     kind: Literal["seconds", "count", "rate"]
     ratio: bool = False
 
@@ -92,11 +106,13 @@ class _Figure(NamedTuple):
 _OP_ROWS = (
     _Figure("samples", lambda o: o.samples, "count"),
     _Figure("mean (s)", lambda o: o.mean_seconds, "seconds", ratio=True),
+    _Figure(f"mean {CI} (s)", lambda o: o.mean_seconds_ci, "seconds"),
     _Figure("stdev (s)", lambda o: o.stdev_seconds, "seconds"),
     _Figure("p50 (s)", lambda o: o.p50_seconds, "seconds", ratio=True),
     _Figure("p90 (s)", lambda o: o.p90_seconds, "seconds", ratio=True),
     _Figure("max (s)", lambda o: o.max_seconds, "seconds", ratio=True),
     _Figure("throughput ({rate}/s)", lambda o: o.throughput_bytes_per_second, "rate", ratio=True),
+    _Figure(f"throughput {CI} ({{rate}}/s)", lambda o: o.throughput_bytes_per_second_ci, "rate"),
     _Figure(
         "min per-rank ({rate}/s)",
         lambda o: o.min_rank_throughput_bytes_per_second,
@@ -129,16 +145,33 @@ _LEFT_OUT_ROW = _Figure("ranks left out", lambda o: o.ranks_left_out, "count")
 # The reference's own figures: rank 0's barrier-to-barrier mean and stdev.
 _REFERENCE_ROWS = (
     _Figure("rank-0 mean (s)", lambda o: o.rank0_mean_seconds, "seconds"),
+    _Figure(f"rank-0 mean {CI} (s)", lambda o: o.rank0_mean_seconds_ci, "seconds"),
     _Figure("rank-0 stdev (s)", lambda o: o.rank0_stdev_seconds, "seconds"),
 )
 
 
+def _op_interval(
+    name: str, get: Callable[[OpSummary], Any], fmt: Callable[[float], str]
+) -> Callable[[RunSummary], str | None]:
+    """An interval's cell: missing without the operation, n/a without an interval."""
+
+    def value(s: RunSummary) -> str | None:
+        op: OpSummary | None = getattr(s, name)
+        return None if op is None else fmt_interval(get(op), fmt)
+
+    return value
+
+
 def _rows(name: str, rate: Unit, figs: Sequence[_Figure]) -> list[Row]:
     formats = {"seconds": fmt_seconds, "count": fmt_int, "rate": fmt_in(rate, 3)}
-    return [
-        Row(f"{name} {f.label.format(rate=rate.name)}", _op(name, f.get), formats[f.kind], f.ratio)
-        for f in figs
-    ]
+    rows = []
+    for f in figs:
+        label = f"{name} {f.label.format(rate=rate.name)}"
+        if CI in f.label:
+            rows.append(Row(label, _op_interval(name, f.get, formats[f.kind]), str))
+        else:
+            rows.append(Row(label, _op(name, f.get), formats[f.kind], f.ratio))
+    return rows
 
 
 def _mlperf_rows(name: str, rate: Unit) -> list[Row]:
@@ -146,9 +179,19 @@ def _mlperf_rows(name: str, rate: Unit) -> list[Row]:
     return [
         Row(f"{name} span (s)", _op(name, lambda o: o.span_mean_seconds), fmt_seconds),
         Row(
+            f"{name} span {CI} (s)",
+            _op_interval(name, lambda o: o.span_mean_seconds_ci, fmt_seconds),
+            str,
+        ),
+        Row(
             f"{name} span throughput ({rate.name}/s)",
             _op(name, lambda o: o.span_throughput_bytes_per_second),
             fmt_in(rate, 3),
+        ),
+        Row(
+            f"{name} span throughput {CI} ({rate.name}/s)",
+            _op_interval(name, lambda o: o.span_throughput_bytes_per_second_ci, fmt_in(rate, 3)),
+            str,
         ),
         Row(
             f"{name} median per-rank ({rate.name}/s)",
@@ -335,28 +378,55 @@ def axes_of(s: RunSummary) -> dict[str, str]:
     return {str(k): str(v) for k, v in axes.items()}
 
 
-def best_cells(runs: Sequence[tuple[str, RunSummary]]) -> dict[str, int]:
-    """``{"save": i, "load": j}``: the index of the succeeded cell with the highest throughput."""
-    best: dict[str, int] = {}
+def best_cells(runs: Sequence[tuple[str, RunSummary]]) -> dict[str, figures.Best]:
+    """``{"save": ..., "load": ...}``: each operation's best succeeded cell by throughput, or the
+    cells that cannot be told apart (:func:`figures.best_of`)."""
+    best: dict[str, figures.Best] = {}
     for op in ("save", "load"):
-        scored = [
-            (summary.throughput_bytes_per_second, i)
-            for i, (_, s) in enumerate(runs)
-            if s.succeeded and (summary := getattr(s, op)) is not None
-        ]
-        if scored:
-            best[op] = max(scored, key=lambda t: (t[0], -t[1]))[1]
+        found = figures.best_of(
+            [
+                (i, summary.throughput_bytes_per_second, summary.throughput_bytes_per_second_ci)
+                for i, (_, s) in enumerate(runs)
+                if s.succeeded and (summary := getattr(s, op)) is not None
+            ]
+        )
+        if found is not None:
+            best[op] = found
     return best
+
+
+def best_text(best: figures.Best, op: str, labels: Sequence[str]) -> str:
+    """One line: the best cell, or which cells cannot be told apart, and by what."""
+    if best.winner is not None:
+        return f"best {op}: {labels[best.winner]} (its {CI} is above every other cell's)"
+    tied = ", ".join(labels[i] for i in best.tied)
+    return f"best {op}: {INDISTINGUISHABLE} among {tied} ({CI}s overlap, or n/a with one sample)"
+
+
+def best_lines(runs: Sequence[tuple[str, RunSummary]], labels: Sequence[str]) -> list[str]:
+    """Under the table: each operation's best cell, or the cells it cannot be told from."""
+    if sum(1 for _, s in runs if s.succeeded) < 2:
+        return []
+    best = best_cells(runs)
+    return [best_text(b, op, labels) for op, b in best.items()]
 
 
 def _best_row(runs: Sequence[tuple[str, RunSummary]]) -> list[str] | None:
     if sum(1 for _, s in runs if s.succeeded) < 2:
         return None
     best = best_cells(runs)
-    return [
-        "best (throughput)",
-        *(",".join(op for op in ("save", "load") if best.get(op) == i) for i in range(len(runs))),
-    ]
+
+    def mark(i: int) -> str:
+        marks = []
+        for op in ("save", "load"):
+            b = best.get(op)
+            if b is not None and b.winner == i:
+                marks.append(op)
+            elif b is not None and i in b.tied:
+                marks.append(f"({op})")  # one of the cells that cannot be told apart
+        return ",".join(marks)
+
+    return ["best (throughput)", *(mark(i) for i in range(len(runs)))]
 
 
 def format_table(runs: Sequence[tuple[str, RunSummary]]) -> str:
@@ -386,7 +456,10 @@ def format_table(runs: Sequence[tuple[str, RunSummary]]) -> str:
     best = _best_row(runs)
     if best is not None:
         body.append(best)
-    return align([header, *(line + [""] * (len(header) - len(line)) for line in body)])
+    table = align([header, *(line + [""] * (len(header) - len(line)) for line in body)])
+    names = header[1 : len(runs) + 1]
+    notes = best_lines(runs, names)
+    return "\n".join([table, *notes])
 
 
 def align(lines: list[list[str]]) -> str:

@@ -30,7 +30,7 @@ from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import RankResult
 from ckptbench.workload.local import orphans
 from ckptbench.workload.local.emulator import free_port
-from ckptbench.workload.rank import environment
+from ckptbench.workload.rank import environment, heartbeat
 
 WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ckptbench.cli", "worker")
 # After the first rank fails, the others get this long to end (and report) on their own: a
@@ -76,6 +76,8 @@ class RanksOutcome:
     unreadable: dict[int, str] = field(default_factory=dict)
     first_failure: int | None = None
     timed_out: bool = False
+    stalled: int | None = None  # a rank that made no progress for progress_timeout
+    progress_timeout: float = 0.0
     interrupted: bool = False
     timeout_seconds: float = 0.0
     seconds: float = 0.0
@@ -92,7 +94,9 @@ class RanksOutcome:
             if e.rank in reported:
                 continue
             parts = [e.describe()]
-            if e.stopped_by_runner:
+            if e.rank == self.stalled:
+                parts.append(self._stall_text())
+            elif e.stopped_by_runner:
                 parts.append(self._stop_reason())
             if e.rank in self.unreadable:
                 parts.append(self.unreadable[e.rank])
@@ -104,19 +108,32 @@ class RanksOutcome:
             return "stopped by the runner on interrupt"
         if self.timed_out:
             return f"stopped by the runner after the {self.timeout_seconds:g} s timeout"
+        if self.stalled is not None:
+            return f"stopped by the runner after rank {self.stalled} made no progress"
         if self.first_failure is not None:
             return f"stopped by the runner after rank {self.first_failure} failed"
         return "stopped by the runner"
+
+    def _stall_text(self) -> str:
+        return (
+            f"stopped by the runner: no heartbeat and no I/O for {self.progress_timeout:g} s "
+            "(--progress-timeout)"
+        )
 
     def peak_rss_bytes(self) -> list[int | None]:
         return [e.peak_rss_bytes for e in sorted(self.exits, key=lambda e: e.rank)]
 
 
 class _Rank:
-    def __init__(self, rank: int, proc: subprocess.Popen[bytes], result_file: Path) -> None:
+    def __init__(
+        self, rank: int, proc: subprocess.Popen[bytes], result_file: Path, heartbeat_file: Path
+    ) -> None:
         self.rank = rank
         self.proc = proc
         self.result_file = result_file
+        self.heartbeat_file = heartbeat_file
+        self._mark: tuple[int, int] | None = None
+        self.last_progress = time.monotonic()
         self.tail: collections.deque[tuple[str, bool]] = collections.deque(maxlen=_TAIL_LINES)
         self.reader: threading.Thread | None = None
         self.stopped = False
@@ -136,6 +153,14 @@ class _Rank:
         self.peak_rss_bytes = usage.ru_maxrss * 1024
         self.proc.returncode = os.waitstatus_to_exitcode(status)
         return self.proc.returncode
+
+    def watch_progress(self, now: float) -> float:
+        """Seconds since the rank last beat its heartbeat or moved a byte of I/O."""
+        mark = (heartbeat.last_beat_ns(self.heartbeat_file), _io_bytes(self.proc.pid))
+        if mark != self._mark:
+            self._mark = mark
+            self.last_progress = now
+        return now - self.last_progress
 
     def signal_group(self, sig: signal.Signals) -> None:
         # The rank leads its own session, so its process-group id is its pid; the group outlives
@@ -162,6 +187,30 @@ class _Printer:
             self._out.flush()
 
 
+def _io_bytes(pid: int) -> int:
+    """Bytes the process has read and written through system calls (files, sockets) so far."""
+    try:
+        text = Path(f"/proc/{pid}/io").read_text()
+    except OSError:
+        return 0
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return int(fields.get("rchar", 0)) + int(fields.get("wchar", 0))
+
+
+def _state(pid: int) -> str:
+    """What /proc says the process is doing, when that explains a freeze."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    state = stat.rpartition(")")[2].split()[:1]
+    return {
+        "T": "stopped by a signal",
+        "t": "stopped by a debugger",
+        "D": "in uninterruptible I/O",
+    }.get(state[0] if state else "", "")
+
+
 def rank_env(
     config: WorkloadConfig,
     rank: int,
@@ -176,6 +225,7 @@ def rank_env(
     env.update(extra_env)
     env["CKPTBENCH_RANK"] = str(rank)
     env["CKPTBENCH_TERMINATION_LOG"] = str(result_file)
+    env["CKPTBENCH_HEARTBEAT_FILE"] = str(result_file.with_suffix(".beat"))
     env["CKPTBENCH_MASTER_ADDR"] = "127.0.0.1"
     env["CKPTBENCH_MASTER_PORT"] = str(master_port)
     # N ranks share this machine's cores: without this each would start one intra-op thread per
@@ -226,7 +276,7 @@ def run_ranks(
                     # Killed with the runner, even by SIGKILL, which runs no cleanup of ours.
                     preexec_fn=die_with_runner,
                 )
-                ranks.append(_Rank(rank, proc, result_file))
+                ranks.append(_Rank(rank, proc, result_file, result_file.with_suffix(".beat")))
             if on_started is not None:
                 on_started([r.proc.pid for r in ranks])
             for r in ranks:
@@ -234,7 +284,10 @@ def run_ranks(
                     target=_read_lines, args=(r, printer), name=f"rank-{r.rank}-output", daemon=True
                 )
                 r.reader.start()
-            outcome = _supervise(ranks, stop, timeout, failure_grace, kill_grace, started)
+            outcome = _supervise(
+                ranks, stop, timeout, failure_grace, kill_grace, started,
+                config.progress_timeout_seconds, printer,
+            )  # fmt: skip
         finally:
             # Whatever happened above (an exception, a second signal), no rank outlives this call.
             _stop_all(ranks, kill_grace)
@@ -269,8 +322,12 @@ def _supervise(
     failure_grace: float,
     kill_grace: float,
     started: float,
+    progress_timeout: float,
+    printer: _Printer,
 ) -> RanksOutcome:
-    outcome = RanksOutcome(results=[], exits=[], timeout_seconds=timeout)
+    outcome = RanksOutcome(
+        results=[], exits=[], timeout_seconds=timeout, progress_timeout=progress_timeout
+    )
     deadline = started + timeout
     terminate_at: float | None = None  # when the survivors get SIGTERM
     kill_at: float | None = None  # when they get SIGKILL
@@ -291,6 +348,19 @@ def _supervise(
         if now >= deadline and not outcome.timed_out and not outcome.interrupted:
             outcome.timed_out = True
             terminate_at = now
+        if terminate_at is None:
+            for r, code in zip(ranks, codes, strict=True):
+                if code is None and r.watch_progress(now) > progress_timeout:
+                    outcome.stalled = r.rank
+                    state = _state(r.proc.pid)
+                    printer.line(
+                        r.rank,
+                        f"no heartbeat and no I/O for {progress_timeout:g} s"
+                        + (f" ({state})" if state else "")
+                        + ": the runner stops the run (--progress-timeout)",
+                    )
+                    terminate_at = now
+                    break
         if terminate_at is not None and now >= terminate_at and kill_at is None:
             for r, code in zip(ranks, codes, strict=True):
                 if code is None:

@@ -194,3 +194,12 @@ def available_bytes(meminfo: str = "/proc/meminfo") -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def resident_bytes(statm: str = "/proc/self/statm") -> int:
+    """What this process holds in memory now (its resident set), 0 where it cannot be read."""
+    try:
+        with open(statm) as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

@@ -22,14 +22,16 @@ import torch.distributed as dist
 
 from ckptbench.workload.contract import config as config_module
 from ckptbench.workload.contract import memory_plan, sizes
-from ckptbench.workload.contract.choices import Procedure
+from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
 from ckptbench.workload.contract.figures import summarize
 from ckptbench.workload.contract.results import RankResult, RunSummary
-from ckptbench.workload.rank import cpus, environment, loop, memory, rendezvous
+from ckptbench.workload.rank import cpus, environment, heartbeat, loop, memory, rendezvous
 from ckptbench.workload.rank.loop import AfterSave
+from ckptbench.workload.storage import noise
 from ckptbench.workload.storage import objects as objectio
 from ckptbench.workload.storage import session as backends
+from ckptbench.workload.storage.paths import local_path, why_no_folder
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -66,16 +68,33 @@ def main(argv: Sequence[str]) -> int:
 
 def run(config: WorkloadConfig, *, after_save: AfterSave | None = None) -> int:
     """Run one rank to the end and report; ``after_save`` is a fault-injection hook for tests."""
+    heartbeat.start(config.heartbeat_file, config.progress_timeout_seconds)
+    # Before any storage client logs: the libraries' known noise stays out unless asked for.
+    quieter = noise.quiet_unless_verbose(os.environ)
+    try:
+        return _run(config, after_save)
+    finally:
+        said = quieter.summary() if quieter is not None else None
+        if said is not None:
+            _logger(config.rank)(said)
+        if quieter is not None:
+            quieter.remove()
+
+
+def _run(config: WorkloadConfig, after_save: AfterSave | None) -> int:
     allocator = memory.configure_allocator(config.procedure)
     # Before the first gs:// URL, on which fsspec imports gcsfs: the flag is read at its import.
     backends.prepare_gcsfs()
     threads = cpus.limit_torch_threads()
     say = _logger(config.rank)
     refused = _memory_refusal(config)
+    kind = "MemoryRefused"
+    if refused is None:
+        refused, kind = _storage_refusal(config), "StorageRefused"
     if refused is not None:
         # Before the rendezvous and before any tensor: a run that cannot fit never starts.
         say(f"refused: {refused}")
-        error = f"MemoryRefused: {refused}"
+        error = f"{kind}: {refused}"
         result = RankResult(
             rank=config.rank, host=socket.gethostname(), bytes=config.shard_bytes, error=error
         )
@@ -134,15 +153,37 @@ def _memory_refusal(config: WorkloadConfig) -> str | None:
         budget, source = config.memory_limit_bytes, "CKPTBENCH_MEMORY_LIMIT_BYTES"
     else:
         limit = memory.cgroup_limit_bytes()
-        if limit is None:
-            return None  # no limit to compare with: the local runner checks before it starts
-        budget, source = limit, "the container's memory limit"
+        if limit is not None:
+            budget, source = limit, "the container's memory limit"
+        else:
+            # No limit: what the node can still give. The estimate counts the interpreter and
+            # torch this rank already holds, so they are added back to what is available.
+            available = memory.available_bytes()
+            if available is None:
+                return None
+            held = memory.resident_bytes()
+            budget = available + held
+            source = (
+                f"no memory limit: {sizes.format_bytes(available)} available on this node "
+                f"(MemAvailable) + {sizes.format_bytes(held)} this rank already holds"
+            )
     if config.model is not None:
         way_out = "use fewer layers (CKPTBENCH_LAYERS), more ranks, or a bigger memory limit"
     else:
         way_out = "use a smaller layer_size or padding_size, more ranks, or a bigger memory limit"
     force = "CKPTBENCH_MEMORY_CHECK=false"
     return memory_plan.refusal(config.memory_estimate(), budget, source, way_out, force)
+
+
+def _storage_refusal(config: WorkloadConfig) -> str | None:
+    """Why the file backend's folder cannot take this rank's files, or None (other backends are
+    checked by their first request, before any timing)."""
+    if config.backend is not Backend.FILE:
+        return None
+    problem = why_no_folder(local_path(config.checkpoint_path))
+    if problem is None:
+        return None
+    return f"CKPTBENCH_CHECKPOINT_PATH (checkpointPath): {problem}"
 
 
 def _measure_stored(

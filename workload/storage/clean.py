@@ -3,27 +3,66 @@
 A run that was killed mid-save leaves its checkpoint objects, the temporary parts of its
 composite uploads (``*.distcp.parts/...``) and, with the multipart upload scheme, unfinished XML
 multipart uploads (parts no object listing shows, billed until aborted); nothing else ever removes
-them. This deletes every object (or file) under the prefix, aborts every unfinished multipart
-upload under it, says how many, and names those it could not remove.
+them. This deletes the files of ckptbench's run layout under the prefix (:mod:`.layout`), aborts
+the unfinished multipart uploads among them, says how many, and names those it could not remove.
+
+It acts only on what ckptbench wrote: an empty or scheme-only URL, a whole bucket, a system
+folder or a home folder is refused before anything is listed, files outside the layout are left
+(and counted), and the folder it was given is never removed, only emptied of ckptbench's files.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import pwd
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from ckptbench.workload.storage import objects
+from ckptbench.workload.storage import layout, objects
 
 # How long aborting one unfinished multipart upload may take, retries included.
 ABORT_SECONDS = 60.0
+EXIT_REFUSED = 2
+
+# Folders of the system that no benchmark prefix is: refused as they are, and everything under
+# the ones the system alone writes.
+SYSTEM_FOLDERS = frozenset(
+    ["/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32",
+     "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys",
+     "/tmp", "/usr", "/var", "/var/lib", "/var/log", "/var/tmp", "/workspace"]
+)  # fmt: skip
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+                "/sbin", "/sys", "/usr")  # fmt: skip
+
+
+class Refused(ValueError):
+    """The URL names no benchmark prefix; the message says why."""
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """A checked prefix: the URL to act on, and the names of its own folders (for the layout)."""
+
+    url: str
+    own: tuple[str, ...]
+    root: Path | None = None  # the local folder, for file://
+
+    @property
+    def is_gs(self) -> bool:
+        return self.root is None
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ckptbench clean",
-        description="Delete every object or file under a prefix that dead runs left behind.",
+        description="Delete the files ckptbench's runs left under a prefix (checkpoints and "
+        "results of its run layout, unfinished multipart uploads); nothing else, and never the "
+        "prefix itself.",
     )
     parser.add_argument(
         "url", help="gs://bucket/prefix (a prefix is required) or file:///path (a folder)"
@@ -35,38 +74,98 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    url: str = args.url.rstrip("/")
+def check(url: str) -> Prefix:
+    """The prefix ``url`` names, or :class:`Refused` saying why it is no benchmark prefix."""
+    if not url.strip():
+        raise Refused("no URL: give gs://bucket/prefix or file:///path")
     if url.startswith("gs://"):
         bucket, _, prefix = url.removeprefix("gs://").partition("/")
-        if not bucket or not prefix.strip("/"):
-            print(
-                f"ckptbench clean: {args.url!r}: give gs://bucket/prefix; a whole bucket is "
-                "never cleaned",
-                file=sys.stderr,
-            )
-            return 2
-    elif "://" in url and not url.startswith("file://"):
-        print(f"ckptbench clean: {args.url!r}: use gs:// or file://", file=sys.stderr)
-        return 2
+        prefix = prefix.strip("/")
+        if not bucket or not prefix:
+            raise Refused("give gs://bucket/prefix; a whole bucket is never cleaned")
+        return Prefix(f"gs://{bucket}/{prefix}", tuple(prefix.split("/")))
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme != "file":
+        raise Refused("use gs:// or file://")
+    if sep and not rest:
+        raise Refused("no path after file://")
+    raw = rest if sep else url
+    first = raw.split("/", 1)[0]
+    if first.endswith(":"):
+        raise Refused(f"{first!r} looks like a URL scheme without '//'")
+    root = Path(raw).expanduser().resolve()
+    why = _system(root)
+    if why is not None:
+        raise Refused(why)
+    return Prefix(f"file://{root}", root.parts[1:], root)
+
+
+def _system(path: Path) -> str | None:
+    text = str(path)
+    if text in SYSTEM_FOLDERS:
+        return f"{text} is a system folder, not a benchmark prefix"
+    for tree in SYSTEM_TREES:
+        if text.startswith(tree + "/"):
+            return f"{text} lies under the system folder {tree}"
+    if text in _homes():
+        return f"{text} is a home folder, not a benchmark prefix"
+    return None
+
+
+def _homes() -> set[str]:
+    homes = {str(Path.home().resolve())}
+    for entry in pwd.getpwall():
+        if entry.pw_dir and entry.pw_dir != "/":
+            homes.add(os.path.realpath(entry.pw_dir))
+    return homes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
-        names = objects.list_names(url, project=args.project)
-        gcs, uploads = _unfinished(url, args.project) if url.startswith("gs://") else (None, [])
+        prefix = check(args.url)
+    except Refused as exc:
+        print(f"ckptbench clean: {args.url!r}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    url = prefix.url
+    try:
+        names, others = _names(prefix, args.project)
+        if prefix.is_gs:
+            gcs, uploads = _unfinished(url, args.project)
+            folder = "/".join(prefix.own) + "/"
+            uploads = [
+                (n, u) for n, u in uploads if layout.is_ours(n.removeprefix(folder), prefix.own)
+            ]
+        else:
+            gcs, uploads = None, []
     except Exception as exc:
         print(f"ckptbench clean: cannot list {url}: {exc}", file=sys.stderr)
         return 1
+    if not names and not uploads:
+        if others:
+            print(
+                f"ckptbench clean: {url} holds {others} file(s), none of them ckptbench's run "
+                "layout (<run>/checkpoints/ckpt_N.ckpt/..., <run>/results/*.json): refused, "
+                "nothing deleted",
+                file=sys.stderr,
+            )
+            return EXIT_REFUSED
+        print(f"nothing of ckptbench's under {url}")
+        return 0
+    kept = f"; {others} other file(s) are not ckptbench's and stay" if others else ""
     if args.dry_run:
         for name in names:
             print(f"{url}/{name}")
         for name, upload_id in uploads:
             print(f"unfinished multipart upload {upload_id} of {name}")
-        print(f"{len(names)} object(s) under {url} would be deleted")
+        print(f"{len(names)} object(s) under {url} would be deleted{kept}")
         if uploads:
             print(f"{len(uploads)} unfinished multipart upload(s) would be aborted")
         return 0
-    outcome = objects.delete_all(url, project=args.project)
-    print(f"deleted {outcome.deleted} object(s) under {url}")
+    outcome = objects.delete_all(url, project=args.project, names=names)
+    if prefix.root is not None:
+        _prune(prefix.root, names)
+    print(f"deleted {outcome.deleted} object(s) under {url}{kept}")
     status = 0
     if outcome.failed:
         shown = ", ".join(outcome.failed[:10]) + (" ..." if len(outcome.failed) > 10 else "")
@@ -83,6 +182,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"could not abort the multipart uploads of: {', '.join(left)}", file=sys.stderr)
             status = 1
     return status
+
+
+def _names(prefix: Prefix, project: str | None) -> tuple[list[str], int]:
+    """ckptbench's names under the prefix, and how many other entries it holds (local: those
+    met on the way, since no other folder is entered)."""
+    if prefix.root is not None:
+        if not prefix.root.is_dir():
+            return [], 0
+        return layout.local_files(prefix.root)
+    every = objects.list_names(prefix.url, project=project)
+    ours = [n for n in every if layout.is_ours(n, prefix.own)]
+    return ours, len(every) - len(ours)
+
+
+def _prune(root: Path, names: list[str]) -> None:
+    """Remove the folders the deleted files leave empty, deepest first, never ``root``."""
+    folders = {parent for name in names for parent in (root / name).parents if parent != root}
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        # One that is not empty holds something that is not ckptbench's, and stays.
+        if root in folder.parents:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _unfinished(url: str, project: str | None) -> tuple[Any, list[tuple[str, str]]]:

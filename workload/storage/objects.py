@@ -147,21 +147,25 @@ def delete_all(
     client: Any = None,
     policy: RetryPolicy = DEFAULT_POLICY,
     seconds: float | None = None,
+    names: list[str] | None = None,
 ) -> DeleteOutcome:
     """Like :func:`delete_prefix`, but best effort: every object is tried under ``policy``, and
     the ones that could not be deleted are named in the outcome instead of raising. With
-    ``seconds``, objects not reached in that time are named too, untried."""
+    ``seconds``, objects not reached in that time are named too, untried. With ``names``
+    (relative to ``url``), exactly those are deleted and a local folder is kept."""
     outcome = DeleteOutcome()
     until = None if seconds is None else time.monotonic() + seconds
-    try:
-        names = [
-            n
-            for n in list_names(url, project=project, client=client, policy=policy)
-            if n.startswith(name_prefix)
-        ]
-    except Exception as exc:
-        outcome.note(f"{name_prefix}*", exc)
-        return outcome
+    chosen = names is not None
+    if names is None:
+        try:
+            names = [
+                n
+                for n in list_names(url, project=project, client=client, policy=policy)
+                if n.startswith(name_prefix)
+            ]
+        except Exception as exc:
+            outcome.note(f"{name_prefix}*", exc)
+            return outcome
     if not is_gs(url):
         for name in names:
             try:
@@ -169,7 +173,7 @@ def delete_all(
                 outcome.deleted += 1
             except OSError as exc:
                 outcome.note(name, exc)
-        if not name_prefix and not outcome.failed:
+        if not name_prefix and not chosen and not outcome.failed:
             shutil.rmtree(local_path(url), ignore_errors=True)
         return outcome
     from google.api_core import exceptions

@@ -17,12 +17,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
+from ckptbench.workload.storage import file_backend
 from ckptbench.workload.storage.objects import DeleteOutcome
 from ckptbench.workload.storage.paths import local_path
 from ckptbench.workload.storage.retry import (
@@ -68,7 +69,11 @@ class StorageSession:
     def writer(self, checkpoint_id: str) -> StorageWriter:
         config = self.config
         if config.backend is Backend.FILE:
-            return count_traffic(FileSystemWriter(str(local_path(checkpoint_id))))
+            # A full disk is named as such (ENOSPC, the path, the bytes), not as torch's
+            # "unexpected pos".
+            return count_traffic(
+                file_backend.writer(checkpoint_id, config.shard_bytes, config.total_bytes)
+            )
         if config.backend is Backend.GCSFS:
             from ckptbench.workload.storage.torch_seam import FsspecWriter
 

@@ -111,3 +111,28 @@ watched ones, or the release namespace when the operator watches the whole clust
   resources: ["events"]
   verbs: ["create", "patch"]
 {{- end }}
+
+{{/*
+Whether the cluster serves an optional API the chart can create objects of. Each optional object
+is created only when its API is there: on a cluster without the Prometheus Operator or Kueue,
+the install goes through and NOTES.txt says what was skipped, instead of failing at apply time.
+`helm template` sees only what --api-versions names.
+*/}}
+{{- define "ckptbench.hasServiceMonitor" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor" }}true{{ end }}
+{{- end }}
+
+{{- define "ckptbench.hasPrometheusRule" -}}
+{{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PrometheusRule" }}true{{ end }}
+{{- end }}
+
+{{- define "ckptbench.hasKueue" -}}
+{{- $api := .Capabilities.APIVersions }}
+{{- if and ($api.Has "kueue.x-k8s.io/v1beta2/ResourceFlavor") ($api.Has "kueue.x-k8s.io/v1beta2/ClusterQueue") ($api.Has "kueue.x-k8s.io/v1beta2/LocalQueue") }}true{{ end }}
+{{- end }}
+
+{{/* The API server's ValidatingAdmissionPolicy (Kubernetes 1.30+): the allow-lists at admission. */}}
+{{- define "ckptbench.hasAdmissionPolicy" -}}
+{{- $api := .Capabilities.APIVersions }}
+{{- if and ($api.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") ($api.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding") }}true{{ end }}
+{{- end }}

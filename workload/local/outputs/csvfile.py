@@ -7,17 +7,20 @@ converted to GiB/s, 2^30 bytes). Columns are named as in the JSON, each operatio
 (MLPerf labels GiB as "GB") are the summary's ``mlperf`` block, under MLPerf's names: filled only
 when the mlperf procedure ran, since only then were they measured MLPerf's way (its order and its
 duration, the span).
+Each mean's 95% interval (``X_ci`` in the JSON) is two columns, ``<op>_X_ci_low`` and
+``<op>_X_ci_high``: empty with one sample, ``inf`` for a rate unbounded above.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ckptbench.workload.contract import figures
-from ckptbench.workload.contract.results import OpSummary, RunSummary
+from ckptbench.workload.contract.results import Interval, OpSummary, RunSummary
 from ckptbench.workload.contract.sizes import GIB
 
 # Settings that only repeat another column in a form for people.
@@ -28,9 +31,44 @@ def _gib(x: float | None) -> float | None:
     return None if x is None else x / GIB
 
 
+def _low(get: Callable[[OpSummary], Interval | None]) -> Callable[[OpSummary], float | None]:
+    """An interval's lower bound; empty without an interval (one sample)."""
+
+    def low(o: OpSummary) -> float | None:
+        ci = get(o)
+        return None if ci is None else ci.low
+
+    return low
+
+
+def _high(get: Callable[[OpSummary], Interval | None]) -> Callable[[OpSummary], float | None]:
+    """An interval's upper bound; ``inf`` when unbounded above, empty without an interval."""
+
+    def high(o: OpSummary) -> float | None:
+        ci = get(o)
+        return None if ci is None else math.inf if ci.high is None else ci.high
+
+    return high
+
+
+def _intervals(
+    name: str, get: Callable[[OpSummary], Interval | None], scale: Callable[[Any], Any]
+) -> list[tuple[str, Callable[[OpSummary], float | int | None]]]:
+    """The ``<name>_ci_low`` and ``<name>_ci_high`` columns of a figure's interval."""
+    return [
+        (f"{name}_ci_low", lambda o: scale(_low(get)(o))),
+        (f"{name}_ci_high", lambda o: scale(_high(get)(o))),
+    ]
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
 _OP_FIGURES: list[tuple[str, Callable[[OpSummary], float | int | None]]] = [
     ("samples", lambda o: o.samples),
     ("mean_seconds", lambda o: o.mean_seconds),
+    *_intervals("mean_seconds", lambda o: o.mean_seconds_ci, _same),
     ("stdev_seconds", lambda o: o.stdev_seconds),
     ("p50_seconds", lambda o: o.p50_seconds),
     ("p90_seconds", lambda o: o.p90_seconds),
@@ -38,6 +76,7 @@ _OP_FIGURES: list[tuple[str, Callable[[OpSummary], float | int | None]]] = [
     ("max_seconds", lambda o: o.max_seconds),
     ("min_seconds", lambda o: o.min_seconds),
     ("throughput_gib_per_second", lambda o: _gib(o.throughput_bytes_per_second)),
+    *_intervals("throughput_gib_per_second", lambda o: o.throughput_bytes_per_second_ci, _gib),
     ("min_rank_gib_per_second", lambda o: _gib(o.min_rank_throughput_bytes_per_second)),
     ("median_rank_gib_per_second", lambda o: _gib(o.median_rank_throughput_bytes_per_second)),
     ("ranks_left_out", lambda o: o.ranks_left_out),
@@ -47,8 +86,13 @@ _OP_FIGURES: list[tuple[str, Callable[[OpSummary], float | int | None]]] = [
     ("planning_mean_seconds", lambda o: o.planning_mean_seconds),
     ("collective_overhead_seconds", lambda o: o.collective_overhead_seconds),
     ("span_mean_seconds", lambda o: o.span_mean_seconds),
+    *_intervals("span_mean_seconds", lambda o: o.span_mean_seconds_ci, _same),
     ("span_throughput_gib_per_second", lambda o: _gib(o.span_throughput_bytes_per_second)),
+    *_intervals(
+        "span_throughput_gib_per_second", lambda o: o.span_throughput_bytes_per_second_ci, _gib
+    ),
     ("rank0_mean_seconds", lambda o: o.rank0_mean_seconds),
+    *_intervals("rank0_mean_seconds", lambda o: o.rank0_mean_seconds_ci, _same),
     ("rank0_stdev_seconds", lambda o: o.rank0_stdev_seconds),
     ("gc_mean_seconds", lambda o: o.gc_mean_seconds or 0.0),
     ("read_amplification", lambda o: o.read_amplification),

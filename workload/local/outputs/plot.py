@@ -1,6 +1,11 @@
-"""``ckptbench report RESULTS.json -o report.png|.svg|.html``: a results file drawn with matplotlib.
+"""``ckptbench report RESULTS.json... -o report.png|.svg|.html``: results drawn with matplotlib.
 
-Three panels: save and load throughput per cell (the best of each marked), save against load
+Several files are drawn as one: their cells side by side, each named ``A: label``, ``B: label``
+(A the first file), as ``ckptbench compare`` letters them; the HTML form adds the comparison.
+
+Three panels: save and load throughput per cell, each bar with its 95% confidence interval (the
+best of each marked only where the intervals tell it apart; otherwise the panel names the cells
+that cannot be told apart), save against load
 throughput (one point per cell, with the line where they are equal), and throughput against world
 size for cells that differ only in world size. The HTML form embeds the SVG beside the table.
 matplotlib is in the optional ``report`` extra; without it the command says how to install it.
@@ -11,6 +16,7 @@ from __future__ import annotations
 import argparse
 import html
 import io
+import string
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from ckptbench.workload.contract.results import OpSummary, RunSummary
 from ckptbench.workload.local import report
-from ckptbench.workload.local.outputs import command
+from ckptbench.workload.local.outputs import command, compare
 from ckptbench.workload.local.outputs.command import EXIT_FAILED, EXIT_OK, CommandError
 from ckptbench.workload.local.outputs.document import Document, read_json
 
@@ -29,6 +35,7 @@ if TYPE_CHECKING:
 FORMATS = (".png", ".svg", ".html")
 SAVE_COLOUR, LOAD_COLOUR = "#1f77b4", "#ff7f0e"
 WORLD_SIZE_AXIS = "world-size"
+MAX_FILES = compare.MAX_FILES
 
 
 def _rate(s: RunSummary, op: str, unit: report.Unit) -> float | None:
@@ -36,6 +43,17 @@ def _rate(s: RunSummary, op: str, unit: report.Unit) -> float | None:
     if summary is None or not s.succeeded:
         return None
     return summary.throughput_bytes_per_second / unit.scale
+
+
+def _errors(s: RunSummary, op: str, unit: report.Unit, cap: float) -> tuple[float, float] | None:
+    """(below, above) the bar: its throughput interval in ``unit``; unbounded reaches ``cap``."""
+    summary: OpSummary | None = getattr(s, op)
+    rate = _rate(s, op, unit)
+    if summary is None or rate is None or summary.throughput_bytes_per_second_ci is None:
+        return None
+    ci = summary.throughput_bytes_per_second_ci
+    high = cap if ci.high is None else ci.high / unit.scale
+    return max(0.0, rate - ci.low / unit.scale), max(0.0, high - rate)
 
 
 def _short(label: str, index: int) -> str:
@@ -47,20 +65,42 @@ def _per_cell(ax: Axes, doc: Document, unit: report.Unit) -> None:
     best = report.best_cells(runs)
     width = 0.38
     xs = list(range(len(runs)))
+    finite = [
+        x / unit.scale
+        for _, s in runs
+        for op in (s.save, s.load)
+        if op is not None and s.succeeded
+        for x in (
+            op.throughput_bytes_per_second,
+            *(
+                [op.throughput_bytes_per_second_ci.high]
+                if op.throughput_bytes_per_second_ci is not None
+                and op.throughput_bytes_per_second_ci.high is not None
+                else []
+            ),
+        )
+    ]
+    cap = 1.15 * max(finite, default=1.0)
     for offset, op, colour in ((-width / 2, "save", SAVE_COLOUR), (width / 2, "load", LOAD_COLOUR)):
         values = [_rate(s, op, unit) for _, s in runs]
+        errors = [_errors(s, op, unit, cap) for _, s in runs]
         bars = ax.bar(
             [x + offset for x in xs],
             [v or 0.0 for v in values],
             width,
             label=op,
             color=colour,
+            yerr=[[e[0] if e else 0.0 for e in errors], [e[1] if e else 0.0 for e in errors]],
+            capsize=3,
         )
-        if op in best:
-            bar = bars[best[op]]
+        found = best.get(op)
+        if found is not None and found.winner is not None:
+            bar = bars[found.winner]
+            whisker = errors[found.winner]
             ax.annotate(
                 f"best {op}",
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                # Above the interval's upper whisker, where it does not cross the bar's.
+                (bar.get_x() + bar.get_width() / 2, bar.get_height() + (whisker or (0, 0))[1]),
                 ha="center",
                 va="bottom",
                 fontsize=8,
@@ -77,7 +117,13 @@ def _per_cell(ax: Axes, doc: Document, unit: report.Unit) -> None:
         fontsize=8,
     )
     ax.set_ylabel(f"throughput ({unit.name}/s)")
-    ax.set_title("Throughput per cell")
+    numbers = [str(i + 1) for i in range(len(runs))]
+    ties = [
+        report.best_text(found, op, numbers)
+        for op in ("save", "load")
+        if (found := best.get(op)) is not None and found.winner is None and len(runs) > 1
+    ]
+    ax.set_title("\n".join([f"Throughput per cell ({report.CI} bars)", *ties]), fontsize=9)
     ax.legend()
 
 
@@ -164,7 +210,25 @@ def draw(doc: Document) -> Figure:
     return fig
 
 
-def render(doc: Document, suffix: str) -> bytes:
+def merge(docs: Sequence[Document]) -> Document:
+    """One file as it is; several as one document, each cell's label led by its file's letter."""
+    if len(docs) == 1:
+        return docs[0]
+    letters = string.ascii_uppercase
+    runs = [
+        (f"{letter}: {label}", s)
+        for letter, d in zip(letters, docs, strict=False)
+        for label, s in d.runs
+    ]
+    return Document(
+        path=Path(" + ".join(d.name for d in docs)),
+        succeeded=all(d.succeeded for d in docs),
+        runs=runs,
+    )
+
+
+def render(docs: Sequence[Document], suffix: str) -> bytes:
+    doc = merge(docs)
     fig = draw(doc)
     buffer = io.BytesIO()
     if suffix == ".png":
@@ -176,6 +240,11 @@ def render(doc: Document, suffix: str) -> bytes:
     svg = buffer.getvalue().decode()
     svg = svg[svg.index("<svg") :]  # drop the XML prolog: it may not appear inside HTML
     table = html.escape(report.format_report(doc.runs))
+    if len(docs) > 1:
+        legend = "\n".join(
+            f"{letter} = {d.path}" for letter, d in zip(string.ascii_uppercase, docs, strict=False)
+        )
+        table = html.escape(f"{legend}\n\n{compare.format_comparison(docs)}") + "\n\n" + table
     page = (
         "<!doctype html>\n<html><head><meta charset='utf-8'>"
         f"<title>ckptbench: {html.escape(doc.name)}</title></head><body>\n"
@@ -187,9 +256,11 @@ def render(doc: Document, suffix: str) -> bytes:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ckptbench report",
-        description="Draw a 'ckptbench run --json' results file as PNG, SVG or HTML (by -o).",
+        description="Draw one or more 'ckptbench run --json' results files as PNG, SVG or HTML "
+        "(by -o); several are drawn side by side, lettered A, B, ... as 'ckptbench compare' "
+        "letters them.",
     )
-    p.add_argument("results", type=Path, metavar="RESULTS.json")
+    p.add_argument("results", type=Path, nargs="+", metavar="RESULTS.json")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE")
     return p
 
@@ -205,9 +276,12 @@ def _report(args: argparse.Namespace) -> int:
         raise CommandError(
             f"-o: unknown format {out.suffix or '(none)'!r} (use {', '.join(FORMATS)})"
         )
-    doc = read_json(args.results)
+    files: list[Path] = args.results
+    if len(files) > MAX_FILES:
+        raise CommandError(f"give 1 to {MAX_FILES} results files, got {len(files)}")
+    docs = [read_json(f) for f in files]
     try:
-        data = render(doc, suffix)
+        data = render(docs, suffix)
     except RuntimeError as exc:
         raise CommandError(str(exc), EXIT_FAILED) from None
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -66,8 +66,18 @@ def check(flag: str, raw: str) -> Target:
         )
     parent = path.parent
     if parent.is_dir():
-        writable = os.access(parent, os.W_OK | os.X_OK)
-        if not writable or (mode is not None and not os.access(path, os.W_OK)):
+        # The write makes a temporary file beside the target: make one now. Permission bits
+        # alone do not tell, for root, that /sys or /proc take no file.
+        try:
+            fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
+        except OSError as exc:
+            raise TargetError(
+                f"{flag}: cannot write {raw!r}: no file can be made in {str(parent)!r} "
+                f"({exc.strerror or exc})"
+            ) from None
+        os.close(fd)
+        os.unlink(probe)
+        if mode is not None and not os.access(path, os.W_OK):
             raise TargetError(f"{flag}: cannot write {raw!r}: permission denied")
     else:
         # The missing folders are made when the output is written; that they can be is checked
