@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemReader
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from ckptbench.workload.contract.choices import Backend
@@ -108,7 +108,9 @@ class StorageSession:
             path = local_path(url)
             if mode == "wb":
                 path.parent.mkdir(parents=True, exist_ok=True)
-            with CountingFileSystem(FileSystem()).create_stream(path, mode) as stream:
+            # A full disk is named (ENOSPC, the path, the bytes) here too.
+            local = file_backend.ReportingFileSystem(expected_bytes, expected_bytes)
+            with CountingFileSystem(local).create_stream(path, mode) as stream:
                 yield stream
                 if mode == "wb":  # durable, as DCP's file writer makes its files
                     stream.flush()
