@@ -173,3 +173,24 @@ def test_smoke_example_is_small_and_needs_no_cloud() -> None:
     assert spec.world_size >= 2, "the smoke test should exercise the rendezvous"
     assert spec.total_bytes <= 64 * 1024**2
     assert spec.active_deadline_seconds is not None
+
+
+def test_the_mlperf_v3_example_runs_the_four_models_as_v3_does_and_is_closed() -> None:
+    from ckptbench.workload.contract import mlperf_rules, models
+
+    specs = [parse_spec(d["spec"]) for d in documents(ROOT / "examples" / "mlperf-v3.yaml")]
+    assert {s.model: s.world_size for s in specs} == {
+        p: m.processes for p, m in models.MLPERF_V3.items()
+    }
+    for spec in specs:
+        found = mlperf_rules.category(spec.record())
+        assert found is not None and found.label == "CLOSED", (spec.model, found)
+
+
+def test_the_gcsfs_8b_strategies_sweep_compares_the_three_at_8b_weights() -> None:
+    sweep = documents(ROOT / "examples" / "sweeps" / "gcsfs-8b-strategies.yaml")[0]
+    assert sweep["spec"]["axes"]["strategy"] == ["sharded", "full", "replicated"]
+    assert set(sweep["spec"]["axes"]["backend"]) == {"gcs", "gcsfs"}
+    template = sweep["spec"]["template"]
+    parameters = template["layerSize"] * 1000 * template["paddingSize"]
+    assert parameters == pytest.approx(8_030_261_248, rel=0.01)  # Llama 3.1 8B's

@@ -96,6 +96,8 @@ def _at_bound(alias: str, value: int) -> dict[str, Any]:
         fields |= {"model": "llama3-debug"}
         if alias == "loadWorldSize":
             fields["worldSize"] = value
+    if alias == "loadShardOffset":
+        fields["worldSize"] = 3  # neither bound a multiple of it: another rank's shard
     return fields
 
 

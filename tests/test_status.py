@@ -520,7 +520,7 @@ def test_what_is_written_reads_back_as_the_same_status(shape: str) -> None:
     "body",
     [
         {"phase": "Running", "ranksExpectd": 4},
-        {"save": {**status_body(_statuses()["succeeded"])["save"], "p99Seconds": 1.0}},
+        {"save": {**status_body(_statuses()["succeeded"])["save"], "p999Seconds": 1.0}},
         {"conditions": [{**status_body(_statuses()["succeeded"])["conditions"][0], "x": 1}]},
         {"failedPods": [{"pod": "p", "reason": "Error", "signal": 9}]},
         {"rankErrors": [{"rank": 1, "pod": "p", "error": "e", "node": "n"}]},

@@ -4,7 +4,8 @@
 an ordinary rank (:func:`ckptbench.workload.rank.worker.run`) whose after-save hook damages the
 first timed sample's checkpoint on disk between its save and its load: the real save, load and
 verification code paths then have to notice. ``python -m tests.workers slow-write RANK SECONDS``
-delays every ``write_data`` of rank RANK.
+delays every ``write_data`` of rank RANK; ``slow-delete RANK SECONDS`` delays its deletes of
+its own objects, and ``fail-delete RANK`` makes them raise.
 """
 
 from __future__ import annotations
@@ -237,6 +238,22 @@ def slow_writes(delay: float) -> Callable[[StorageWriter], TimedWriter]:
     return wrap
 
 
+def _break_deletes(mode: str, delay: float) -> None:
+    """This rank's deletes of its own objects sleep ``delay`` first, or raise."""
+    from ckptbench.workload.storage import session
+
+    real = session.StorageSession.delete_prefix
+
+    def delete_prefix(self: Any, url: str, name_prefix: str = "") -> int:
+        if name_prefix:
+            if mode == "fail-delete":
+                raise PermissionError(f"injected: cannot delete {url}/{name_prefix}*")
+            time.sleep(delay)
+        return real(self, url, name_prefix)
+
+    session.StorageSession.delete_prefix = delete_prefix  # type: ignore[method-assign]
+
+
 def _inject_main(argv: list[str]) -> int:
     from ckptbench.workload.rank import worker
     from ckptbench.workload.storage import objects as objectio
@@ -248,6 +265,10 @@ def _inject_main(argv: list[str]) -> int:
         # Every save on rank ``target`` spends argv[2] more seconds in write_data.
         if config.rank == target:
             timing.timed_writer = slow_writes(float(argv[2]))  # type: ignore[assignment]
+        return worker.run(config)
+    if mode in ("slow-delete", "fail-delete"):
+        if config.rank == target:
+            _break_deletes(mode, float(argv[2]) if len(argv) > 2 else 0.0)
         return worker.run(config)
     first_timed = config.warmups
 

@@ -35,8 +35,16 @@ from ckptbench.operator.status.phases import PHASES
 disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
 _LABELS = ("namespace", "name", "backend")
-OPERATIONS = ("save", "load")
-STATISTICS = {"mean": "meanSeconds", "p50": "p50Seconds", "p90": "p90Seconds", "max": "maxSeconds"}
+OPERATIONS = ("save", "load", "delete")  # delete: absent when checkpoints are kept
+_SWEEP_OPERATIONS = ("save", "load")  # a sweep's cells keep save and load throughputs only
+# p99 only when the status has one (enough samples: stats.P99_MIN_SAMPLES).
+STATISTICS = {
+    "mean": "meanSeconds",
+    "p50": "p50Seconds",
+    "p90": "p90Seconds",
+    "p99": "p99Seconds",
+    "max": "maxSeconds",
+}
 # Per-rank figures without a rank label (its cardinality would grow with the world size).
 PARTS = {
     "planning": "planningSeconds",
@@ -69,7 +77,8 @@ PHASE = Gauge(
 )
 DURATION = Gauge(
     "ckptbench_benchmark_duration_seconds",
-    "Collective duration of a checkpoint operation (max over ranks per sample), by statistic.",
+    "Collective duration of a checkpoint operation (save, load, delete; max over ranks per "
+    "sample), by statistic.",
     (*_LABELS, "operation", "statistic"),
     registry=REGISTRY,
 )
@@ -86,6 +95,40 @@ PHASE_SECONDS = Gauge(
     (*_LABELS, "operation", "part"),
     registry=REGISTRY,
 )
+READ_AMPLIFICATION = Gauge(
+    "ckptbench_benchmark_read_amplification",
+    "A load's bytes read from storage over the stored bytes its plans needed: over every rank "
+    "(aggregate) or the largest rank's (max_rank).",
+    (*_LABELS, "kind"),
+    registry=REGISTRY,
+)
+AMPLIFICATIONS = {
+    "aggregate": "readAmplification",
+    "max_rank": "maxRankReadAmplification",
+}
+RESOURCES = Gauge(
+    "ckptbench_benchmark_rank_resources",
+    "What the ranks' processes used while benchmarking: the largest per rank (max_*), traffic "
+    "totals over ranks, and the slowest rank's own (slowest_rank_*). Seconds or bytes, as named.",
+    (*_LABELS, "kind"),
+    registry=REGISTRY,
+)
+RESOURCE_KINDS = {
+    "max_cpu_user_seconds": "maxCpuUserSeconds",
+    "max_cpu_system_seconds": "maxCpuSystemSeconds",
+    "max_peak_rss_bytes": "maxPeakRssBytes",
+    "max_sent_bytes": "maxSentBytes",
+    "max_received_bytes": "maxReceivedBytes",
+    "sent_bytes": "sentBytes",
+    "received_bytes": "receivedBytes",
+}
+SLOWEST_RANK_KINDS = {
+    "slowest_rank_cpu_user_seconds": "cpuUserSeconds",
+    "slowest_rank_cpu_system_seconds": "cpuSystemSeconds",
+    "slowest_rank_peak_rss_bytes": "peakRssBytes",
+    "slowest_rank_sent_bytes": "sentBytes",
+    "slowest_rank_received_bytes": "receivedBytes",
+}
 SWEEP_CELL_THROUGHPUT = Gauge(
     "ckptbench_sweep_cell_throughput_bytes_per_second",
     "Aggregate throughput of each succeeded cell of a sweep (its child benchmark's), to compare "
@@ -136,6 +179,8 @@ _BENCHMARK_GAUGES: tuple[Gauge, ...] = (
     DURATION,
     THROUGHPUT,
     PHASE_SECONDS,
+    READ_AMPLIFICATION,
+    RESOURCES,
 )
 # Which label values each benchmark has series under, so removal takes away exactly those.
 Key = tuple[str, str]  # (namespace, name) of a benchmark or a sweep
@@ -184,7 +229,36 @@ def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[st
             for label, key in keys.items():
                 if isinstance(op.get(key), int | float):
                     values.append((gauge, (*base, operation, label), float(op[key])))
+    values += _read_amplification(base, status)
+    values += _resources(base, status)
     _publish(_series, (namespace, name), values)
+
+
+def _read_amplification(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Value]:
+    load = status.get("load")
+    if not isinstance(load, Mapping):
+        return []
+    return [
+        (READ_AMPLIFICATION, (*base, kind), float(load[key]))
+        for kind, key in AMPLIFICATIONS.items()
+        if isinstance(load.get(key), int | float)
+    ]
+
+
+def _resources(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Value]:
+    block = status.get("resources")
+    if not isinstance(block, Mapping):
+        return []
+    slowest = block.get("slowestRankResources")
+    sources = [(RESOURCE_KINDS, block)]
+    if isinstance(slowest, Mapping):
+        sources.append((SLOWEST_RANK_KINDS, slowest))
+    return [
+        (RESOURCES, (*base, kind), float(values[key]))
+        for kinds, values in sources
+        for kind, key in kinds.items()
+        if isinstance(values.get(key), int | float)
+    ]
 
 
 def remove_benchmark(namespace: str, name: str) -> None:
@@ -233,7 +307,7 @@ def update_sweep(namespace: str, sweep: str, status: Mapping[str, Any]) -> None:
     for row in status.get("cells") or []:
         if not isinstance(row, Mapping) or row.get("phase") != "Succeeded":
             continue
-        for operation in OPERATIONS:
+        for operation in _SWEEP_OPERATIONS:
             rate = row.get(f"{operation}GiBps")
             if isinstance(rate, int | float):
                 cell = (namespace, sweep, str(row.get("cell")), operation)

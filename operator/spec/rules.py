@@ -22,7 +22,7 @@ from ckptbench.operator.spec.names import (
     VOLUME_SOURCES,
 )
 from ckptbench.workload.contract import memory_plan, models, sizes
-from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend, Procedure
+from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend, Procedure, Strategy
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.settings import REFERENCE_LAYER_SIZE, REFERENCE_PADDING_SIZE
 
@@ -47,6 +47,12 @@ class Spec(Protocol):
     def vocab(self) -> int | None: ...
     @property
     def load_world_size(self) -> int | None: ...
+    @property
+    def load_shard_offset(self) -> int | None: ...
+    @property
+    def strategy(self) -> Strategy: ...
+    @property
+    def async_save(self) -> bool: ...
     @property
     def memory_check(self) -> bool: ...
     @property
@@ -176,6 +182,35 @@ RULES: tuple[Rule, ...] = (
         "reshard the checkpoint the others saved with them",
         lambda s: (
             s.load_world_size is None or (s.model is not None and s.load_world_size <= s.world_size)
+        ),
+    ),
+    Rule(
+        "strategy",
+        "!has(self.strategy) || self.strategy == 'sharded' || "
+        "(!has(self.model) && !has(self.loadShardOffset))",
+        "strategy full and replicated need the reference layout (no model) and no "
+        "loadShardOffset: a model preset is FSDP2's sharded state, and no rank of theirs has a "
+        "shard of its own to trade",
+        lambda s: (
+            s.strategy is Strategy.SHARDED or (s.model is None and s.load_shard_offset is None)
+        ),
+    ),
+    Rule(
+        "asyncSave",
+        "!has(self.strategy) || self.strategy != 'full' || !has(self.asyncSave) || !self.asyncSave",
+        "asyncSave cannot be true with strategy full: torch.save into a stream has no "
+        "asynchronous form",
+        lambda s: not (s.strategy is Strategy.FULL and s.async_save),
+    ),
+    Rule(
+        "loadShardOffset",
+        "!has(self.loadShardOffset) || "
+        "(!has(self.model) && self.loadShardOffset % self.worldSize != 0)",
+        "loadShardOffset needs the reference layout (no model) and must not be a multiple of "
+        "worldSize: each rank loads the shard of rank (rank + loadShardOffset) mod worldSize",
+        lambda s: (
+            s.load_shard_offset is None
+            or (s.model is None and s.load_shard_offset % s.world_size != 0)
         ),
     ),
     Rule(

@@ -20,7 +20,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict, JsonSchemaExtraCallable
 
-from ckptbench.workload.contract.results import OpSummary, RankError
+from ckptbench.workload.contract.results import (
+    OpSummary,
+    RankError,
+    RankResources,
+    ResourceSummary,
+)
 
 # The status's names for two of OpSummary's fields, as the status has always written them.
 _WIRE_NAMES = {"planning_mean_seconds": "planningSeconds", "gc_mean_seconds": "gcSeconds"}
@@ -104,6 +109,22 @@ class Operation(OpSummary):
     slowest_rank_pod: str | None = Field(None, description="The slowest rank's pod.")
 
 
+class RankResourcesEntry(RankResources):
+    """One rank's process while it benchmarked: CPU seconds, peak RSS, storage traffic."""
+
+    model_config = _config()
+
+
+class Resources(ResourceSummary):
+    """The ranks' resources: the largest per rank, traffic totals, the slowest rank's own."""
+
+    model_config = _config()
+
+    slowest_rank_resources: RankResourcesEntry | None = Field(
+        None, description="The slowest rank's own resources."
+    )
+
+
 class RankErrorEntry(RankError):
     """A rank that reported an error."""
 
@@ -162,14 +183,34 @@ class BenchmarkStatus(StatusModel):
     checkpoint_size: str | None = Field(None, description="The same, for people.")
     save: Operation | None = Field(None, description="The saves.")
     load: Operation | None = Field(None, description="The loads.")
+    delete: Operation | None = Field(
+        None,
+        description="The deletes of the timed checkpoints (absent when checkpoints are kept); "
+        "throughput is checkpoint bytes deleted per second.",
+    )
     slowest_rank: int | None = Field(
         None, description="The rank with the longest own I/O, saves and loads together."
+    )
+    resources: Resources | None = Field(
+        None,
+        description="CPU seconds, peak RSS and storage traffic per rank, and the slowest "
+        "rank's own.",
     )
     verified: bool | None = Field(None, description="Every loaded tensor matched (when verified).")
     procedure: str | None = Field(None, description="The procedure that ran.")
     cache: str | None = Field(None, description="Backend file: page cache dropped or kept.")
     mlperf: dict[str, float] | None = Field(
         None, description="The mlperf procedure's figures under MLPerf Storage's metric names."
+    )
+    mlperf_category: str | None = Field(
+        None, description="mlperf procedure: CLOSED (only the checkpoint folder changed) or OPEN."
+    )
+    mlperf_open_reasons: list[str] | None = Field(
+        None, description="Why OPEN: each setting MLPerf's CLOSED rules fix that differs."
+    )
+    ram_rule: str | None = Field(
+        None,
+        description="Backend file: MLPerf's 3 x RAM rule (met by size, met by eviction, not met).",
     )
     rank_error_count: int | None = Field(None, description="Ranks that reported an error.")
     rank_errors: list[RankErrorEntry] | None = Field(None, description="The first 10.")

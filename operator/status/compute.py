@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from ckptbench.operator.spec.status_schema import BenchmarkStatus
+from ckptbench.operator.spec.status_schema import BenchmarkStatus, Resources
 from ckptbench.operator.status import conditions as cond
 from ckptbench.operator.status.aggregate import (
     LISTED,
@@ -45,8 +45,9 @@ from ckptbench.operator.status.phases import (
     benchmark_conditions,
 )
 from ckptbench.operator.status.pods import current_attempt, object_name, read_pods
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract import figures, sizes
 from ckptbench.workload.contract.figures import summarize
+from ckptbench.workload.contract.results import RunSummary
 
 
 @contextmanager
@@ -63,6 +64,21 @@ def _cyclic_gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def _mlperf_rules(spec: RunSpec, summary: RunSummary, reported: int) -> dict[str, Any]:
+    """MLPerf's category from the spec's settings, and the 3 x RAM verdict from the ranks."""
+    # RunSpec is the little the status needs; the category needs every setting, which only a
+    # real spec (CheckpointBenchmarkSpec, BenchmarkSettings' record()) has.
+    record = getattr(spec, "record", None)
+    found = figures.category_figures(record()) if callable(record) else {}
+    out: dict[str, Any] = {
+        "mlperf_category": found.get("mlperf_category"),
+        "mlperf_open_reasons": found.get("mlperf_open_reasons"),
+    }
+    if reported and summary.ram_rule is not None:
+        out["ram_rule"] = summary.ram_rule
+    return out
 
 
 @_cyclic_gc_paused()
@@ -144,11 +160,16 @@ def compute_status(
         checkpoint_size=sizes.format_bytes(total),
         save=operation(summary.save, reports.result_pods) if summary.save else None,
         load=operation(summary.load, reports.result_pods) if summary.load else None,
+        delete=operation(summary.delete, reports.result_pods) if summary.delete else None,
         slowest_rank=slowest,
+        resources=(
+            Resources.model_validate(summary.resources.model_dump()) if summary.resources else None
+        ),
         verified=summary.verified,
         procedure=summary.procedure.value if reported else None,
         cache=summary.cache.value if reported and summary.cache is not None else None,
         mlperf=summary.mlperf or None,  # a fixed set of MLPerf Storage's names
+        **_mlperf_rules(spec, summary, reported),
         rank_error_count=summary.error_count or None,
         rank_errors=rank_errors(summary, reports) or None,
         failed_pod_count=len(reports.failures) or None,

@@ -27,6 +27,14 @@ class Procedure(enum.StrEnum):
     MLPERF = "mlperf"  # MLPerf Storage's: 10 writes then 10 reads, span durations
 
 
+class Strategy(enum.StrEnum):
+    """How the state is laid out across ranks and checkpointed (docs/measurement.md)."""
+
+    SHARDED = "sharded"  # each rank holds and saves its own shards (FSDP; DCP)
+    FULL = "full"  # gathered to rank 0, saved as one object through the backend's stream
+    REPLICATED = "replicated"  # every rank holds the whole state (DDP); DCP writes each item once
+
+
 class CacheMode(enum.StrEnum):
     """Whether the ``file`` backend's written files were evicted from the page cache."""
 

@@ -19,7 +19,13 @@ from typing import Any, Self
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ckptbench.workload.contract import memory_plan, models, sizes
-from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend, CacheMode, Procedure
+from ckptbench.workload.contract.choices import (
+    MLPERF_CHECKPOINTS,
+    Backend,
+    CacheMode,
+    Procedure,
+    Strategy,
+)
 from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV, VERBOSE_LOGS_ENV
 from ckptbench.workload.contract.settings import BenchmarkSettings
 
@@ -75,10 +81,25 @@ class WorkloadConfig(BenchmarkSettings):
             raise ValueError("layers: overrides need a model preset (set model)")
         elif self.load_world_size is not None:
             raise ValueError("load_world_size: resharding needs a model preset (set model)")
+        elif self.load_shard_offset is not None and self.strategy is not Strategy.SHARDED:
+            raise ValueError(
+                f"load_shard_offset: with strategy {self.strategy.value} no rank has a shard of "
+                "its own to trade: it needs strategy sharded"
+            )
+        elif self.load_shard_offset is not None and self.load_shard_offset % self.world_size == 0:
+            raise ValueError(
+                f"load_shard_offset: {self.load_shard_offset} is a multiple of world_size "
+                f"{self.world_size}: every rank would load its own shard"
+            )
         elif self.padding_size < self.world_size:
             raise ValueError(
                 f"padding_size: {self.padding_size} must be at least world_size {self.world_size}: "
                 "every rank must own at least one tensor"
+            )
+        if self.strategy is Strategy.FULL and self.async_save:
+            raise ValueError(
+                "async_save: the full strategy saves with torch.save into a stream, which has "
+                "no asynchronous form; use strategy sharded or replicated"
             )
         if self.backend in (Backend.GCS, Backend.GCSFS) and not self.checkpoint_path.startswith(
             "gs://"
@@ -110,7 +131,29 @@ class WorkloadConfig(BenchmarkSettings):
             )
         return self
 
+    @property
+    def load_rank(self) -> int:
+        """The rank whose shard this rank loads: its own, or ``load_shard_offset`` ranks on."""
+        return (self.rank + (self.load_shard_offset or 0)) % self.world_size
+
+    def loader(self) -> WorkloadConfig:
+        """This config as the rank whose shard this rank loads: its template and checks."""
+        if self.load_rank == self.rank:
+            return self
+        return self.model_copy(update={"rank": self.load_rank})
+
     def _check_model(self) -> None:
+        if self.strategy is not Strategy.SHARDED:
+            raise ValueError(
+                f"strategy: {self.strategy.value} needs the reference layout (unset model): a "
+                "model preset is FSDP2's sharded state; its full or replicated copy would hold "
+                "the whole model on one rank or on every rank"
+            )
+        if self.load_shard_offset is not None:
+            raise ValueError(
+                "load_shard_offset: needs the reference layout (unset model): a model preset's "
+                "ranks hold rows of one DTensor mesh, which has no other rank's rows to load"
+            )
         if self.load_world_size is not None and self.load_world_size > self.world_size:
             raise ValueError(
                 f"load_world_size: {self.load_world_size} must be at most world_size "
@@ -146,7 +189,19 @@ class WorkloadConfig(BenchmarkSettings):
         spec = self.model_spec
         if spec is not None:
             return models.rank_bytes(models.state_tensors(spec), self.world_size, self.rank)
+        if self.strategy is Strategy.REPLICATED:
+            return sizes.total_bytes(self.layer_size, self.padding_size)
         return sizes.shard_bytes(self.rank, self.world_size, self.layer_size, self.padding_size)
+
+    def whole(self) -> WorkloadConfig:
+        """This config as a rank holding the whole state (the full strategy's rank 0 on load)."""
+        return self.model_copy(update={"strategy": Strategy.REPLICATED})
+
+    def held_indices(self) -> range:
+        """The reference layout's tensors this rank holds: its own, or all when replicated."""
+        if self.strategy is Strategy.REPLICATED:
+            return range(self.padding_size)
+        return sizes.owned_indices(self.rank, self.world_size, self.padding_size)
 
     def memory_estimate(self) -> memory_plan.MemoryEstimate:
         """Rank 0's peak (the largest rank under either layout's dealing), on this backend."""

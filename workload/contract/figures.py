@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from ckptbench.workload.contract import stats
+from ckptbench.workload.contract import mlperf_rules, stats
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.results import (
     RANKS_LISTED,
@@ -32,6 +32,7 @@ from ckptbench.workload.contract.results import (
     OpTiming,
     RankError,
     RankResult,
+    ResourceSummary,
     RunSummary,
 )
 from ckptbench.workload.contract.sizes import GIB
@@ -41,7 +42,7 @@ CONFIDENCE = 0.95
 _MISSING_LISTED = 20
 _ERRORS_LISTED = 10
 
-Operation = Literal["save", "load"]
+Operation = Literal["save", "load", "delete"]
 
 
 class RankOp(NamedTuple):
@@ -56,7 +57,8 @@ class RankOp(NamedTuple):
 
 
 def moved_bytes(result: RankResult, op: Operation) -> int:
-    """Tensor bytes the rank moved: its shard on save; on load, what its load template held."""
+    """Tensor bytes the rank moved: its shard on save (and delete); on load, what its load
+    template held."""
     if op == "load" and result.load_bytes is not None:
         return result.load_bytes
     return result.bytes
@@ -230,6 +232,7 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
         stdev_seconds=collective.stdev,
         p50_seconds=collective.p50,
         p90_seconds=collective.p90,
+        p99_seconds=collective.p99,
         max_seconds=collective.max,
         min_seconds=collective.min,
         throughput_bytes_per_second=stats.throughput(total_bytes, collective.mean),
@@ -261,6 +264,74 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
     )
 
 
+def read_amplification(timings: Sequence[RankOp]) -> dict[str, float | None]:
+    """Bytes read from storage over the stored bytes the load plans needed: summed over the
+    ranks that needed bytes, and the largest per rank. Empty when no rank counted."""
+    counted = [
+        (t.timing.read_bytes, t.timing.needed_bytes)
+        for t in timings
+        if t.timing.read_bytes is not None and t.timing.needed_bytes
+    ]
+    if not counted:
+        return {}
+    read = sum(r for r, _ in counted)
+    needed = sum(n for _, n in counted)
+    return {
+        "read_amplification": round(read / needed, ROUND),
+        "max_rank_read_amplification": round(max(r / n for r, n in counted), ROUND),
+    }
+
+
+def with_parity_figures(op: OpSummary | None, timings: Sequence[RankOp]) -> OpSummary | None:
+    """The figures issue 23 added beside summarize_op's: read amplification."""
+    if op is None:
+        return None
+    added = read_amplification(timings)
+    return op.model_copy(update=added) if added else op
+
+
+def resource_summary(results: Sequence[RankResult]) -> ResourceSummary | None:
+    """The ranks' resources: maxima per rank, traffic totals, and the slowest rank's own."""
+    reported = [(r.rank, r.resources) for r in results if r.resources is not None]
+    if not reported:
+        return None
+    own = [x for _, x in reported]
+    slowest = slowest_rank(results)
+    return ResourceSummary(
+        ranks=len(own),
+        max_cpu_user_seconds=max(x.cpu_user_seconds for x in own),
+        max_cpu_system_seconds=max(x.cpu_system_seconds for x in own),
+        max_peak_rss_bytes=max(x.peak_rss_bytes for x in own),
+        max_sent_bytes=max(x.sent_bytes for x in own),
+        max_received_bytes=max(x.received_bytes for x in own),
+        sent_bytes=sum(x.sent_bytes for x in own),
+        received_bytes=sum(x.received_bytes for x in own),
+        slowest_rank=slowest,
+        slowest_rank_resources=next((x for rank, x in reported if rank == slowest), None),
+    )
+
+
+def ram_rule_figures(results: Sequence[RankResult]) -> dict[str, Any]:
+    """MLPerf's 3 x RAM rule for the ``file`` backend (the ranks recorded a cache mode)."""
+    cache = next((r.cache for r in results if r.cache is not None), None)
+    rule = mlperf_rules.ram_rule(results, cache)
+    if rule is None:
+        return {}
+    return {
+        "ram_rule": rule.verdict,
+        "ram_rule_written_bytes": rule.written_bytes,
+        "ram_rule_memory_bytes": rule.memory_bytes,
+    }
+
+
+def category_figures(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """MLPerf Storage's CLOSED/OPEN label of a run of these recorded settings, and why OPEN."""
+    found = mlperf_rules.category(settings)
+    if found is None:
+        return {}
+    return {"mlperf_category": found.label, "mlperf_open_reasons": found.reasons or None}
+
+
 def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) -> RunSummary:
     """Aggregate the ranks' results into the run's summary."""
     by_rank = {r.rank: r for r in results if 0 <= r.rank < world_size}
@@ -276,7 +347,9 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
         verified = None
     procedure = ordered[0].procedure if ordered else Procedure.CKPTBENCH
     save = summarize_op(rank_ops(ordered, "save"), total_bytes)
-    load = summarize_op(rank_ops(ordered, "load"), total_bytes)
+    loads = rank_ops(ordered, "load")
+    load = with_parity_figures(summarize_op(loads, total_bytes), loads)
+    delete = summarize_op(rank_ops(ordered, "delete"), total_bytes)
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
     return RunSummary(
         world_size=world_size,
@@ -288,18 +361,21 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
         load_shard_bytes=max(loaded) if loaded else None,
         save=save,
         load=load,
+        delete=delete,
         verified=verified,
+        resources=resource_summary(ordered),
         errors=errors[:_ERRORS_LISTED],
         error_count=len(errors),
         procedure=procedure,
         cache=ordered[0].cache if ordered else None,
         mlperf=mlperf_metrics(save, load, total_bytes) if procedure is Procedure.MLPERF else None,
+        **ram_rule_figures(ordered),
     )
 
 
 # -- MLPerf Storage's ----------------------------------------------------------------------------
 
-MLPERF_COLUMNS: dict[Operation, str] = {"save": "write", "load": "read"}
+MLPERF_COLUMNS: dict[Operation, str] = {"save": "write", "load": "read"}  # MLPerf times no delete
 
 
 def mlperf_keys() -> list[str]:
@@ -357,6 +433,21 @@ def mlperf_metrics(
             op.median_rank_throughput_bytes_per_second / GIB, ROUND
         )
     return out
+
+
+# MLPerf Storage v3.0's published column names, each the figure of ours it reads.
+MLPERF_V3_COLUMNS = {
+    "Write B/W (GiB/s)": "checkpoint_write_bw_gibps",
+    "Write Duration (secs)": "checkpoint_write_duration_secs",
+    "Read B/W (GiB/s)": "checkpoint_read_bw_gibps",
+    "Read Duration (secs)": "checkpoint_read_duration_secs",
+}
+
+
+def mlperf_v3_columns(mlperf: Mapping[str, float] | None) -> dict[str, float | None]:
+    """The mlperf procedure's figures under MLPerf Storage v3.0's published column names."""
+    measured = mlperf or {}
+    return {column: measured.get(key) for column, key in MLPERF_V3_COLUMNS.items()}
 
 
 # -- across operations, and the checkpoint as stored ---------------------------------------------

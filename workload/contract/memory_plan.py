@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckptbench.workload.contract import models, sizes
-from ckptbench.workload.contract.choices import Backend
+from ckptbench.workload.contract.choices import Backend, Strategy
 from ckptbench.workload.contract.quantity import quantity
 from ckptbench.workload.contract.settings import BenchmarkSettings
 from ckptbench.workload.contract.sizes import format_bytes
@@ -154,9 +154,14 @@ def rank_load(config: BenchmarkSettings) -> RankLoad:
             item = max(item, loaded.largest_item_bytes)
         metadata = sized.metadata_bytes
     else:
-        largest = sizes.shard_bytes(0, config.world_size, config.layer_size, config.padding_size)
+        held = len(sizes.owned_indices(0, config.world_size, config.padding_size))
+        if config.strategy is not Strategy.SHARDED:
+            # full: rank 0 holds the whole state once gathered and once loaded; replicated:
+            # every rank holds it.
+            held = config.padding_size
         item = sizes.tensor_bytes(config.layer_size)
-        tensors = [item] * len(sizes.owned_indices(0, config.world_size, config.padding_size))
+        largest = held * item
+        tensors = [item] * held
         metadata = 0
     return RankLoad(
         backend=config.backend,

@@ -12,6 +12,7 @@ import enum
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 
 class Preset(enum.StrEnum):
@@ -20,6 +21,7 @@ class Preset(enum.StrEnum):
     LLAMA3_70B = "llama3-70b"
     MLPERF_LLAMA3_70B = "mlperf-llama3-70b"
     LLAMA3_405B = "llama3-405b"
+    MLPERF_LLAMA3_1T = "mlperf-llama3-1t"
 
 
 class Optimizer(enum.StrEnum):
@@ -72,6 +74,7 @@ class Architecture:
     vocab_size: int
     multiple_of: int
     ffn_dim_multiplier: float | None
+    ffn_hidden: int | None = None  # given outright (MLPerf's 1T), not derived from dim
 
     @property
     def head_dim(self) -> int:
@@ -79,6 +82,8 @@ class Architecture:
 
     @property
     def ffn_dim(self) -> int:
+        if self.ffn_hidden is not None:
+            return self.ffn_hidden
         # torchtitan's FeedForward: int(2 * 4 * dim / 3), times the multiplier, rounded up.
         hidden = int(2 * (4 * self.dim) / 3)
         if self.ffn_dim_multiplier is not None:
@@ -93,6 +98,27 @@ PRESETS: dict[str, Architecture] = {
     # MLPerf Storage's llama3_70b.yaml has 128 attention heads (head_dim 64), hence fewer params.
     Preset.MLPERF_LLAMA3_70B: Architecture(8192, 80, 128, 8, 128256, 4096, 1.3),
     Preset.LLAMA3_405B: Architecture(16384, 126, 128, 8, 128256, 4096, 1.2),
+    # MLPerf Storage's llama3_1t.yaml (mlcommons/storage configs/dlio/workload): hidden 25872,
+    # 128 layers, 192 heads (head_dim 134, floored), 32 kv heads, ffn 98304 given outright.
+    Preset.MLPERF_LLAMA3_1T: Architecture(25872, 128, 192, 32, 128256, 256, None, ffn_hidden=98304),
+}
+
+
+class MlperfCheckpoint(NamedTuple):
+    """An MLPerf Storage v3.0 checkpointing model: its CLOSED process count and the checkpoint
+    size MLPerf publishes for it (GiB, which MLPerf labels "GB")."""
+
+    processes: int
+    published_gib: float
+
+
+# MLPerf Storage v3.0's four checkpointing models, by the preset that builds the same checkpoint
+# (14 B/param: the ``mlperf`` dtype profile). Published sizes: docs/models.md.
+MLPERF_V3: dict[str, MlperfCheckpoint] = {
+    Preset.LLAMA3_8B: MlperfCheckpoint(8, 104.7),
+    Preset.MLPERF_LLAMA3_70B: MlperfCheckpoint(64, 911.2),
+    Preset.LLAMA3_405B: MlperfCheckpoint(512, 5291.7),
+    Preset.MLPERF_LLAMA3_1T: MlperfCheckpoint(1024, 18 * 1024.0),
 }
 
 

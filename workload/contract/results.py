@@ -50,6 +50,8 @@ class OpStats(BaseModel):
     p90: Seconds
     max: Seconds
     min: Seconds
+    # Only over at least stats.P99_MIN_SAMPLES samples; absent (and not in the message) below.
+    p99: Seconds | None = None
 
     @classmethod
     def of(cls, samples: Sequence[float]) -> OpStats:
@@ -61,6 +63,7 @@ class OpStats(BaseModel):
             p90=round(stats.percentile(samples, 90), ROUND),
             max=round(max(samples), ROUND),
             min=round(min(samples), ROUND),
+            p99=_rounded_or_none(stats.tail_percentile(samples)),
         )
 
 
@@ -96,6 +99,10 @@ class OpTiming(BaseModel):
     gc_seconds: SecondsList | None = None
     started_at: Annotated[list[Timestamp], Field(max_length=MAX_SAMPLES_LISTED)] | None = None
     ended_at: Annotated[list[Timestamp], Field(max_length=MAX_SAMPLES_LISTED)] | None = None
+    # A load's traffic over its timed samples, counted in the storage layer: bytes read from
+    # storage during read_data, and the stored bytes its plans needed (read amplification).
+    read_bytes: Bytes | None = None
+    needed_bytes: Bytes | None = None
 
     @classmethod
     def of(
@@ -109,6 +116,8 @@ class OpTiming(BaseModel):
         gc_seconds: Sequence[float] | None = None,
         started_at: Sequence[float] | None = None,
         ended_at: Sequence[float] | None = None,
+        read_bytes: int | None = None,
+        needed_bytes: int | None = None,
     ) -> OpTiming:
         planning = planning_seconds if planning_seconds else [0.0] * len(seconds)
         finish = finish_seconds if finish_seconds and any(finish_seconds) else None
@@ -128,6 +137,8 @@ class OpTiming(BaseModel):
             gc_seconds=_rounded(collected) if collected else None,
             started_at=_rounded(started_at) if started_at else None,
             ended_at=_rounded(ended_at) if ended_at else None,
+            read_bytes=read_bytes,
+            needed_bytes=needed_bytes,
         )
 
     def without_samples(self) -> OpTiming:
@@ -146,8 +157,24 @@ _SAMPLE_LISTS = (
 )
 
 
+class RankResources(BaseModel):
+    """What one rank's process used while it benchmarked (the loop, start to end)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cpu_user_seconds: Seconds = Field(description="CPU seconds in user mode, every thread.")
+    cpu_system_seconds: Seconds = Field(description="CPU seconds in the kernel, every thread.")
+    peak_rss_bytes: Bytes = Field(description="The process's peak resident set size.")
+    sent_bytes: Bytes = Field(description="Bytes sent to storage (writes, uploads, retries).")
+    received_bytes: Bytes = Field(description="Bytes received from storage (every read).")
+    node_memory_bytes: Bytes | None = Field(
+        None, description="The node's RAM (its page cache is the node's): MLPerf's 3 x RAM rule."
+    )
+
+
 class RankResult(BaseModel):
-    """What one rank reports. ``save``/``load`` are absent when the rank failed before them."""
+    """What one rank reports. ``save``/``load`` are absent when the rank failed before them;
+    ``delete`` also when checkpoints are kept (nothing was deleted)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -164,7 +191,15 @@ class RankResult(BaseModel):
     )
     save: OpTiming | None = None
     load: OpTiming | None = None
+    delete: OpTiming | None = Field(
+        None,
+        description="Deleting each timed sample's checkpoint: its own objects (io) and, on rank "
+        "0, the sweep of what is left (finish). None when checkpoints are kept.",
+    )
     verified: bool | None = Field(None, description="Every load verified; None when not checked.")
+    resources: RankResources | None = Field(
+        None, description="CPU seconds, peak RSS and storage traffic of the rank's loop."
+    )
     setup_seconds: Seconds | None = Field(
         None, description="Making the storage client and authenticating, once, before timing."
     )
@@ -205,6 +240,7 @@ class RankResult(BaseModel):
             update={
                 "save": self.save.without_samples() if self.save else None,
                 "load": self.load.without_samples() if self.load else None,
+                "delete": self.delete.without_samples() if self.delete else None,
             }
         )
         text = slim._compact()
@@ -260,6 +296,11 @@ class OpSummary(BaseModel):
     )
     p50_seconds: float
     p90_seconds: float
+    p99_seconds: float | None = Field(
+        None,
+        description=f"99th percentile of the collective durations; only over at least "
+        f"{stats.P99_MIN_SAMPLES} samples (below, it would be the max in disguise).",
+    )
     max_seconds: float
     min_seconds: float
     throughput_bytes_per_second: float = Field(
@@ -329,11 +370,42 @@ class OpSummary(BaseModel):
         description="Largest per-rank mean seconds of automatic garbage collection inside the "
         "operation (absent when no rank collected).",
     )
+    read_amplification: float | None = Field(
+        None,
+        description="Load: bytes the ranks read from storage during their data reads over the "
+        "stored bytes their load plans needed, summed over ranks and samples (1.0: nothing "
+        "read twice or in vain). Absent when no rank counted.",
+    )
+    max_rank_read_amplification: float | None = Field(
+        None, description="Load: the largest of the same ratio per rank (ranks that needed bytes)."
+    )
     seconds: list[float] | None = Field(
         None, description="Per-sample collective durations, when every rank reported them."
     )
     span_seconds: list[float] | None = Field(
         None, description="Per-sample spans, when every rank reported its start and end times."
+    )
+
+
+class ResourceSummary(BaseModel):
+    """The ranks' resources: the largest per rank, the totals of traffic, and the slowest
+    rank's own (the rank whose save plus load I/O was the longest)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ranks: int = Field(description="Ranks that reported their resources.")
+    max_cpu_user_seconds: float = Field(description="Largest CPU user seconds of a rank.")
+    max_cpu_system_seconds: float = Field(description="Largest CPU system seconds of a rank.")
+    max_peak_rss_bytes: int = Field(description="Largest peak RSS of a rank.")
+    max_sent_bytes: int = Field(description="Most bytes a rank sent to storage.")
+    max_received_bytes: int = Field(description="Most bytes a rank received from storage.")
+    sent_bytes: int = Field(description="Bytes all ranks sent to storage.")
+    received_bytes: int = Field(description="Bytes all ranks received from storage.")
+    slowest_rank: int | None = Field(
+        None, description="The rank with the longest save plus load I/O, whose resources follow."
+    )
+    slowest_rank_resources: RankResources | None = Field(
+        None, description="The slowest rank's own resources."
     )
 
 
@@ -366,7 +438,15 @@ class RunSummary(BaseModel):
     )
     save: OpSummary | None = None
     load: OpSummary | None = None
+    delete: OpSummary | None = Field(
+        None,
+        description="Deleting each timed checkpoint, with the save's and load's statistics; its "
+        "throughput is checkpoint bytes deleted per second. None when checkpoints are kept.",
+    )
     verified: bool | None = Field(None, description="Every rank verified every load.")
+    resources: ResourceSummary | None = Field(
+        None, description="CPU, peak RSS and storage traffic per rank (absent: none reported)."
+    )
     errors: list[RankError] = Field(default_factory=list, description="At most the first 10.")
     error_count: int = 0
     procedure: Procedure = Field(Procedure.CKPTBENCH, description="The procedure that ran.")
@@ -376,6 +456,23 @@ class RunSummary(BaseModel):
     mlperf: dict[str, float] | None = Field(
         None, description="The mlperf procedure's figures under MLPerf Storage's metric names."
     )
+    mlperf_category: str | None = Field(
+        None,
+        description="mlperf procedure: CLOSED (only the checkpoint folder changed) or OPEN, "
+        "from the settings (contract/mlperf_rules.py).",
+    )
+    mlperf_open_reasons: list[str] | None = Field(
+        None, description="Why the run is OPEN: each setting MLPerf's CLOSED rules fix."
+    )
+    ram_rule: str | None = Field(
+        None,
+        description="file backend: MLPerf's 3 x RAM rule, per node: met by size, met by "
+        "eviction (page cache evicted before each load) or not met.",
+    )
+    ram_rule_written_bytes: int | None = Field(
+        None, description="The bytes the node nearest to failing the rule wrote."
+    )
+    ram_rule_memory_bytes: int | None = Field(None, description="That node's RAM.")
     extra: dict[str, Any] = Field(
         default_factory=dict, description="Settings and versions the result depends on."
     )
@@ -389,6 +486,10 @@ class RunSummary(BaseModel):
             and self.save is not None
             and self.load is not None
         )
+
+
+def _rounded_or_none(x: float | None) -> float | None:
+    return None if x is None else round(x, ROUND)
 
 
 def _rounded(xs: Sequence[float]) -> list[float]:

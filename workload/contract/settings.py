@@ -25,6 +25,7 @@ from ckptbench.workload.contract.choices import (
     Backend,
     GarbageCollection,
     Procedure,
+    Strategy,
     UploadScheme,
     default_samples,
     default_warmups,
@@ -168,6 +169,27 @@ class BenchmarkSettings(BaseModel):
         description="With model: load on the first loadWorldSize ranks only (at most "
         "worldSize), resharding the checkpoint into that many pieces and verifying them (a "
         "restart on fewer nodes). Default: every rank.",
+    )
+    strategy: Annotated[Strategy, Setting(axis=True, metavar="NAME")] = _choice(
+        Strategy.SHARDED,
+        "How the state lies across ranks and is checkpointed: sharded (each rank saves its own "
+        "shards through DCP, FSDP's way; the default), full (the whole state gathered to rank 0, "
+        "the gather timed as planning, then saved as one object through the backend's stream as "
+        "torch.save into a writer does, and loaded back by rank 0) or replicated (every rank "
+        "holds the whole state, DDP's way; DCP writes each tensor once, from the rank its "
+        "planner picks, and every rank loads all of it). full and replicated need the "
+        "reference layout.",
+    )
+    load_shard_offset: Annotated[
+        int | None, Setting(layout="reference", axis=True, metavar="K")
+    ] = Field(
+        None,
+        ge=1,
+        le=MAX_WORLD_SIZE,
+        description="Reference layout: each rank loads (and verifies) the shard rank "
+        "(rank + K) mod worldSize saved, not its own: MLPerf Storage's read phase, another host "
+        "taking over. K = ranks per node makes every rank read another node's shard. Default: "
+        "its own shard.",
     )
     seed: Annotated[int, Setting(axis=True)] = Field(
         0, ge=0, le=2**31 - 1, description="Seed of the synthetic tensor content."

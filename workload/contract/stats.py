@@ -33,6 +33,20 @@ def percentile(xs: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+# A p99 is shown only over at least this many samples. With n samples the linear-interpolated
+# 99th percentile sits at position 0.99 * (n - 1): below 100 samples fewer than one sample lies
+# above it, and it is an interpolation between the two largest, the max in disguise. The same
+# rule is stated in docs/measurement.md.
+P99_MIN_SAMPLES = 100
+
+
+def tail_percentile(xs: Sequence[float]) -> float | None:
+    """The 99th percentile of ``xs``, or None below :data:`P99_MIN_SAMPLES` samples."""
+    if len(xs) < P99_MIN_SAMPLES:
+        return None
+    return percentile(xs, 99)
+
+
 def throughput(nbytes: int, seconds: float) -> float:
     """Bytes per second; 0 when no time was measured, rather than infinity, so JSON stays valid."""
     return nbytes / seconds if seconds > 0 else 0.0

@@ -74,7 +74,8 @@ def summary_of(
     why = outcome.missing_why()
     if why:
         extra["missing_why"] = why
-    return s.model_copy(update={"extra": extra})
+    category = figures.category_figures(extra["settings"])
+    return s.model_copy(update={"extra": extra, **category})
 
 
 def _exit_lines(label: str, outcome: RanksOutcome, summary: RunSummary) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import Interval, OpSummary, RunSummary
+from ckptbench.workload.contract.results import Interval, OpSummary, ResourceSummary, RunSummary
 from ckptbench.workload.contract.sizes import GIB
 
 MIB = 1024**2
@@ -129,6 +129,17 @@ _OP_ROWS = (
     # Inside the figures above: automatic garbage collections (none with manual collection).
     _Figure("garbage collection (s)", lambda o: o.gc_mean_seconds or 0.0, "seconds"),
 )
+# Deleting a checkpoint: the same statistics as save and load, without the rows that mean
+# nothing for it (DCP plans nothing, and a deletion rate in checkpoint bytes is in the CSV/JSON).
+_DELETE_ROWS = tuple(
+    f
+    for f in _OP_ROWS
+    if f.label
+    in {"samples", "mean (s)", "stdev (s)", "p50 (s)", "p90 (s)", "max (s)", "slowest rank"}
+    or f.label.startswith("I/O ")
+)
+# Only over enough samples (stats.P99_MIN_SAMPLES): the row appears when some run has one.
+_P99_ROW = _Figure("p99 (s)", lambda o: o.p99_seconds, "seconds", ratio=True)
 # A resharding load's ranks outside the load world read nothing: not in the per-rank rows.
 _LEFT_OUT_ROW = _Figure("ranks left out", lambda o: o.ranks_left_out, "count")
 # The reference's own figures: rank 0's barrier-to-barrier mean and stdev.
@@ -267,6 +278,7 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         if any((op := getattr(s, name)) is not None and op.ranks_left_out for s in runs):
             at = next(i for i, r in enumerate(op_rows) if r.label.endswith(" slowest rank"))
             op_rows[at + 1 : at + 1] = _rows(name, rate, [_LEFT_OUT_ROW])
+        _add_p99(op_rows, name, runs, rate)
         if name == "save" and any(
             s.save is not None and s.save.blocked_mean_seconds is not None for s in runs
         ):
@@ -276,8 +288,70 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         if Procedure.MLPERF in procedures:
             op_rows += _mlperf_rows(name, rate)
         rows += op_rows
+    if any(s.load is not None and s.load.read_amplification is not None for s in runs):
+        rows += _READ_AMPLIFICATION_ROWS
+    if any(s.delete is not None for s in runs):
+        rows += _delete_rows(runs, rate)
+    if any(s.resources is not None for s in runs):
+        rows += _resource_rows(size)
+    if any(s.mlperf_category is not None for s in runs):
+        rows.append(Row("MLPerf category", lambda s: s.mlperf_category, str))
+    if any(s.ram_rule is not None for s in runs):
+        rows.append(Row("3 x RAM rule", lambda s: s.ram_rule, str))
     rows += [Row("verified", _verified, str), Row("status", _status, str)]
     return rows
+
+
+# Bytes read from storage over the stored bytes the load plans needed (docs/measurement.md).
+_READ_AMPLIFICATION_ROWS = [
+    Row(
+        "load read amplification",
+        _op("load", lambda o: o.read_amplification),
+        lambda x: f"{x:.4f}",
+        ratio=True,
+    ),
+    Row(
+        "load read amplification max rank",
+        _op("load", lambda o: o.max_rank_read_amplification),
+        lambda x: f"{x:.4f}",
+    ),
+]
+
+
+def _resource(
+    get: Callable[[ResourceSummary], float | int | None],
+) -> Callable[[RunSummary], float | int | None]:
+    def value(s: RunSummary) -> float | int | None:
+        return None if s.resources is None else get(s.resources)
+
+    return value
+
+
+def _resource_rows(size: Unit) -> list[Row]:
+    """What the ranks' processes used while benchmarking: the largest per rank, traffic totals."""
+    return [
+        Row("rank CPU user max (s)", _resource(lambda r: r.max_cpu_user_seconds), fmt_seconds),
+        Row("rank CPU system max (s)", _resource(lambda r: r.max_cpu_system_seconds), fmt_seconds),
+        Row("rank peak RSS max (MiB)", _resource(lambda r: r.max_peak_rss_bytes),
+            fmt_in(MIB_UNIT, 1)),
+        Row(f"sent to storage ({size.name})", _resource(lambda r: r.sent_bytes), fmt_in(size, 2)),
+        Row(f"received from storage ({size.name})", _resource(lambda r: r.received_bytes),
+            fmt_in(size, 2)),
+    ]  # fmt: skip
+
+
+def _delete_rows(runs: Sequence[RunSummary], rate: Unit) -> list[Row]:
+    """Deleting the checkpoint, timed as its own operation (absent when checkpoints are kept)."""
+    rows = _rows("delete", rate, _DELETE_ROWS)
+    _add_p99(rows, "delete", runs, rate)
+    return rows
+
+
+def _add_p99(rows: list[Row], name: str, runs: Sequence[RunSummary], rate: Unit) -> None:
+    """The p99 row after p90, when some run has a p99 of the operation (enough samples)."""
+    if any((op := getattr(s, name)) is not None and op.p99_seconds is not None for s in runs):
+        at = next(i for i, r in enumerate(rows) if r.label.endswith(" p90 (s)"))
+        rows[at + 1 : at + 1] = _rows(name, rate, [_P99_ROW])
 
 
 def _cell(row: Row, s: RunSummary) -> str:
@@ -452,6 +526,14 @@ def format_context(runs: Sequence[tuple[str, RunSummary]]) -> str:
             if op is not None and op.rank_io_seconds and len(op.rank_io_seconds) <= _RANKS_SHOWN:
                 shown = ", ".join(f"{x:.3f}" for x in op.rank_io_seconds)
                 lines.append(f"{label}: {name} I/O seconds by rank: {shown}")
+        if s.mlperf_open_reasons:
+            lines.append(f"{label}: MLPerf OPEN: " + "; ".join(s.mlperf_open_reasons))
+        if s.ram_rule is not None and s.ram_rule_memory_bytes:
+            lines.append(
+                f"{label}: 3 x RAM rule {s.ram_rule}: a node wrote "
+                f"{(s.ram_rule_written_bytes or 0) / GIB:.2f} GiB against "
+                f"3 x {s.ram_rule_memory_bytes / GIB:.2f} GiB of RAM"
+            )
     return "\n".join(lines)
 
 

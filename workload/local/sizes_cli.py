@@ -43,6 +43,14 @@ def _parser() -> argparse.ArgumentParser:
         choices=[b.value for b in Backend],
         help="the storage backend the memory estimate is for (default gcs, as 'ckptbench run')",
     )
+    p.add_argument(
+        "--mlperf",
+        action="store_true",
+        help="as MLPerf Storage v3.0 runs the model: its process count and the mlperf dtype "
+        "profile, with MLPerf's published size beside (models: "
+        + ", ".join(models.MLPERF_V3)
+        + ")",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument(
         "--table", action="store_true", help="print the docs' Markdown table (N = 8, 64, 512)"
@@ -60,6 +68,14 @@ def main(argv: Sequence[str]) -> int:
         worlds = [int(w) for w in str(args.world_size).split(",")]
     except ValueError:
         parser.error(f"--world-size: not a comma list of integers: {args.world_size!r}")
+    if args.mlperf:
+        if args.model not in models.MLPERF_V3:
+            parser.error(
+                f"--mlperf: {args.model} is none of MLPerf Storage v3.0's checkpointing models "
+                f"({', '.join(models.MLPERF_V3)})"
+            )
+        worlds = [models.MLPERF_V3[args.model].processes]
+        args.dtype = models.DtypeProfile.MLPERF.value
     spec = models.ModelSpec(
         args.model,
         args.layers,
@@ -74,13 +90,35 @@ def main(argv: Sequence[str]) -> int:
         option = "--world-size" if field == "world_size" else f"--{field}"
         print(f"ckptbench sizes: {option}: {reason}", file=sys.stderr)
         return 2
+    backend = Backend(args.backend)
     if args.json:
-        backend = Backend(args.backend)
-        print(json.dumps([as_dict(s, args.async_save, backend) for s in reports], indent=1))
+        out = [as_dict(s, args.async_save, backend) for s in reports]
+        if args.mlperf:
+            out[0]["mlperf_v3"] = mlperf_v3(reports[0])
+        print(json.dumps(out, indent=1))
     else:
-        backend = Backend(args.backend)
-        print("\n\n".join(describe(s, args.async_save, backend) for s in reports))
+        text = "\n\n".join(describe(s, args.async_save, backend) for s in reports)
+        if args.mlperf:
+            v3 = mlperf_v3(reports[0])
+            text += (
+                f"\nMLPerf Storage v3.0: {v3['processes']} processes, published "
+                f"{v3['published_gib']:,.1f} GiB; this checkpoint {v3['computed_gib']:,.1f} GiB "
+                f"({v3['computed_over_published']:.4f}x)"
+            )
+        print(text)
     return 0
+
+
+def mlperf_v3(s: models.ModelSizes) -> dict[str, float | int]:
+    """MLPerf Storage v3.0's process count and published size beside this checkpoint's."""
+    published = models.MLPERF_V3[s.spec.preset]
+    computed = s.total_bytes / GIB
+    return {
+        "processes": published.processes,
+        "published_gib": published.published_gib,
+        "computed_gib": round(computed, 1),
+        "computed_over_published": round(computed / published.published_gib, 4),
+    }
 
 
 def memory_of(

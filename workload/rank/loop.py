@@ -7,10 +7,12 @@ every load into one reused template, with no warm-up. Templates are filled with 
 Each operation is bracketed ``barrier(); t0; op; barrier(); t1`` as in the reference: ``t1 - t0``
 is the collective duration, the same on every rank because DCP ends its save and load with
 collectives. What tells ranks apart is timed inside the storage layer (planning, I/O, finish:
-:mod:`ckptbench.workload.storage.timing`). The closing barrier is an all-reduce of a failure flag,
-so when any rank fails (a bad read, a verification mismatch, a failed delete) every rank learns it
-at the same point and stops in step; nobody is left waiting in a collective the others will never
-join.
+:mod:`ckptbench.workload.storage.timing`). Deleting a checkpoint (unless ``keep_checkpoints``) is
+a third operation, timed the same way: its I/O is the rank's own delete of its data objects, its
+finish rank 0's sweep of what is left (``.metadata``, folders). The closing barrier is an
+all-reduce of a failure flag, so when any rank fails (a bad read, a verification mismatch, a
+failed delete) every rank learns it at the same point and stops in step; nobody is left waiting
+in a collective the others will never join.
 
 Memory: the loaded (and verified) tensors are what the next sample saves, and the previous shard
 is released before the load template is allocated, so one shard is held at a time, except while
@@ -37,10 +39,10 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.contract.choices import CacheMode, Procedure
+from ckptbench.workload.contract.choices import CacheMode, Procedure, Strategy
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import OpTiming, RankResult
-from ckptbench.workload.rank import memory, state
+from ckptbench.workload.rank import full, memory, resources, state
 from ckptbench.workload.rank.collector import Collector
 from ckptbench.workload.rank.failures import (
     AsyncSaveError,
@@ -77,6 +79,8 @@ class Series:
         if not self.ops:
             return None
         blocked = [op.blocked_seconds for op in self.ops if op.blocked_seconds is not None]
+        read = [op.phases.read_bytes for op in self.ops if op.phases.read_bytes is not None]
+        needed = [op.phases.needed_bytes for op in self.ops if op.phases.needed_bytes is not None]
         return OpTiming.of(
             [op.seconds for op in self.ops],
             [op.phases.own_io or 0.0 for op in self.ops],
@@ -86,6 +90,8 @@ class Series:
             gc_seconds=[op.gc_seconds for op in self.ops],
             started_at=[op.started_at for op in self.ops],
             ended_at=[op.ended_at for op in self.ops],
+            read_bytes=sum(read) if read else None,
+            needed_bytes=sum(needed) if needed else None,
         )
 
 
@@ -113,6 +119,7 @@ class _Loop:
         self.distributed = dist.is_available() and dist.is_initialized()
         self.saves = Series()
         self.loads = Series()
+        self.deletes = Series()
         self.verified: bool | None = None
         self.load_bytes: int | None = None  # what this rank's load template holds
         self.save_group: Any = None
@@ -121,6 +128,7 @@ class _Loop:
         self.pending: list[str] = []
         self.left_behind: str | None = None
         self.collector = Collector(config.garbage_collection)
+        self.meter = resources.Meter()
 
     # -- the procedures ----------------------------------------------------------------------------
 
@@ -176,18 +184,24 @@ class _Loop:
         self._after_save(index, checkpoint_id)
 
         template: dict[str, torch.Tensor] = self._step(
-            "prepare load", lambda: state.empty_template(config)
+            "prepare load", lambda: self._empty_template()
         )
-        self.load_bytes = state.tensor_bytes(template)  # more than the shard on a reshard
+        self.load_bytes = self._loaded_bytes(template)  # more than the shard on a reshard
         loaded = self._load(checkpoint_id, template)
         self._report("load", label, loaded)
         if timed:
             self.loads.ops.append(loaded)
         self._check(template)
         if not config.keep_checkpoints:
-            self._cleanup(checkpoint_id)
-        if config.load_world_size not in (None, config.world_size):
-            # A resharded load holds the load world's pieces; the next save is the full world's.
+            self._cleanup(checkpoint_id, timed)
+        if (
+            config.load_world_size not in (None, config.world_size)
+            or config.load_rank != config.rank
+            or config.strategy is Strategy.FULL
+        ):
+            # A resharded load holds the load world's pieces, a load of another rank's shard
+            # that rank's tensors, a full load the whole state on rank 0; the next save is
+            # this rank's own.
             del template
             rebuilt: dict[str, torch.Tensor] = self._step(
                 "build state", lambda: state.build_state(config)
@@ -212,9 +226,9 @@ class _Loop:
         del shard  # released before the template is allocated: one shard in memory
         memory.after_drop()
         template: dict[str, torch.Tensor] = self._step(
-            "prepare load", lambda: state.empty_template(config)
+            "prepare load", lambda: self._empty_template()
         )
-        self.load_bytes = state.tensor_bytes(template)  # more than the shard on a reshard
+        self.load_bytes = self._loaded_bytes(template)  # more than the shard on a reshard
         for index, checkpoint_id in enumerate(ids):
             loaded = self._load(checkpoint_id, template)
             self._report("load", self._label(index, True), loaded)
@@ -255,6 +269,8 @@ class _Loop:
 
         def save() -> timing.Phases:
             nonlocal blocked
+            if self.config.strategy is Strategy.FULL:
+                return full.save(self.config, session, checkpoint_id, shard)
             if self.config.async_save:
                 t0 = time.perf_counter()
                 future = dcp_async_save(shard, storage_writer=writer, process_group=self.save_group)
@@ -291,6 +307,8 @@ class _Loop:
         reader: timing.TimedReader = self._step("prepare load", prepare)
 
         def load() -> timing.Phases:
+            if self.config.strategy is Strategy.FULL:
+                return full.load(self.config, session, checkpoint_id, template)
             dcp_load(template, storage_reader=reader)
             return reader.phases
 
@@ -340,25 +358,68 @@ class _Loop:
             raise RuntimeError("the storage session is opened before the first sample")
         return self.session
 
+    def _load_view(self) -> WorkloadConfig | None:
+        """The config whose tensors this rank loads (None: it loads nothing)."""
+        config = self.config
+        if config.strategy is Strategy.FULL:
+            return config.whole() if config.rank == 0 else None
+        return config.loader()
+
+    def _empty_template(self) -> dict[str, torch.Tensor]:
+        view = self._load_view()
+        if view is None or self.config.strategy is Strategy.FULL:
+            return {}  # the full strategy's rank 0 loads into a fresh dict: one copy held
+        return state.empty_template(view)
+
+    def _loaded_bytes(self, template: dict[str, torch.Tensor]) -> int:
+        """Tensor bytes this rank's load brings in: its template's, or the whole state for the
+        full strategy's rank 0."""
+        view = self._load_view()
+        if self.config.strategy is Strategy.FULL:
+            return 0 if view is None else view.total_bytes
+        return state.tensor_bytes(template)
+
     def _verify(self, loaded: dict[str, torch.Tensor]) -> None:
+        view = self._load_view()
+        if view is None:
+            return  # nothing loaded here; rank 0's verdict reaches every rank through _step
         try:
-            state.verify(loaded, self.config)
+            state.verify(loaded, view)
         except VerificationError:
             self.verified = False
             raise
 
-    def _cleanup(self, checkpoint_id: str) -> None:
-        # Each rank deletes its own data objects; only then rank 0 sweeps what is left (the
-        # .metadata, and any folder), so no two ranks ever delete the same object.
-        session = self._session()
-        rank_prefix = f"__{self.config.rank}_"
-        self._step("cleanup", lambda: session.delete_prefix(checkpoint_id, rank_prefix))
-        if self.config.rank == 0:
-            self._step("cleanup", lambda: session.delete_prefix(checkpoint_id))
-        else:
-            self._agree(None, "cleanup")
+    def _cleanup(self, checkpoint_id: str, timed: bool = True) -> None:
+        """Delete the checkpoint, timed as its own operation (the cost of keeping only the
+        latest K), bracketed like a save or a load; kept in the delete series when ``timed``."""
+        deleted = self._timed("delete", lambda: self._delete(checkpoint_id), checkpoint_id)
+        if timed:
+            self.deletes.ops.append(deleted)
         if checkpoint_id in self.pending:
             self.pending.remove(checkpoint_id)
+
+    def _delete(self, checkpoint_id: str) -> timing.Phases:
+        # Each rank deletes its own data objects; only then rank 0 sweeps what is left (the
+        # .metadata, and any folder), so no two ranks ever delete the same object. The agreement
+        # between the two is inside the timed operation, so that a failed delete on any rank
+        # stops every rank at the same point: here, or at the operation's closing agreement.
+        session = self._session()
+        phases = timing.Phases(planning=0.0)
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        try:
+            session.delete_prefix(checkpoint_id, f"__{self.config.rank}_")
+        except Exception as exc:
+            error = exc
+        phases.io = time.perf_counter() - t0
+        self._agree(error, "delete")
+        if self.config.rank == 0:
+            t1 = time.perf_counter()
+            try:
+                session.delete_prefix(checkpoint_id)
+            finally:
+                phases.finish = time.perf_counter() - t1
+        return phases
 
     def _discard_failed_samples(self) -> None:
         # Bounded in time and with no collective (a peer may be gone); never raises.
@@ -422,7 +483,9 @@ class _Loop:
             load_bytes=self.load_bytes,
             save=self.saves.timing(),
             load=self.loads.timing(),
+            delete=self.deletes.timing(),
             verified=verified if self.config.verify else None,
+            resources=self.meter.read(),
             setup_seconds=round(session.setup_seconds, 6) if session else None,
             left_behind=self.left_behind,
             read_paths={k: v for k, v in paths.items() if v} if paths else None,

@@ -36,10 +36,7 @@ def tensor_name(index: int) -> str:
 
 
 def owned_names(config: WorkloadConfig) -> list[str]:
-    return [
-        tensor_name(i)
-        for i in sizes.owned_indices(config.rank, config.world_size, config.padding_size)
-    ]
+    return [tensor_name(i) for i in config.held_indices()]
 
 
 def tensor_shape(config: WorkloadConfig) -> tuple[int, int]:
@@ -85,10 +82,7 @@ def build_state(config: WorkloadConfig) -> dict[str, Any]:
     """This rank's shard: its own tensors, in index order (or a model preset's, as DTensors)."""
     if config.model is not None:
         return model_state.build_state(config)
-    return {
-        tensor_name(i): expected_tensor(config, i)
-        for i in sizes.owned_indices(config.rank, config.world_size, config.padding_size)
-    }
+    return {tensor_name(i): expected_tensor(config, i) for i in config.held_indices()}
 
 
 def empty_template(config: WorkloadConfig) -> dict[str, Any]:
@@ -138,7 +132,7 @@ def verify(state: Mapping[str, Any], config: WorkloadConfig) -> None:
         bad.append(name)
         details.append(f"{name}: not a key of this rank")
     scratch = torch.empty(BLOCK, dtype=torch.float32)
-    for i in sizes.owned_indices(config.rank, config.world_size, config.padding_size):
+    for i in config.held_indices():
         name = tensor_name(i)
         problem = _check_tensor(state.get(name), name, shape, config.seed, i, scratch)
         if problem is not None:

@@ -233,6 +233,12 @@ def _split(url: str) -> tuple[str, str]:
 _CLIENTS: dict[tuple[str | None, str | None], Any] = {}
 
 
+def shared_client(project: str | None) -> Any:
+    """The google-cloud-storage client this module deletes and lists with, made now if not yet
+    (a gcsfs rank makes it before timing, so its first timed delete does not)."""
+    return _client(project)
+
+
 def _client(project: str | None) -> Any:
     # Reused: each client builds its own connection pool and credentials. Keyed by the emulator
     # address too, since that is read when a client is made.

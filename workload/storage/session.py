@@ -11,8 +11,10 @@ authenticated once, outside the timings, and reused by every sample, as a traini
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from torch.distributed.checkpoint.filesystem import FileSystemReader
@@ -29,6 +31,12 @@ from ckptbench.workload.storage.retry import (
     RetryPolicy,
     call_with_retry,
     discard_policy,
+)
+from ckptbench.workload.storage.traffic import (
+    TRAFFIC,
+    CountingFileSystem,
+    CountingStream,
+    count_traffic,
 )
 
 
@@ -51,6 +59,11 @@ class StorageSession:
         elif config.backend is Backend.GCSFS:
             self._gcsfs_options = gcsfs_options(config)
             self._gcsfs = _gcsfs_filesystem(config, self._gcsfs_options)
+            # Checkpoints are deleted through a google-cloud-storage client (delete_prefix):
+            # made here, before timing, so the first timed delete does not pay for it.
+            from ckptbench.workload.storage import objects
+
+            objects.shared_client(config.project)
         self.setup_seconds = time.perf_counter() - t0
 
     def writer(self, checkpoint_id: str) -> StorageWriter:
@@ -58,14 +71,16 @@ class StorageSession:
         if config.backend is Backend.FILE:
             # A full disk is named as such (ENOSPC, the path, the bytes), not as torch's
             # "unexpected pos".
-            return file_backend.writer(checkpoint_id, config.shard_bytes, config.total_bytes)
+            return count_traffic(
+                file_backend.writer(checkpoint_id, config.shard_bytes, config.total_bytes)
+            )
         if config.backend is Backend.GCSFS:
             from ckptbench.workload.storage.torch_seam import FsspecWriter
 
             fsspec_writer: StorageWriter = FsspecWriter(
                 checkpoint_id, sync_files=config.sync_files, **self._gcsfs_options
             )
-            return fsspec_writer
+            return count_traffic(fsspec_writer)
         from ckptbench.workload.storage.gcs.backend import GcsStorageWriter
 
         return GcsStorageWriter(checkpoint_id, filesystem=self._gcs)
@@ -73,15 +88,50 @@ class StorageSession:
     def reader(self, checkpoint_id: str) -> StorageReader:
         config = self.config
         if config.backend is Backend.FILE:
-            return FileSystemReader(str(local_path(checkpoint_id)))
+            return count_traffic(FileSystemReader(str(local_path(checkpoint_id))))
         if config.backend is Backend.GCSFS:
             from ckptbench.workload.storage.gcsfs_backend import NamingFsspecReader
 
             fsspec_reader: StorageReader = NamingFsspecReader(checkpoint_id, **self._gcsfs_options)
-            return fsspec_reader
+            return count_traffic(fsspec_reader)
         from ckptbench.workload.storage.gcs.backend import GcsStorageReader
 
         return GcsStorageReader(checkpoint_id, filesystem=self._gcs)
+
+    @contextlib.contextmanager
+    def object_stream(self, url: str, mode: str, expected_bytes: int = 0) -> Iterator[Any]:
+        """One object as a stream, through this backend, its bytes counted: what ``torch.save``
+        into a writer (PyTorch Lightning's non-sharded checkpoint) writes to and reads from.
+        ``expected_bytes`` sizes the gcs backend's upload parts."""
+        config = self.config
+        if config.backend is Backend.FILE:
+            path = local_path(url)
+            if mode == "wb":
+                path.parent.mkdir(parents=True, exist_ok=True)
+            # A full disk is named (ENOSPC, the path, the bytes) here too.
+            local = file_backend.ReportingFileSystem(expected_bytes, expected_bytes)
+            with CountingFileSystem(local).create_stream(path, mode) as stream:
+                yield stream
+                if mode == "wb":  # durable, as DCP's file writer makes its files
+                    stream.flush()
+                    os.fsync(stream.fileno())
+            return
+        if config.backend is Backend.GCSFS:
+            counted = CountingStream(self._gcsfs.open(url, mode), TRAFFIC)
+            try:
+                yield counted
+            finally:
+                counted.settle()
+                counted.close()
+            return
+        from ckptbench.workload.storage.gcs.backend import Upload
+
+        gcs = self._gcs
+        with contextlib.ExitStack() as stack:
+            if mode == "wb":
+                stack.enter_context(gcs.uploading(Upload(expected_bytes)))
+            # Its own requests count their bytes (gcs/objects.py).
+            yield stack.enter_context(gcs.create_stream(url, mode))
 
     @property
     def read_paths(self) -> dict[str, int] | None:

@@ -32,6 +32,8 @@ from torch.distributed.checkpoint.staging import AsyncStager
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
+from ckptbench.workload.storage import torch_seam, traffic
+
 S = TypeVar("S", StorageWriter, StorageReader)
 
 
@@ -42,6 +44,10 @@ class Phases:
     planning: float | None = None
     io: float | None = None
     finish: float = 0.0
+    # A load's bytes read from storage during read_data, and the stored bytes its plan needs
+    # (:mod:`ckptbench.workload.storage.traffic`): their ratio is its read amplification.
+    read_bytes: int | None = None
+    needed_bytes: int | None = None
 
     @property
     def own_io(self) -> float | None:
@@ -158,7 +164,10 @@ class _TimedStagingWriter(TimedWriter, AsyncStager):
 
 
 class TimedReader(_Timed[StorageReader], StorageReader):
-    """A StorageReader that times the calls DCP makes on ``inner`` and forwards them unchanged."""
+    """A StorageReader that times the calls DCP makes on ``inner`` and forwards them unchanged,
+    and measures what each load read from storage against what its plan needed."""
+
+    _metadata: Metadata | None = None
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         self._clock.touch()
@@ -167,6 +176,7 @@ class TimedReader(_Timed[StorageReader], StorageReader):
     def set_up_storage_reader(
         self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any
     ) -> None:
+        self._metadata = metadata
         self._set_up(self.inner.set_up_storage_reader, metadata, is_coordinator, *args, **kwargs)
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
@@ -177,9 +187,23 @@ class TimedReader(_Timed[StorageReader], StorageReader):
         return self.inner.prepare_global_plan(plans)
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        # Outside the I/O time: what the plan needs, from the metadata DCP handed over.
+        metadata = self._metadata
+        needed = (
+            traffic.needed_bytes(plan, metadata, torch_seam.reader_storage_data(self.inner))
+            if metadata is not None
+            else None
+        )
+        received = traffic.TRAFFIC.received
         started = self._clock.io_started()
         future = self.inner.read_data(plan, planner)
-        future.add_done_callback(lambda _: self._clock.io_done(started))
+
+        def done(_: Any) -> None:
+            self._clock.io_done(started)
+            self.phases.read_bytes = traffic.TRAFFIC.received - received
+            self.phases.needed_bytes = needed
+
+        future.add_done_callback(done)
         return future
 
 

@@ -72,6 +72,7 @@ _OP_FIGURES: list[tuple[str, Callable[[OpSummary], float | int | None]]] = [
     ("stdev_seconds", lambda o: o.stdev_seconds),
     ("p50_seconds", lambda o: o.p50_seconds),
     ("p90_seconds", lambda o: o.p90_seconds),
+    ("p99_seconds", lambda o: o.p99_seconds),
     ("max_seconds", lambda o: o.max_seconds),
     ("min_seconds", lambda o: o.min_seconds),
     ("throughput_gib_per_second", lambda o: _gib(o.throughput_bytes_per_second)),
@@ -94,6 +95,8 @@ _OP_FIGURES: list[tuple[str, Callable[[OpSummary], float | int | None]]] = [
     *_intervals("rank0_mean_seconds", lambda o: o.rank0_mean_seconds_ci, _same),
     ("rank0_stdev_seconds", lambda o: o.rank0_stdev_seconds),
     ("gc_mean_seconds", lambda o: o.gc_mean_seconds or 0.0),
+    ("read_amplification", lambda o: o.read_amplification),
+    ("max_rank_read_amplification", lambda o: o.max_rank_read_amplification),
 ]
 
 
@@ -110,6 +113,34 @@ def _stored(s: RunSummary) -> dict[str, Any]:
 def _mlperf(s: RunSummary) -> dict[str, Any]:
     measured = s.mlperf or {}
     return {key: measured.get(key) for key in figures.mlperf_keys()}
+
+
+_RESOURCES = (
+    "max_cpu_user_seconds",
+    "max_cpu_system_seconds",
+    "max_peak_rss_bytes",
+    "max_sent_bytes",
+    "max_received_bytes",
+    "sent_bytes",
+    "received_bytes",
+)
+_SLOWEST_RANK_RESOURCES = (
+    "cpu_user_seconds",
+    "cpu_system_seconds",
+    "peak_rss_bytes",
+    "sent_bytes",
+    "received_bytes",
+)
+
+
+def _resources(s: RunSummary) -> dict[str, Any]:
+    """The ranks' resources (``rank_`` columns) and the slowest rank's (``slowest_rank_``)."""
+    r = s.resources
+    own = r.slowest_rank_resources if r else None
+    row = {f"rank_{k}": getattr(r, k) if r else None for k in _RESOURCES}
+    row.update({f"slowest_rank_{k}": getattr(own, k) if own else None
+                for k in _SLOWEST_RANK_RESOURCES})  # fmt: skip
+    return row
 
 
 def settings_of(s: RunSummary) -> dict[str, Any]:
@@ -129,13 +160,18 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
         "load_shard_bytes": s.load_shard_bytes,
         **_stored(s),
     }
-    for op_name in ("save", "load"):
+    for op_name in ("save", "load", "delete"):
         op: OpSummary | None = getattr(s, op_name)
         for name, get in _OP_FIGURES:
             row[f"{op_name}_{name}"] = get(op) if op is not None else None
     row["save_blocked_mean_seconds"] = s.save.blocked_mean_seconds if s.save else None
     row["verified"] = s.verified
+    row.update(_resources(s))
     row.update(_mlperf(s))
+    row.update(figures.mlperf_v3_columns(s.mlperf))
+    row["mlperf_category"] = s.mlperf_category
+    row["mlperf_open_reasons"] = "; ".join(s.mlperf_open_reasons or []) or None
+    row["ram_rule"] = s.ram_rule
     return row
 
 

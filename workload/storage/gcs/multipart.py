@@ -41,6 +41,7 @@ from ckptbench.workload.storage.retry import (
     call_with_retry,
     discard_policy,
 )
+from ckptbench.workload.storage.traffic import TRAFFIC
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ class XmlMultipartUpload:
         op = self.objects.policy.start()
 
         def attempt() -> str:
+            TRAFFIC.add_sent(data.nbytes)  # every attempt puts the part on the wire
             resp = self.objects.session.put(
                 self.url,
                 params={"partNumber": str(number), "uploadId": self.upload_id},

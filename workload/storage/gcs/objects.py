@@ -26,6 +26,7 @@ from ckptbench.workload.storage.retry import (
     TransientError,
     call_with_retry,
 )
+from ckptbench.workload.storage.traffic import TRAFFIC
 
 # Read the response body in slices this large: small enough not to double memory per worker,
 # large enough that Python overhead per slice is negligible.
@@ -82,6 +83,7 @@ class GcsObjects:
         op = self.policy.start()
 
         def attempt() -> None:
+            TRAFFIC.add_sent(body.nbytes)  # every attempt puts the body on the wire
             resp = self._session.post(
                 self._upload_url,
                 params={"uploadType": "media", "name": name},
@@ -133,6 +135,7 @@ class GcsObjects:
                 for piece in _iter_raw(resp, total - got):
                     scatter.put(got, piece)
                     got += len(piece)
+                    TRAFFIC.add_received(len(piece))
                 if got != total:
                     # The connection closed early: worth another try, from where it stopped.
                     raise TransientError(f"{what}: body ended after {got} of {total} bytes")
@@ -155,6 +158,7 @@ class GcsObjects:
             data: bytes = blob.download_as_bytes(
                 retry=None, checksum=None, raw_download=True, timeout=op.timeout()
             )
+            TRAFFIC.add_received(len(data))
             if self.checksums:
                 if blob.crc32c is None:  # no X-Goog-Hash in the answer: ask for it
                     blob.reload(retry=None, timeout=op.timeout())
