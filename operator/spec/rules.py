@@ -201,9 +201,19 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "checkpointPath",
-        "self.backend == 'file' || self.checkpointPath.startsWith('gs://')",
+        "!(self.backend in ['gcs', 'gcsfs']) || self.checkpointPath.startsWith('gs://')",
         "checkpointPath must be a gs://bucket/prefix URL for backends gcs and gcsfs",
-        lambda s: s.backend is Backend.FILE or s.checkpoint_path.startswith("gs://"),
+        lambda s: (
+            s.backend not in (Backend.GCS, Backend.GCSFS) or s.checkpoint_path.startswith("gs://")
+        ),
+    ),
+    Rule(
+        "checkpointPath",
+        "!(self.backend in ['s3', 's3fs']) || self.checkpointPath.startsWith('s3://')",
+        "checkpointPath must be an s3://bucket/prefix URL for backends s3 and s3fs",
+        lambda s: (
+            s.backend not in (Backend.S3, Backend.S3FS) or s.checkpoint_path.startswith("s3://")
+        ),
     ),
     Rule(
         "checkpointPath",

@@ -75,16 +75,18 @@ class WorkloadConfig(BenchmarkSettings):
                 f"padding_size: {self.padding_size} must be at least world_size {self.world_size}: "
                 "every rank must own at least one tensor"
             )
-        if self.backend in (Backend.GCS, Backend.GCSFS) and not self.checkpoint_path.startswith(
-            "gs://"
-        ):
+        scheme = self.backend.scheme
+        if scheme and not self.checkpoint_path.startswith(scheme):
             raise ValueError(
-                f"checkpoint_path: must start with gs:// for backend {self.backend.value}, "
+                f"checkpoint_path: must start with {scheme} for backend {self.backend.value}, "
                 f"got {self.checkpoint_path!r}"
             )
-        if self.backend is Backend.FILE and self.checkpoint_path.startswith("gs://"):
-            raise ValueError("checkpoint_path: is a gs:// URL but backend is file")
-        if self.checkpoint_path.startswith("gs://") and not self.checkpoint_path[5:].split("/")[0]:
+        if not scheme and "://" in self.checkpoint_path.removeprefix("file://"):
+            raise ValueError(
+                f"checkpoint_path: is a {self.checkpoint_path.split('://')[0]}:// URL but backend "
+                "is file"
+            )
+        if scheme and not self.checkpoint_path[len(scheme) :].split("/")[0]:
             raise ValueError(f"checkpoint_path: no bucket in {self.checkpoint_path!r}")
         if self.procedure is not Procedure.CKPTBENCH and self.warmups:
             raise ValueError(

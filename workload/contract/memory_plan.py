@@ -56,6 +56,8 @@ BASELINE_BYTES: dict[Backend, int] = {
     Backend.FILE: 292 * MIB,
     Backend.GCS: 318 * MIB,
     Backend.GCSFS: 339 * MIB,
+    Backend.S3: 400 * MIB,
+    Backend.S3FS: 400 * MIB,
 }
 # What a model preset's rank holds beyond that: DTensor, its device mesh (gloo groups) and DCP's
 # per-item planning objects. Measured: ``--model llama3-debug --layers 1 --vocab 256`` (197 items,
