@@ -134,6 +134,12 @@ CASES = [
         "checkpointPath",
         "cel",
     ),
+    Case(
+        "s3-secret-with-gcs",
+        _with(s3CredentialsSecret="minio-keys"),
+        "s3CredentialsSecret",
+        "cel",
+    ),
     Case("path-s3-bucket-short", _with(checkpointPath="s3://ab/x"), "checkpointPath", "schema"),
     Case(
         "file-with-gs-url",

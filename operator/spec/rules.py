@@ -65,6 +65,8 @@ class Spec(Protocol):
     @property
     def workload_priority_class_name(self) -> str | None: ...
     @property
+    def s3_credentials_secret(self) -> str | None: ...
+    @property
     def priority_class_name(self) -> str | None: ...
     @property
     def node_selector(self) -> dict[str, str] | None: ...
@@ -224,6 +226,12 @@ RULES: tuple[Rule, ...] = (
         "checkpointPath must lie under one of volumeMounts for backend file with worldSize > 1: "
         "every rank reads the metadata rank 0 writes, so they need a shared volume",
         lambda s: s.backend is not Backend.FILE or s.world_size == 1 or _under_a_mount(s),
+    ),
+    Rule(
+        "s3CredentialsSecret",
+        "!has(self.s3CredentialsSecret) || self.backend in ['s3', 's3fs']",
+        "s3CredentialsSecret is for backends s3 and s3fs",
+        lambda s: s.s3_credentials_secret is None or s.backend in (Backend.S3, Backend.S3FS),
     ),
     Rule(
         "workloadPriorityClassName",
