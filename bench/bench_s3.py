@@ -34,12 +34,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
+from netmodel import NetModel
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from bench.netmodel import NetModel
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.local.s3_server import S3Server
 from ckptbench.workload.storage import timing
