@@ -120,3 +120,16 @@ def test_missing_credentials_and_a_missing_bucket_are_refused_by_name(
     done = ckptbench("run", "--backend", "s3fs", "--storage", "s3://no-such-bucket-here/x", *SMALL)
     assert done.returncode == 2, done.stderr
     assert "bucket 'no-such-bucket-here' does not exist" in done.stderr, done.stderr
+
+
+def test_the_embedded_server_answers_until_stopped() -> None:
+    import urllib.request
+
+    with S3Server() as server:
+        server.create_bucket("up-and-down")
+        assert server.running
+        url = server.url
+        assert "up-and-down" in urllib.request.urlopen(url, timeout=5).read().decode()
+    assert not server.running
+    with pytest.raises(OSError):
+        urllib.request.urlopen(url, timeout=2)

@@ -18,7 +18,8 @@ from ckptbench.workload.storage.s3.where import S3Where
 
 # The round-robin strategy's folders: 16, one hex digit each (the library takes any list).
 ROUND_ROBIN_PREFIXES = [f"{i:x}" for i in range(16)]
-# Attempts per request, the library's default: enough for a burst of 503 SlowDown.
+# The library's default, passed so a result says what ran. In 1.5.0 it does not bound the CRT's
+# own retries of a transfer (a client with 1 still survives 503s in a row; docs/storage.md).
 MAX_ATTEMPTS = 10
 
 
