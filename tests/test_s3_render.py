@@ -115,3 +115,25 @@ def test_the_s3_examples_parse(name: str) -> None:
     for doc in yaml.safe_load_all((ROOT / "examples" / name).read_text()):
         spec = parse_spec(doc["spec"])
         assert spec.backend.value in ("s3", "s3fs")
+
+
+def test_a_sweep_over_s3_backends_and_knobs_makes_valid_children() -> None:
+    from ckptbench.operator.sweep import cells as sc
+    from ckptbench.operator.sweep.model import parse_sweep
+
+    spec = {
+        "template": {**MINIO, "s3PrefixStrategy": "none"},
+        "axes": {"backend": ["s3", "s3fs"], "s3PrefixStrategy": ["none", "binary"]},
+    }
+    cells = sc.expand(parse_sweep(spec))
+    assert [c.values for c in cells] == [
+        {"backend": "s3", "s3PrefixStrategy": "none"},
+        {"backend": "s3", "s3PrefixStrategy": "binary"},
+        {"backend": "s3fs", "s3PrefixStrategy": "none"},
+        {"backend": "s3fs", "s3PrefixStrategy": "binary"},
+    ]
+    for cell in cells:
+        child = sc.render_child("grid", "default", "uid-1", cell)
+        parsed = parse_spec(child["spec"])
+        assert parsed.checkpoint_path == "s3://ckptbench/minio"
+        assert parsed.s3_credentials_secret == "minio-keys"

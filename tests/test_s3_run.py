@@ -85,6 +85,33 @@ def test_the_reference_default_tensor_count_on_four_ranks(s3_bucket: str, tmp_pa
     assert run["verified"] is True and run["extra"]["settings"]["padding_size"] == 4000, run
 
 
+def test_a_model_preset_on_s3_and_s3fs(s3_bucket: str, tmp_path: Path) -> None:
+    # The other layout: DTensor shards of a Llama 3 preset with AdamW state, both backends.
+    out = tmp_path / "run.json"
+    done = ckptbench(
+        "run",
+        "--backend",
+        "s3,s3fs",
+        "--storage",
+        f"s3://{s3_bucket}/model",
+        "--model",
+        "llama3-debug",
+        "--layers",
+        "1",
+        "--vocab",
+        "256",
+        "--samples",
+        "1",
+        "--warmup",
+        "0",
+        "--json",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["cell"], r["verified"]) for r in runs] == [("s3", True), ("s3fs", True)], runs
+
+
 def test_an_unreachable_endpoint_is_refused_in_seconds_before_any_rank(s3_bucket: str) -> None:
     closed = free_port()
     started = time.monotonic()
