@@ -156,6 +156,7 @@ def main() -> int:
     p.add_argument("--ranks", default="1,2")
     p.add_argument("--overhead-rounds", type=int, default=6)
     p.add_argument("--no-model", action="store_true", help="bare server only")
+    p.add_argument("--overhead-only", action="store_true", help="part 2 alone")
     a = p.parse_args()
     warnings.simplefilter("ignore", UserWarning)
     ranks = [int(r) for r in a.ranks.split(",")]
@@ -163,6 +164,8 @@ def main() -> int:
         server.create_bucket(BUCKET)
         model = NetModel(server.url, a.rate, a.rtt)
         regimes = [("bare", None)] + ([] if a.no_model else [("model", model)])
+        if a.overhead_only:
+            regimes = []
         for regime, proxy in regimes:
             ctx = proxy.running() if proxy is not None else None
             if ctx is not None:
