@@ -62,6 +62,8 @@ def run(endpoint: str, server: S3Server, backend: str, ranks: int, a: argparse.N
         "--layer-size", str(a.layer_size), "--padding-size", str(a.padding_size),
         "--samples", str(a.samples), "--warmup", "0", "--json", str(out),
     ]  # fmt: skip
+    if backend == "s3":
+        cmd += ["--s3-threads", str(a.s3_threads), "--s3-part-size", str(a.s3_part_size)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-3000:])
@@ -155,6 +157,8 @@ def main() -> int:
     p.add_argument("--rtt", type=float, default=0.02, help="model: seconds added per request")
     p.add_argument("--ranks", default="1,2")
     p.add_argument("--overhead-rounds", type=int, default=6)
+    p.add_argument("--s3-threads", type=int, default=1, help="backend s3's writer threads")
+    p.add_argument("--s3-part-size", type=int, default=8 << 20, help="backend s3's part size")
     p.add_argument("--no-model", action="store_true", help="bare server only")
     p.add_argument("--overhead-only", action="store_true", help="part 2 alone")
     a = p.parse_args()
