@@ -57,3 +57,20 @@ def test_transient_faults_on_two_ranks_are_survived_and_leave_nothing(
     left = f"s3://{s3_bucket}/faults/run/checkpoints"
     assert objects.list_names(left) == []
     assert objects.unfinished_uploads(f"s3://{s3_bucket}/faults") == []
+
+
+@pytest.mark.parametrize("backend", ["s3", "s3fs"])
+def test_a_failed_sample_deletes_its_objects(
+    backend: str, s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    # Rank 1's data object vanishes after the save: its load fails on every rank, and the sample
+    # must still leave nothing behind (rank 0's objects, the .metadata, unfinished uploads).
+    config = two_ranks(s3_bucket, backend)
+    command = [*workers.WORKER[:1], "-m", "tests.workers", "delete", "1"]
+    ranks = workers.run(config, tmp_path, command=command, extra_env=s3_server.env())
+    assert [w.proc.returncode for w in ranks] == [1, 1], workers.logs(ranks)
+    for w in ranks:
+        assert "load failed on rank 1" in (w.result.error or ""), workers.logs(ranks)
+        assert w.result.left_behind is None, workers.logs(ranks)
+    assert objects.list_names(f"s3://{s3_bucket}/faults/run/checkpoints") == []
+    assert objects.unfinished_uploads(f"s3://{s3_bucket}/faults") == []
