@@ -142,7 +142,8 @@ class Connection(BaseHTTPRequestHandler):
         answer = proxy.forward(self.command, self.path, headers, exchange.outgoing(body))
         exchange.send(self, answer)
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
+    # HEAD too: S3 clients size an object by it before ranged reads.
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _handle
 
     def read(self, n: int) -> bytes:
         return self.rfile.read(n)
@@ -153,7 +154,10 @@ class Connection(BaseHTTPRequestHandler):
         for key, value in answer.headers:
             if key.lower() not in _HOP_BY_HOP and key.lower() != "content-length":
                 self.send_header(key, value)
-        self.send_header("Content-Length", str(len(answer.body)))
+        length = str(len(answer.body))
+        if self.command == "HEAD":  # no body follows; the length is the object's
+            length = next((v for k, v in answer.headers if k.lower() == "content-length"), "0")
+        self.send_header("Content-Length", length)
         self.end_headers()
 
     def write(self, data: bytes | memoryview) -> None:

@@ -130,3 +130,28 @@ def operator(
 
     with running_operator(emulator.url, tmp_path_factory.mktemp("operator")) as op:
         yield op
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[object]:
+    """A real S3 server (moto's, its own process) for the whole session."""
+    from ckptbench.workload.local.s3_server import S3Server
+
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_bucket(s3_server: object, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket per test; this process's AWS clients (boto3, the CRT's, s3fs's) go to the
+    server through the standard variables, as ranks' do."""
+    from ckptbench.workload.local.s3_server import S3Server
+    from ckptbench.workload.storage.s3 import where
+
+    assert isinstance(s3_server, S3Server)
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(where, "_configured", None)
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(name)
+    return name

@@ -35,6 +35,7 @@ class Rule:
     probability: float = 1.0
     seconds: float = 0.0
     statuses: tuple[int, ...] = (503, 429)
+    s3_code: str = ""  # a status fault answers as S3 does, with this error code (SlowDown)
     fired: int = 0
 
     def matches(self, method: str, url: str) -> bool:
@@ -94,6 +95,9 @@ class _Fault(Exchange):
         if self.rule.fault != "status":
             return None
         status = self.proxy.status_for(self.rule)
+        if self.rule.s3_code:
+            xml = f"<Error><Code>{self.rule.s3_code}</Code><Message>injected</Message></Error>"
+            return Answer(status, [("Content-Type", "application/xml")], xml.encode())
         error = json.dumps({"error": {"code": status, "message": "injected by the proxy"}})
         return Answer(status, [("Content-Type", "application/json")], error.encode())
 

@@ -54,7 +54,7 @@ def test_clean_refuses_a_whole_bucket_and_other_schemes(
     assert ckptbench(["clean", "gs://some-bucket"]) == 2
     assert "whole bucket" in capsys.readouterr().err
     assert ckptbench(["clean", "gs://some-bucket/"]) == 2
-    assert ckptbench(["clean", "s3://b/x"]) == 2
+    assert ckptbench(["clean", "azure://b/x"]) == 2
 
 
 def test_clean_empties_a_local_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

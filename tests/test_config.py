@@ -88,7 +88,7 @@ def test_rank_sources_in_order() -> None:
         ({"WORLD_SIZE": "0"}, ["WORLD_SIZE", "greater than or equal to 1"]),
         ({"LAYER_SIZE": "-1"}, ["LAYER_SIZE"]),
         ({"SAMPLE_COUNT": "0"}, ["SAMPLE_COUNT"]),
-        ({"CKPTBENCH_BACKEND": "s3"}, ["CKPTBENCH_BACKEND", "'s3'"]),
+        ({"CKPTBENCH_BACKEND": "azure"}, ["CKPTBENCH_BACKEND", "'azure'"]),
         ({"USE_FSSPEC": "maybe"}, ["USE_FSSPEC", "not a boolean"]),
         ({"CKPTBENCH_THREADS": "0"}, ["CKPTBENCH_THREADS"]),
         ({"CKPTBENCH_PART_SIZE_BYTES": "1024"}, ["CKPTBENCH_PART_SIZE_BYTES"]),
@@ -101,10 +101,10 @@ def test_rank_sources_in_order() -> None:
         ({"CKPTBENCH_CHECKPOINT_PATH": "gs://"}, ["CKPTBENCH_CHECKPOINT_PATH", "no bucket"]),
         # A file backend given another scheme wrote under ./s3:/b/x in the working directory.
         (
-            {"CKPTBENCH_BACKEND": "file", "CKPTBENCH_CHECKPOINT_PATH": "s3://b/x"},
+            {"CKPTBENCH_BACKEND": "file", "CKPTBENCH_CHECKPOINT_PATH": "azure://b/x"},
             [
                 "CKPTBENCH_CHECKPOINT_PATH",
-                "must be gs://bucket/prefix, file:///path or an absolute",
+                "must be gs://bucket/prefix, s3://bucket/prefix, file:///path or an absolute",
             ],
         ),
         (

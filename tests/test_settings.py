@@ -21,7 +21,7 @@ from ckptbench.operator.spec.crd import build_crd
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.sweep.cells import axis_fields
 from ckptbench.workload.contract import settings
-from ckptbench.workload.contract.choices import Procedure
+from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ENV_PREFIX, WorkloadConfig
 from ckptbench.workload.contract.results import RunSummary
 from ckptbench.workload.contract.settings import Declared
@@ -62,6 +62,10 @@ def _other_value(d: Declared) -> Any:
         return "/tmp/ckptbench-settings"
     if d.name == "project":
         return "my-project-1"
+    if d.name == "s3_endpoint":
+        return "http://127.0.0.1:9000"
+    if d.name == "s3_region":
+        return "eu-west-3"
     if d.name == "load_world_size":
         return 1
     low, high = _bounds(d)
@@ -83,7 +87,8 @@ def _context(d: Declared, value: Any) -> dict[str, Any]:
     if d.name == "backend":
         backend = value.value
     out["backend"] = backend
-    out["checkpoint_path"] = "gs://bkt/p" if backend != "file" else "/tmp/ckptbench-settings"
+    paths = {"": "/tmp/ckptbench-settings", "gs://": "gs://bkt/p", "s3://": "s3://bkt/p"}
+    out["checkpoint_path"] = paths[Backend(backend).scheme]
     if d.name == "procedure" and value is Procedure.REFERENCE:
         out["warmup_samples"] = 0
     out[d.name] = value

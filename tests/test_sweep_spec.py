@@ -82,9 +82,9 @@ PARTS_8 = [n * 1024 * 1024 for n in range(1, 9)]
             "spec.axes.threads.1: 0 is less than the minimum of 1",
         ),
         (
-            sweep(axes={"backend": ["gcs", "s3"]}),
-            "spec.axes.backend[1]: Input should be 'file', 'gcs' or 'gcsfs'",
-            "spec.axes.backend.1: 's3' is not one of",
+            sweep(axes={"backend": ["gcs", "azure"]}),
+            "spec.axes.backend[1]: Input should be 'file', 'gcs', 'gcsfs', 's3' or 's3fs'",
+            "spec.axes.backend.1: 'azure' is not one of",
         ),
         (
             sweep(axes={"colour": ["red"]}),

@@ -187,7 +187,7 @@ def test_the_emulator_stopping_mid_run_fails_every_rank_clearly_without_hanging(
     [
         ("CKPTBENCH_WORLD_SIZE", "abc", "CKPTBENCH_WORLD_SIZE (world_size)"),
         ("LAYER_SIZE", "-1", "LAYER_SIZE (layer_size)"),
-        ("CKPTBENCH_BACKEND", "s3", "CKPTBENCH_BACKEND (backend)"),
+        ("CKPTBENCH_BACKEND", "azure", "CKPTBENCH_BACKEND (backend)"),
     ],
 )
 def test_a_bad_configuration_value_exits_2_naming_the_variable(

@@ -187,6 +187,8 @@ def _pod_spec(
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_NAMESPACE", "metadata.namespace"),
     ]
+    if spec.s3_credentials_secret is not None:
+        env += s3_credentials_env(spec.s3_credentials_secret)
     threads = intra_op_threads(spec.resources)
     if threads is not None:
         env.append({"name": THREADS_ENV, "value": str(threads)})
@@ -237,6 +239,26 @@ def intra_op_threads(resources: Mapping[str, Any] | None) -> int | None:
         return cpu_threads(limit)
     except ValueError as exc:
         raise RenderError(f"spec.resources.limits.cpu: {exc}") from None
+
+
+# The keys a credentials Secret holds, and whether the pod may start without one.
+S3_SECRET_KEYS = (
+    ("AWS_ACCESS_KEY_ID", False),
+    ("AWS_SECRET_ACCESS_KEY", False),
+    ("AWS_SESSION_TOKEN", True),
+)
+
+
+def s3_credentials_env(secret: str) -> list[dict[str, Any]]:
+    """The AWS standard variables from ``secret``: every AWS client of a rank (the CRT's, boto3's,
+    s3fs's) reads them first in its chain. Only these keys, never the whole Secret."""
+    return [
+        {
+            "name": key,
+            "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": optional}},
+        }
+        for key, optional in S3_SECRET_KEYS
+    ]
 
 
 def _field_env(name: str, field_path: str) -> dict[str, Any]:

@@ -86,6 +86,13 @@ class CheckpointBenchmarkSpec(BenchmarkSettings):
         "Service account of the pods; bind it to a Google service account with "
         "Workload Identity for GCS access (no keys in the spec).",
     )
+    s3_credentials_secret: str | None = optional_name(
+        253,
+        "Backends s3 and s3fs: a Secret in the benchmark's namespace holding "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and, optionally, AWS_SESSION_TOKEN), "
+        "passed to the ranks as those variables (a MinIO or Ceph key). Without it the ranks "
+        "take the AWS standard chain: IRSA or EKS Pod Identity through serviceAccountName.",
+    )
     queue_name: str | None = optional_name(
         63,
         "Kueue LocalQueue: the JobSet is created suspended with the label "

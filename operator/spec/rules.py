@@ -72,6 +72,8 @@ class Spec(Protocol):
     @property
     def workload_priority_class_name(self) -> str | None: ...
     @property
+    def s3_credentials_secret(self) -> str | None: ...
+    @property
     def priority_class_name(self) -> str | None: ...
     @property
     def node_selector(self) -> dict[str, str] | None: ...
@@ -237,9 +239,19 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "checkpointPath",
-        "self.backend == 'file' || self.checkpointPath.startsWith('gs://')",
+        "!(self.backend in ['gcs', 'gcsfs']) || self.checkpointPath.startsWith('gs://')",
         "checkpointPath must be a gs://bucket/prefix URL for backends gcs and gcsfs",
-        lambda s: s.backend is Backend.FILE or s.checkpoint_path.startswith("gs://"),
+        lambda s: (
+            s.backend not in (Backend.GCS, Backend.GCSFS) or s.checkpoint_path.startswith("gs://")
+        ),
+    ),
+    Rule(
+        "checkpointPath",
+        "!(self.backend in ['s3', 's3fs']) || self.checkpointPath.startsWith('s3://')",
+        "checkpointPath must be an s3://bucket/prefix URL for backends s3 and s3fs",
+        lambda s: (
+            s.backend not in (Backend.S3, Backend.S3FS) or s.checkpoint_path.startswith("s3://")
+        ),
     ),
     Rule(
         "checkpointPath",
@@ -250,6 +262,12 @@ RULES: tuple[Rule, ...] = (
         "checkpointPath must lie under one of volumeMounts for backend file with worldSize > 1: "
         "every rank reads the metadata rank 0 writes, so they need a shared volume",
         lambda s: s.backend is not Backend.FILE or s.world_size == 1 or _under_a_mount(s),
+    ),
+    Rule(
+        "s3CredentialsSecret",
+        "!has(self.s3CredentialsSecret) || self.backend in ['s3', 's3fs']",
+        "s3CredentialsSecret is for backends s3 and s3fs",
+        lambda s: s.s3_credentials_secret is None or s.backend in (Backend.S3, Backend.S3FS),
     ),
     Rule(
         "workloadPriorityClassName",

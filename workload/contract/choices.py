@@ -17,6 +17,40 @@ class Backend(enum.StrEnum):
     FILE = "file"
     GCS = "gcs"
     GCSFS = "gcsfs"
+    S3 = "s3"  # s3torchconnector's DCP writer and reader (AWS's CRT client)
+    S3FS = "s3fs"  # DCP's fsspec writer and reader over s3fs: the baseline beside s3
+
+    @property
+    def scheme(self) -> str:
+        """The URL scheme the backend's checkpoint path takes ("" for a local path)."""
+        return _SCHEMES[self]
+
+
+_SCHEMES = {
+    Backend.FILE: "",
+    Backend.GCS: "gs://",
+    Backend.GCSFS: "gs://",
+    Backend.S3: "s3://",
+    Backend.S3FS: "s3://",
+}
+
+
+class S3PrefixStrategy(enum.StrEnum):
+    """Where the s3 backend puts each rank's objects (s3torchconnector's prefix strategies, its
+    answer to 503 SlowDown: S3 scales request rates per key prefix)."""
+
+    NONE = "none"  # <checkpoint>/__<rank>_<n>.distcp, as DCP names them
+    ROUND_ROBIN = "round-robin"  # <checkpoint>/<rank mod 16, one hex digit>/__<rank>_...
+    BINARY = "binary"  # <checkpoint>/<rank in binary, reversed, 10 digits>/__<rank>_...
+    HEX = "hex"  # <checkpoint>/<rank in hex, reversed, 10 digits>/__<rank>_...
+
+
+class S3Reader(enum.StrEnum):
+    """How the s3 backend reads a rank's objects (s3torchconnector's reader constructors)."""
+
+    SEQUENTIAL = "sequential"  # one GET streamed from the start, buffered whole
+    RANGED = "ranged"  # a ranged GET per read(), with a small buffer
+    DCP_OPTIMIZED = "dcp-optimized"  # ranged GETs of coalesced item ranges (DCP's own plan)
 
 
 class Procedure(enum.StrEnum):

@@ -101,22 +101,21 @@ class WorkloadConfig(BenchmarkSettings):
                 "async_save: the full strategy saves with torch.save into a stream, which has "
                 "no asynchronous form; use strategy sharded or replicated"
             )
-        if self.backend in (Backend.GCS, Backend.GCSFS) and not self.checkpoint_path.startswith(
-            "gs://"
-        ):
+        scheme = self.backend.scheme
+        if scheme and not self.checkpoint_path.startswith(scheme):
             raise ValueError(
-                f"checkpoint_path: must start with gs:// for backend {self.backend.value}, "
+                f"checkpoint_path: must start with {scheme} for backend {self.backend.value}, "
                 f"got {self.checkpoint_path!r}"
             )
-        scheme, sep, _ = self.checkpoint_path.partition("://")
-        if self.backend is Backend.FILE and sep and scheme != "file":
+        url_scheme, sep, _ = self.checkpoint_path.partition("://")
+        if self.backend is Backend.FILE and sep and url_scheme != "file":
             # Each backend names the schemes it takes; a foreign URL would otherwise become a
             # relative folder (``./s3:/b/x``) under the working directory.
             raise ValueError(
                 f"checkpoint_path: backend file takes an absolute path or file:///path, not a "
-                f"{scheme}:// URL (got {self.checkpoint_path!r})"
+                f"{url_scheme}:// URL (got {self.checkpoint_path!r})"
             )
-        if self.checkpoint_path.startswith("gs://") and not self.checkpoint_path[5:].split("/")[0]:
+        if scheme and not self.checkpoint_path[len(scheme) :].split("/")[0]:
             raise ValueError(f"checkpoint_path: no bucket in {self.checkpoint_path!r}")
         if self.procedure is not Procedure.CKPTBENCH and self.warmups:
             raise ValueError(

@@ -56,6 +56,9 @@ BASELINE_BYTES: dict[Backend, int] = {
     Backend.FILE: 292 * MIB,
     Backend.GCS: 318 * MIB,
     Backend.GCSFS: 339 * MIB,
+    # s3 and s3fs: measured likewise with the embedded S3 server (moto), 2026-11-25.
+    Backend.S3: 338 * MIB,
+    Backend.S3FS: 356 * MIB,
 }
 # What a model preset's rank holds beyond that: DTensor, its device mesh (gloo groups) and DCP's
 # per-item planning objects. Measured: ``--model llama3-debug --layers 1 --vocab 256`` (197 items,
@@ -221,11 +224,22 @@ def model_tensor_sizes(spec: models.ModelSpec, world_size: int, rank: int = 0) -
     return out
 
 
+# s3 and s3fs, fitted to the peaks of 2-rank runs on the embedded S3 server (2026-11-25; shards
+# of 152 MiB in 38 MiB and 19 MiB items, 305 MiB in 76 MiB items): s3 peaked 2.9 to 3.1 shards
+# above its baseline (846, 776 and 1286 MiB): s3torchconnector's DCP-optimised reader coalesces a
+# file's planned ranges into one buffer, the shard's bytes, and torch.load makes tensors of it
+# before they are copied into the template: two shards and more besides the template (2.4
+# counted, the largest seen). s3fs peaked 2.4 shards above its baseline (724 MiB at 152 MiB):
+# fsspec's read-ahead cache and the item's bytes.
+S3_READ_SHARDS = 2.4
+S3FS_READ_SHARDS = 1.5
+
+
 def save_buffer_bytes(load: RankLoad) -> int:
     if load.backend is Backend.GCS:
         # Small tensors are gathered into part buffers; at most threads + 1 parts are in flight.
         return min(load.copied_bytes, (load.threads + 1) * load.part_size_bytes)
-    if load.backend is Backend.GCSFS:
+    if load.backend in (Backend.GCSFS, Backend.S3FS):
         return GCSFS_WRITE_COPIES * load.largest_item_bytes
     return 0
 
@@ -233,6 +247,10 @@ def save_buffer_bytes(load: RankLoad) -> int:
 def load_buffer_bytes(load: RankLoad) -> int:
     if load.backend is Backend.GCS:
         return load.threads * SLICES_PER_THREAD * READ_SLICE_BYTES
+    if load.backend is Backend.S3:
+        return int(S3_READ_SHARDS * load.shard_bytes)
+    if load.backend is Backend.S3FS:
+        return int(S3FS_READ_SHARDS * load.shard_bytes)
     return READ_COPIES * load.largest_item_bytes
 
 

@@ -1,8 +1,10 @@
 """``ckptbench run``: the benchmark on this machine, N local ranks, one cell after another.
 
-With no ``--storage`` it starts an embedded GCS emulator (fake-gcs-server), runs against a
-bucket on it, and stops it. With a ``gs://`` URL it talks to real GCS with Application Default
-Credentials (or to the emulator named by ``STORAGE_EMULATOR_HOST``, if the caller set one).
+With no ``--storage`` it starts an embedded emulator (fake-gcs-server, or moto's S3 server for
+backends s3 and s3fs), runs against a bucket on it, and stops it. With a ``gs://`` URL it talks to
+real GCS with Application Default Credentials (or to the emulator named by
+``STORAGE_EMULATOR_HOST``, if the caller set one); with an ``s3://`` URL, to the S3 service the
+settings or the AWS variables name, with the AWS standard credential chain.
 Progress goes to stderr, the table to stdout.
 """
 
@@ -29,6 +31,7 @@ from ckptbench.workload.local.outputs.target import Target
 from ckptbench.workload.local.plan import EMULATOR_BUCKET, Plan, plan
 from ckptbench.workload.local.progress import Progress
 from ckptbench.workload.local.runner import RanksOutcome, run_ranks
+from ckptbench.workload.local.s3_server import S3Server
 from ckptbench.workload.rank import environment
 
 # Where things moved when the options got their own modules; callers and tests import them here.
@@ -104,11 +107,12 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _maybe_emulator(bucket: str | None) -> Iterator[GcsEmulator | None]:
+def _maybe_emulator(bucket: str | None, storage: str) -> Iterator[GcsEmulator | S3Server | None]:
     if bucket is None:
         yield None
         return
-    with GcsEmulator() as emu:
+    emu = S3Server() if storage.startswith("s3://") else GcsEmulator()
+    with emu:
         emu.create_bucket(bucket)
         yield emu
 
@@ -117,10 +121,13 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
     """Run each cell in turn; returns the summaries and whether every run succeeded."""
     runs: list[tuple[str, RunSummary]] = []
     ok = True
-    with _maybe_emulator(p.emulator_bucket) as emu:
+    with _maybe_emulator(p.emulator_bucket, p.storage) as emu:
         extra_env: dict[str, str] = {}
         emulator_url: str | None = os.environ.get(EMULATOR_ENV) or None
-        if emu is not None:
+        if isinstance(emu, S3Server):
+            emulator_url = emu.url
+            extra_env.update(emu.env())
+        elif emu is not None:
             emulator_url = emu.url
             extra_env[EMULATOR_ENV] = emu.url
         if p.verbose:
@@ -167,6 +174,10 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
     return runs, ok
 
 
+def _s3_service(config: WorkloadConfig) -> tuple[str | None, str | None, bool]:
+    return (config.s3_endpoint, config.s3_region, config.s3_path_style)
+
+
 def main(argv: Sequence[str]) -> int:
     parser = build_parser()
     try:
@@ -184,12 +195,19 @@ def main(argv: Sequence[str]) -> int:
         except preflight.PreflightError as exc:
             print(f"ckptbench run: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    if p.emulator_bucket is None and p.storage.startswith("s3://"):
+        try:
+            for config in {_s3_service(c.config): c.config for c in p.cells}.values():
+                preflight.check_s3(p.storage, config)
+        except preflight.PreflightError as exc:
+            print(f"ckptbench run: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     stop = threading.Event()
     with stop_on_signals(stop):
         try:
             runs, ok = execute(p, stop, sys.stderr)
         except EmulatorError as exc:
-            print(f"ckptbench run: the embedded GCS emulator failed: {exc}", file=sys.stderr)
+            print(f"ckptbench run: the embedded emulator failed: {exc}", file=sys.stderr)
             return EXIT_FAILED
     if runs:
         # Standard output carries the JSON or the CSV when asked to; the table then goes aside.

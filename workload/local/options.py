@@ -178,7 +178,8 @@ _RUNNER: tuple[Option, ...] = (
     ),
     Option(
         "--storage",
-        "file:///path, a plain path, or gs://bucket/prefix (default: embedded emulator)",
+        "file:///path, a plain path, gs://bucket/prefix or s3://bucket/prefix (default: an "
+        "embedded emulator: GCS's, or an S3 server for backends s3 and s3fs)",
         parse=str,
         metavar="URL",
         sweep=False,
@@ -186,7 +187,8 @@ _RUNNER: tuple[Option, ...] = (
     ),
     Option(
         "--emulator",
-        "with a gs:// --storage: create its bucket on an embedded emulator instead of GCS",
+        "with a gs:// or s3:// --storage: create its bucket on an embedded emulator (GCS's, or "
+        "moto's S3 server) instead of the real store",
     ),
     Option(
         "--timeout",
@@ -266,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ckptbench run",
         description=(
             "Benchmark torch.distributed.checkpoint save/load with N local ranks. With no "
-            "--storage, an embedded GCS emulator is started and stopped. Options marked LIST "
+            "--storage, an embedded emulator (GCS's, or an S3 server for backends s3 and s3fs) "
+            "is started and stopped. Options marked LIST "
             "take a comma list; the run then measures every combination (one cell each) in turn."
         ),
     )

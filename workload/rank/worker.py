@@ -85,6 +85,9 @@ def _run(config: WorkloadConfig, after_save: AfterSave | None) -> int:
     allocator = memory.configure_allocator(config.procedure)
     # Before the first gs:// URL, on which fsspec imports gcsfs: the flag is read at its import.
     backends.prepare_gcsfs()
+    if config.backend.scheme == "s3://":
+        # Before the first result is written: results go to the same S3 service as checkpoints.
+        backends.prepare_s3(config)
     threads = cpus.limit_torch_threads()
     say = _logger(config.rank)
     refused = _memory_refusal(config)

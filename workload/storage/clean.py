@@ -1,4 +1,5 @@
-"""``ckptbench clean URL``: remove what dead runs left under a ``gs://`` or ``file://`` prefix.
+"""``ckptbench clean URL``: remove what dead runs left under a ``gs://``, ``s3://`` or ``file://``
+prefix.
 
 A run that was killed mid-save leaves its checkpoint objects, the temporary parts of its
 composite uploads (``*.distcp.parts/...``) and, with the multipart upload scheme, unfinished XML
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ckptbench.workload.contract.settings import s3_bucket_problem
 from ckptbench.workload.storage import layout, objects
 
 # How long aborting one unfinished multipart upload may take, retries included.
@@ -53,7 +55,7 @@ class Prefix:
     root: Path | None = None  # the local folder, for file://
 
     @property
-    def is_gs(self) -> bool:
+    def is_object_store(self) -> bool:
         return self.root is None
 
 
@@ -65,7 +67,10 @@ def _parser() -> argparse.ArgumentParser:
         "prefix itself.",
     )
     parser.add_argument(
-        "url", help="gs://bucket/prefix (a prefix is required) or file:///path (a folder)"
+        "url",
+        help="gs://bucket/prefix or s3://bucket/prefix (a prefix is required) or file:///path "
+        "(a folder); s3:// goes to the endpoint AWS_ENDPOINT_URL names (default AWS), with the "
+        "AWS standard credentials",
     )
     parser.add_argument("--project", default=None, help="GCP project for the storage client")
     parser.add_argument(
@@ -77,16 +82,20 @@ def _parser() -> argparse.ArgumentParser:
 def check(url: str) -> Prefix:
     """The prefix ``url`` names, or :class:`Refused` saying why it is no benchmark prefix."""
     if not url.strip():
-        raise Refused("no URL: give gs://bucket/prefix or file:///path")
-    if url.startswith("gs://"):
-        bucket, _, prefix = url.removeprefix("gs://").partition("/")
+        raise Refused("no URL: give gs://bucket/prefix, s3://bucket/prefix or file:///path")
+    if url.startswith(("gs://", "s3://")):
+        scheme = url[:5]
+        bucket, _, prefix = url.removeprefix(scheme).partition("/")
         prefix = prefix.strip("/")
         if not bucket or not prefix:
-            raise Refused("give gs://bucket/prefix; a whole bucket is never cleaned")
-        return Prefix(f"gs://{bucket}/{prefix}", tuple(prefix.split("/")))
+            raise Refused(f"give {scheme}bucket/prefix; a whole bucket is never cleaned")
+        problem = s3_bucket_problem(bucket) if scheme == "s3://" else None
+        if problem is not None:
+            raise Refused(problem)
+        return Prefix(f"{scheme}{bucket}/{prefix}", tuple(prefix.split("/")))
     scheme, sep, rest = url.partition("://")
     if sep and scheme != "file":
-        raise Refused("use gs:// or file://")
+        raise Refused("use gs://, s3:// or file://")
     if sep and not rest:
         raise Refused("no path after file://")
     raw = rest if sep else url
@@ -130,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     url = prefix.url
     try:
         names, others = _names(prefix, args.project)
-        if prefix.is_gs:
+        if prefix.is_object_store:
             gcs, uploads = _unfinished(url, args.project)
             folder = "/".join(prefix.own) + "/"
             uploads = [
@@ -176,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         status = 1
     if uploads:
-        left = _abort(gcs, uploads)
+        left = _abort(url, gcs, uploads)
         print(f"aborted {len(uploads) - len(left)} unfinished multipart upload(s)")
         if left:
             print(f"could not abort the multipart uploads of: {', '.join(left)}", file=sys.stderr)
@@ -207,8 +216,13 @@ def _prune(root: Path, names: list[str]) -> None:
 
 
 def _unfinished(url: str, project: str | None) -> tuple[Any, list[tuple[str, str]]]:
-    """The bucket's objects and the unfinished multipart uploads under ``url`` (none where the
-    server has no XML API, as on an emulator)."""
+    """The store's handle and the unfinished multipart uploads under ``url`` (none on GCS where
+    the server has no XML API, as on an emulator). GCS names them by full object name, S3 (as
+    its listing does) relative to ``url``."""
+    if objects.is_s3(url):
+        from ckptbench.workload.storage.s3 import objects as s3_objects
+
+        return None, s3_objects.unfinished_uploads(url)
     from ckptbench.workload.storage.gcs.client import make_client, split_gs_url
     from ckptbench.workload.storage.gcs.multipart import unfinished_uploads
     from ckptbench.workload.storage.gcs.objects import GcsObjects
@@ -218,8 +232,12 @@ def _unfinished(url: str, project: str | None) -> tuple[Any, list[tuple[str, str
     return gcs, unfinished_uploads(gcs, prefix + "/") or []
 
 
-def _abort(gcs: Any, uploads: list[tuple[str, str]]) -> list[str]:
+def _abort(url: str, gcs: Any, uploads: list[tuple[str, str]]) -> list[str]:
     """Abort each upload; the names of those that could not be aborted."""
+    if objects.is_s3(url):
+        from ckptbench.workload.storage.s3 import objects as s3_objects
+
+        return s3_objects.abort_uploads(url, uploads)  # names relative to url, as listed
     from ckptbench.workload.storage.gcs.multipart import XmlMultipartUpload
 
     return [

@@ -1,4 +1,4 @@
-"""Small-object I/O on local paths and ``gs://`` URLs: results files and checkpoint cleanup.
+"""Small-object I/O on local paths, ``gs://`` and ``s3://`` URLs: results and checkpoint cleanup.
 
 Checkpoint data itself goes through the DCP backends; this module only writes and reads JSON
 results and deletes a checkpoint's objects. Every request goes through the one retry policy of
@@ -13,6 +13,7 @@ import shutil
 import time
 from typing import Any
 
+from ckptbench.workload.storage.outcome import DeleteOutcome
 from ckptbench.workload.storage.paths import local_path
 from ckptbench.workload.storage.retry import DEFAULT_POLICY, RetryPolicy, call_with_retry
 
@@ -23,9 +24,22 @@ def is_gs(url: str) -> bool:
     return url.startswith("gs://")
 
 
+def is_s3(url: str) -> bool:
+    return url.startswith("s3://")
+
+
+def _s3() -> Any:
+    from ckptbench.workload.storage.s3 import objects as s3_objects
+
+    return s3_objects
+
+
 def write_text(
     url: str, text: str, *, project: str | None = None, attempts: int = ATTEMPTS
 ) -> None:
+    if is_s3(url):
+        _s3().write_text(url, text, attempts=attempts)
+        return
     if is_gs(url):
         bucket, name = _split(url)
         blob = _client(project).bucket(bucket).blob(name)
@@ -46,6 +60,9 @@ def write_text(
 
 
 def read_text(url: str, *, project: str | None = None) -> str:
+    if is_s3(url):
+        text: str = _s3().read_text(url)
+        return text
     if is_gs(url):
         bucket, name = _split(url)
         blob = _client(project).bucket(bucket).blob(name)
@@ -62,6 +79,9 @@ def list_names(
     policy: RetryPolicy = DEFAULT_POLICY,
 ) -> list[str]:
     """Names (relative to ``url``) of every object or file under the folder ``url``."""
+    if is_s3(url):
+        names: list[str] = _s3().list_names(url)
+        return names
     if is_gs(url):
         bucket, prefix = _split(url)
         prefix = prefix + "/" if prefix else ""
@@ -80,6 +100,9 @@ def list_names(
 
 def list_sizes(url: str, *, project: str | None = None) -> dict[str, int]:
     """Bytes of every object or file under the folder ``url``, by name relative to it."""
+    if is_s3(url):
+        sizes: dict[str, int] = _s3().list_sizes(url)
+        return sizes
     if is_gs(url):
         bucket, prefix = _split(url)
         prefix = prefix + "/" if prefix else ""
@@ -104,6 +127,9 @@ def delete_prefix(
     Returns how many objects or files were deleted; objects that vanish meanwhile count as
     deleted by someone else, not as errors.
     """
+    if is_s3(url):
+        count: int = _s3().delete_prefix(url, name_prefix=name_prefix)
+        return count
     if is_gs(url):
         return _delete_gs(url, name_prefix, client or _client(project))
     root = local_path(url)
@@ -125,20 +151,6 @@ def delete_prefix(
     return count
 
 
-@dataclasses.dataclass
-class DeleteOutcome:
-    """What a best-effort deletion removed, and what it could not (names relative to the URL)."""
-
-    deleted: int = 0
-    failed: list[str] = dataclasses.field(default_factory=list)
-    first_error: str | None = None
-
-    def note(self, name: str, exc: BaseException) -> None:
-        self.failed.append(name)
-        if self.first_error is None:
-            self.first_error = f"{type(exc).__name__}: {exc}"
-
-
 def delete_all(
     url: str,
     *,
@@ -153,6 +165,11 @@ def delete_all(
     the ones that could not be deleted are named in the outcome instead of raising. With
     ``seconds``, objects not reached in that time are named too, untried. With ``names``
     (relative to ``url``), exactly those are deleted and a local folder is kept."""
+    if is_s3(url):
+        s3_outcome: DeleteOutcome = _s3().delete_all(
+            url, name_prefix=name_prefix, seconds=seconds, names=names
+        )
+        return s3_outcome
     outcome = DeleteOutcome()
     until = None if seconds is None else time.monotonic() + seconds
     chosen = names is not None

@@ -1,8 +1,9 @@
-"""DCP storage writers and readers for the three backends, from one storage session per rank.
+"""DCP storage writers and readers for every backend, from one storage session per rank.
 
-``file`` and ``gcsfs`` are DCP's own (``FileSystemWriter``/``Reader`` and the fsspec ones over
-gcsfs: the reference's baseline); ``gcs`` is ours, in :mod:`ckptbench.workload.storage.gcs.backend`,
-imported only when asked for.
+``file``, ``gcsfs`` and ``s3fs`` are DCP's own (``FileSystemWriter``/``Reader`` and the fsspec ones
+over gcsfs or s3fs: the baselines); ``gcs`` is ours, in
+:mod:`ckptbench.workload.storage.gcs.backend`; ``s3`` is s3torchconnector's, in
+:mod:`ckptbench.workload.storage.s3.backend`. Each is imported only when asked for.
 
 A rank opens one :class:`StorageSession` before its first timed operation and makes every writer
 and reader from it, so the storage client (its credentials, token and connection pool) is made and
@@ -24,7 +25,7 @@ from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
 from ckptbench.workload.storage import file_backend
-from ckptbench.workload.storage.objects import DeleteOutcome
+from ckptbench.workload.storage.outcome import DeleteOutcome
 from ckptbench.workload.storage.paths import local_path
 from ckptbench.workload.storage.retry import (
     DISCARD_SECONDS,
@@ -53,6 +54,7 @@ class StorageSession:
         self._gcs: Any = None
         self._gcsfs_options: dict[str, Any] = {}
         self._gcsfs: Any = None
+        self._s3: Any = None
         t0 = time.perf_counter()
         if config.backend is Backend.GCS:
             self._gcs = _gcs_filesystem(config)
@@ -64,6 +66,11 @@ class StorageSession:
             from ckptbench.workload.storage import objects
 
             objects.shared_client(config.project)
+        elif config.backend is Backend.S3:
+            self._s3 = _s3_backend(config)
+        elif config.backend is Backend.S3FS:
+            self._gcsfs_options = s3fs_options(config)
+            self._gcsfs = _s3fs_filesystem(config, self._gcsfs_options)
         self.setup_seconds = time.perf_counter() - t0
 
     def writer(self, checkpoint_id: str) -> StorageWriter:
@@ -74,7 +81,10 @@ class StorageSession:
             return count_traffic(
                 file_backend.writer(checkpoint_id, config.shard_bytes, config.total_bytes)
             )
-        if config.backend is Backend.GCSFS:
+        if self._s3 is not None:
+            s3_writer: StorageWriter = count_traffic(self._s3.writer(checkpoint_id))
+            return s3_writer
+        if config.backend in (Backend.GCSFS, Backend.S3FS):
             from ckptbench.workload.storage.torch_seam import FsspecWriter
 
             fsspec_writer: StorageWriter = FsspecWriter(
@@ -89,7 +99,10 @@ class StorageSession:
         config = self.config
         if config.backend is Backend.FILE:
             return count_traffic(FileSystemReader(str(local_path(checkpoint_id))))
-        if config.backend is Backend.GCSFS:
+        if self._s3 is not None:
+            s3_reader: StorageReader = count_traffic(self._s3.reader(checkpoint_id))
+            return s3_reader
+        if config.backend in (Backend.GCSFS, Backend.S3FS):
             from ckptbench.workload.storage.gcsfs_backend import NamingFsspecReader
 
             fsspec_reader: StorageReader = NamingFsspecReader(checkpoint_id, **self._gcsfs_options)
@@ -142,8 +155,8 @@ class StorageSession:
 
     @property
     def filesystem(self) -> Any:
-        """The gcs file system or the gcsfs instance every writer and reader shares (None for
-        ``file``)."""
+        """The gcs file system or the gcsfs/s3fs instance every writer and reader shares (None for
+        ``file`` and ``s3``)."""
         return self._gcs if self._gcs is not None else self._gcsfs
 
     def discard(
@@ -234,6 +247,53 @@ def _gcs_filesystem(config: WorkloadConfig) -> Any:
         checksums=config.checksums,
         upload_scheme=config.upload_scheme,
     )
+
+
+def prepare_s3(config: WorkloadConfig) -> Any:
+    """Resolve the S3 service of an s3 or s3fs rank once (settings over the AWS variables) and
+    make it the process's, so results and cleanup go where the checkpoints go."""
+    from ckptbench.workload.storage.s3 import where
+
+    found = where.resolve(config.s3_endpoint, config.s3_region, config.s3_path_style)
+    where.configure(found)
+    return found
+
+
+def _s3_backend(config: WorkloadConfig) -> Any:
+    from ckptbench.workload.storage.s3.backend import S3Backend
+    from ckptbench.workload.storage.s3.where import split_s3_url
+
+    backend = S3Backend(config, prepare_s3(config))
+    bucket, prefix = split_s3_url(config.checkpoint_path)
+    # Makes the CRT client, finds the credentials and opens a connection before any timing; a
+    # missing bucket or refused credentials fail here.
+    next(iter(backend.client.list_objects(bucket, prefix=prefix, max_keys=1)), None)
+    return backend
+
+
+def _s3fs_filesystem(config: WorkloadConfig, options: dict[str, Any]) -> Any:
+    import fsspec
+
+    from ckptbench.workload.storage.s3.where import split_s3_url
+
+    # As for gcsfs: the FsspecWriter/Reader made later with these options get this instance.
+    fs = fsspec.filesystem("s3", **options)
+    bucket, _ = split_s3_url(config.checkpoint_path)
+    fs.ls(bucket, detail=False)
+    fs.invalidate_cache()
+    return fs
+
+
+def s3fs_options(config: WorkloadConfig) -> dict[str, Any]:
+    """Keyword arguments for ``s3fs.S3FileSystem``: the endpoint, region and addressing of the
+    settings (or the AWS variables); credentials from the standard chain."""
+    where = prepare_s3(config)
+    options: dict[str, Any] = {"client_kwargs": {"region_name": where.region}}
+    if where.endpoint:
+        options["endpoint_url"] = where.endpoint
+    if where.path_style:
+        options["config_kwargs"] = {"s3": {"addressing_style": "path"}}
+    return options
 
 
 def policy_for(config: WorkloadConfig) -> RetryPolicy:

@@ -1,0 +1,76 @@
+"""Backends s3 and s3fs on 2 ranks through a loopback fault-injecting proxy in front of a real S3
+server (moto's): 503 SlowDown on a fifth of all requests, a connection reset mid-body on an
+upload, one on a download. Each is survived by the clients' retries, every load is verified,
+and nothing is left under the prefix, unfinished multipart uploads included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.local.s3_server import S3Server
+from ckptbench.workload.storage.s3 import objects
+from tests import workers
+from tests.fault_proxy import FaultProxy, Rule
+
+pytestmark = [pytest.mark.timeout(240)]
+
+
+def two_ranks(bucket: str, backend: str) -> WorkloadConfig:
+    return workers.small_config(
+        f"s3://{bucket}/faults",
+        backend=backend,
+        layer_size=300,  # 1.2 MB tensors, two per rank
+        padding_size=4,
+        sample_count=1,
+        warmup_samples=0,
+    )
+
+
+def slow_down() -> Rule:
+    return Rule("status", times=None, probability=0.2, statuses=(503,), s3_code="SlowDown")
+
+
+# The baseline gets the throttling case only: its resets are botocore's, tested by botocore.
+FAULTS = [
+    pytest.param("s3", slow_down(), id="s3-20pct-503-slowdown"),
+    pytest.param("s3", Rule("reset_request", "PUT", ".distcp"), id="s3-reset-mid-upload"),
+    pytest.param("s3", Rule("reset_response", "GET", ".distcp"), id="s3-reset-mid-download"),
+    pytest.param("s3fs", slow_down(), id="s3fs-20pct-503-slowdown"),
+]
+
+
+@pytest.mark.parametrize(("backend", "rule"), FAULTS)
+def test_transient_faults_on_two_ranks_are_survived_and_leave_nothing(
+    backend: str, rule: Rule, s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    proxy = FaultProxy(s3_server.url, [rule], seed=7)
+    with proxy.running():
+        env = {**s3_server.env(), "AWS_ENDPOINT_URL": proxy.url}
+        ranks = workers.run(two_ranks(s3_bucket, backend), tmp_path, extra_env=env, timeout=200)
+    assert rule.fired >= 1, proxy.fired
+    for w in ranks:
+        assert w.proc.returncode == 0, workers.logs(ranks)
+        assert w.result.error is None and w.result.verified is True, workers.logs(ranks)
+    left = f"s3://{s3_bucket}/faults/run/checkpoints"
+    assert objects.list_names(left) == []
+    assert objects.unfinished_uploads(f"s3://{s3_bucket}/faults") == []
+
+
+@pytest.mark.parametrize("backend", ["s3", "s3fs"])
+def test_a_failed_sample_deletes_its_objects(
+    backend: str, s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    # Rank 1's data object vanishes after the save: its load fails on every rank, and the sample
+    # must still leave nothing behind (rank 0's objects, the .metadata, unfinished uploads).
+    config = two_ranks(s3_bucket, backend)
+    command = [*workers.WORKER[:1], "-m", "tests.workers", "delete", "1"]
+    ranks = workers.run(config, tmp_path, command=command, extra_env=s3_server.env())
+    assert [w.proc.returncode for w in ranks] == [1, 1], workers.logs(ranks)
+    for w in ranks:
+        assert "load failed on rank 1" in (w.result.error or ""), workers.logs(ranks)
+        assert w.result.left_behind is None, workers.logs(ranks)
+    assert objects.list_names(f"s3://{s3_bucket}/faults/run/checkpoints") == []
+    assert objects.unfinished_uploads(f"s3://{s3_bucket}/faults") == []
