@@ -45,6 +45,8 @@ class Spec(Protocol):
     def tolerations(self) -> list[dict[str, Any]]: ...
     @property
     def volumes(self) -> list[dict[str, Any]]: ...
+    @property
+    def s3_credentials_secret(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,11 @@ class Policy:
                     "workloadServiceAccount.name, workload.allowedServiceAccountNames",
                 )
             )
-        for where, name in secret_references(spec.volumes):
+        references = secret_references(spec.volumes)
+        if spec.s3_credentials_secret is not None:
+            # Its keys become the pods' AWS credentials: as much a Secret read as a mount.
+            references.append(("spec.s3CredentialsSecret", spec.s3_credentials_secret))
+        for where, name in references:
             # A volume source is a free-form object: its name may be no string (nor hashable).
             if not isinstance(name, str) or name not in self.secrets:
                 found.append(
