@@ -106,9 +106,10 @@ def test_what_is_not_a_spec_edit_passes_after_the_start() -> None:
 
 
 def test_an_edit_before_the_start_fixes_a_spec_for_both() -> None:
-    """A spec the operator refuses (no image, and no default image) gets no JobSet: an edit that
-    fixes it is admitted by CEL and run by the operator, as before the rule existed."""
-    api = EditableApi({k: v for k, v in SPEC.items() if k != "image"})
+    """A spec the operator refuses (an image its policy does not allow, which the CRD's own CEL
+    cannot know) gets no JobSet: an edit that fixes it is admitted by CEL and run by the
+    operator, as before the rule existed."""
+    api = EditableApi({**SPEC, "image": "attacker.example/own:1"})
     reconcile_once(api, DEFAULTS, NS, NAME, NOW)
     assert api.jobset is None
     assert condition(api.status, spec_names.JOBSET_CREATED)["status"] == "False"  # type: ignore[index]

@@ -27,7 +27,13 @@ from ckptbench.operator.spec import names as spec_names
 from ckptbench.workload.contract import sizes
 from ckptbench.workload.contract.results import OpTiming, RankResult
 from harness.kmock_cluster import Client, free_port, running_emulator
-from harness.operator_process import Operator, running_operator, stop_process, wait_for
+from harness.operator_process import (
+    DEFAULT_IMAGE,
+    Operator,
+    running_operator,
+    stop_process,
+    wait_for,
+)
 from tests.test_operator_kmock import ckptbench_object, reference_spec
 from tests.tools import find_tool
 
@@ -165,7 +171,7 @@ def rank_pod(rank: int) -> dict[str, Any]:
             "labels": render_labels.benchmark_labels(BENCH),
             "annotations": {render_labels.COMPLETION_INDEX_ANNOTATION: str(rank)},
         },
-        "spec": {"containers": [{"name": rendering.CONTAINER_NAME, "image": "img:1"}]},
+        "spec": {"containers": [{"name": rendering.CONTAINER_NAME, "image": DEFAULT_IMAGE}]},
         "status": {
             "phase": "Succeeded",
             "containerStatuses": [
@@ -186,7 +192,7 @@ def operator_with_a_benchmark(
         running_operator(emulator.url, tmp, BENCH_NS) as operator,
     ):
         client = Client(emulator.url)
-        spec = reference_spec(WORLD, LAYER, PADDING, "gs://bucket/bench", image="img:1")
+        spec = reference_spec(WORLD, LAYER, PADDING, "gs://bucket/bench", image=DEFAULT_IMAGE)
         body = ckptbench_object(spec_names.KIND, BENCH, spec, BENCH_NS)
         client.create(CKB, spec_names.PLURAL, body)
         wait_for(
