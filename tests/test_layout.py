@@ -22,6 +22,7 @@ MAX_MODULES_PER_FOLDER = 12
 SEAMS = {
     "torch": "workload/storage/torch_seam.py",
     "google-cloud-storage": "workload/storage/gcs/google_seam.py",
+    "s3torchconnector": "workload/storage/s3/s3torch_seam.py",
 }
 # torch's private modules (torch.distributed._shard, checkpoint._fsspec_filesystem...) and the
 # private members the project uses; google-cloud-storage's private client attributes. Public
@@ -31,6 +32,7 @@ PRIVATE = {
         r"torch(\.\w+)*\._\w+|\b_StorageInfo\b|\b_StorageReaderTransforms\b|\b_item_size\b"
     ),
     "google-cloud-storage": re.compile(r"\._http\b|\._connection\b|_connection\.\w+"),
+    "s3torchconnector": re.compile(r"s3torchconnector(\.\w+)*\._\w+"),
 }
 
 
