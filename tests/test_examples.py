@@ -91,6 +91,8 @@ def rendered() -> list[dict[str, Any]]:
     files = sorted({str(path) for path, _ in BENCHMARKS})
     args = [sys.executable, "-m", "ckptbench.cli", "render", "--no-owner-reference"]
     args += ["--default-image", chart_default_image()]
+    # What the examples' comments ask the admin to allow at install.
+    args += ["--allow-secret", "minio-keys"]
     for file in files:
         args += ["-f", file]
     result = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)

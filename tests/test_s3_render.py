@@ -12,13 +12,22 @@ import yaml
 
 from ckptbench.operator.render.jobset import RenderDefaults, render_jobset
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.operator.spec.names import CHART_WORKLOAD_SERVICE_ACCOUNT
 from ckptbench.operator.spec.parse import SpecError, parse_spec
+from ckptbench.operator.spec.policy import Policy
 from ckptbench.workload.contract.config import WorkloadConfig
 from tests.k8s_schemas import validate, validate_pod_template
 from tests.pod_security import RESTRICTED
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULTS = RenderDefaults(image="registry.example/ckptbench-workload:1.0")
+# The admin of these tests allows the example's Secret and the chart's workload account.
+DEFAULTS = RenderDefaults(
+    image="registry.example/ckptbench-workload:1.0",
+    policy=Policy(
+        service_accounts=frozenset({CHART_WORKLOAD_SERVICE_ACCOUNT}),
+        secrets=frozenset({"minio-keys"}),
+    ),
+)
 MINIO: dict[str, Any] = {
     "worldSize": 2,
     "backend": "s3",
@@ -96,11 +105,11 @@ def test_credentials_come_from_the_secret_s_aws_keys_only() -> None:
 
 def test_with_pod_identity_no_key_is_rendered() -> None:
     irsa = {k: v for k, v in MINIO.items() if k not in ("s3CredentialsSecret", "s3Endpoint")}
-    irsa["serviceAccountName"] = "ckptbench-s3"
+    irsa["serviceAccountName"] = "ckptbench-workload"  # the chart's, annotated for IRSA
     jobset = render(irsa)
     (replicated,) = jobset["spec"]["replicatedJobs"]
     pod = replicated["template"]["spec"]["template"]["spec"]
-    assert pod["serviceAccountName"] == "ckptbench-s3"
+    assert pod["serviceAccountName"] == "ckptbench-workload"
     names = {v["name"] for v in pod["containers"][0]["env"]}
     assert not names & {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"}
 
