@@ -104,7 +104,8 @@ def test_async_save_reports_blocked_and_durable_times_and_keeps_checkpoints(
         assert all(b <= s for b, s in zip(save.blocked_seconds, save.seconds, strict=True))
     assert ", blocked " in ranks[0].stderr
     summary = _summary(config)
-    assert summary.save is not None and summary.save.blocked_mean_seconds is not None
+    assert summary.save is not None and summary.save.stall is not None
+    assert summary.save.background is not None
     for sample in range(3):
         names = objectio.list_names(config.checkpoint_id(sample))
         assert names == [".metadata", "__0_0.distcp", "__1_0.distcp"]

@@ -21,9 +21,19 @@ from ckptbench.operator.spec.names import (
     VOLUME_SOURCES,
 )
 from ckptbench.workload.contract import memory_plan, models, sizes
-from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend, Procedure
+from ckptbench.workload.contract.choices import (
+    MLPERF_CHECKPOINTS,
+    Backend,
+    Procedure,
+    SaveMode,
+    Stager,
+)
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.settings import REFERENCE_LAYER_SIZE, REFERENCE_PADDING_SIZE
+from ckptbench.workload.contract.settings import (
+    NEEDS_CUDA,
+    REFERENCE_LAYER_SIZE,
+    REFERENCE_PADDING_SIZE,
+)
 
 
 class Spec(Protocol):
@@ -54,6 +64,20 @@ class Spec(Protocol):
     def sample_count(self) -> int | None: ...
     @property
     def warmup_samples(self) -> int | None: ...
+    @property
+    def async_save(self) -> bool: ...
+    @property
+    def save_mode(self) -> SaveMode | None: ...
+    @property
+    def stager(self) -> Stager: ...
+    @property
+    def staging_shared_memory(self) -> bool: ...
+    @property
+    def staging_async(self) -> bool: ...
+    @property
+    def staging_pinned_memory(self) -> bool: ...
+    @property
+    def staging_non_blocking_copy(self) -> bool: ...
     @property
     def backend(self) -> Backend: ...
     @property
@@ -155,6 +179,33 @@ RULES: tuple[Rule, ...] = (
             or s.procedure.value != "mlperf"
             or s.sample_count == MLPERF_CHECKPOINTS
         ),
+    ),
+    Rule(
+        "saveMode",
+        "!has(self.saveMode) || self.saveMode != 'sync' || !has(self.asyncSave) || !self.asyncSave",
+        "saveMode sync contradicts asyncSave (an async save): set one of them",
+        lambda s: s.save_mode is not SaveMode.SYNC or not s.async_save,
+    ),
+    Rule(
+        "stager",
+        "(!has(self.stagingSharedMemory) || !self.stagingSharedMemory) && "
+        "(!has(self.stagingAsync) || !self.stagingAsync) || "
+        "(has(self.stager) && self.stager == 'default')",
+        "stager must be default with stagingSharedMemory or stagingAsync: they are options of "
+        "DCP's DefaultStager",
+        lambda s: not (s.staging_shared_memory or s.staging_async) or s.stager is Stager.DEFAULT,
+    ),
+    Rule(
+        "stagingPinnedMemory",
+        "!has(self.stagingPinnedMemory) || !self.stagingPinnedMemory",
+        "stagingPinnedMemory is refused: " + NEEDS_CUDA["staging_pinned_memory"],
+        lambda s: not s.staging_pinned_memory,
+    ),
+    Rule(
+        "stagingNonBlockingCopy",
+        "!has(self.stagingNonBlockingCopy) || !self.stagingNonBlockingCopy",
+        "stagingNonBlockingCopy is refused: " + NEEDS_CUDA["staging_non_blocking_copy"],
+        lambda s: not s.staging_non_blocking_copy,
     ),
     Rule(
         "layers",

@@ -19,7 +19,14 @@ from typing import Any, Self
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ckptbench.workload.contract import memory_plan, models, sizes
-from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend, CacheMode, Procedure
+from ckptbench.workload.contract.choices import (
+    MLPERF_CHECKPOINTS,
+    Backend,
+    CacheMode,
+    Procedure,
+    SaveMode,
+    Stager,
+)
 from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV
 from ckptbench.workload.contract.settings import BenchmarkSettings
 
@@ -86,6 +93,7 @@ class WorkloadConfig(BenchmarkSettings):
             raise ValueError("checkpoint_path: is a gs:// URL but backend is file")
         if self.checkpoint_path.startswith("gs://") and not self.checkpoint_path[5:].split("/")[0]:
             raise ValueError(f"checkpoint_path: no bucket in {self.checkpoint_path!r}")
+        self._check_saving()
         if self.procedure is not Procedure.CKPTBENCH and self.warmups:
             raise ValueError(
                 f"warmup_samples: the {self.procedure.value} procedure runs no warm-up; "
@@ -98,6 +106,17 @@ class WorkloadConfig(BenchmarkSettings):
                 f"(got {self.samples})"
             )
         return self
+
+    def _check_saving(self) -> None:
+        if self.async_save and self.save_mode is SaveMode.SYNC:
+            raise ValueError(
+                "save_mode: sync contradicts async_save (an async save); set one of them"
+            )
+        options = [n for n in ("staging_shared_memory", "staging_async") if getattr(self, n)]
+        if options and self.stager is not Stager.DEFAULT:
+            raise ValueError(
+                f"{options[0]}: an option of DCP's DefaultStager; set stager to default"
+            )
 
     def _check_model(self) -> None:
         if self.load_world_size is not None and self.load_world_size > self.world_size:

@@ -28,6 +28,7 @@ from ckptbench.workload.contract.results import (
     OpTiming,
     RankError,
     RankResult,
+    RankSpread,
     RunSummary,
 )
 from ckptbench.workload.contract.sizes import GIB
@@ -115,7 +116,6 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
     slowest = max(moving, key=lambda t: (t.timing.io.mean, -t.rank))
     rates = [rank_throughput(t) for t in moving]
     own = max(t.timing.planning.mean + t.timing.io.mean for t in timings)
-    blocked = [t.timing.blocked.mean for t in timings if t.timing.blocked]
     collected = [t.timing.gc.mean for t in timings if t.timing.gc]
     rank0 = next((t.timing.stats for t in timings if t.rank == 0), None)
     spans = span_seconds(timings)
@@ -142,7 +142,9 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
         ),
         rank0_mean_seconds=rank0.mean if rank0 else None,
         rank0_stdev_seconds=rank0.stdev if rank0 else None,
-        blocked_mean_seconds=max(blocked) if blocked else None,
+        stall=rank_spread(timings, "blocked"),
+        staging=rank_spread(timings, "staging"),
+        background=rank_spread(timings, "background"),
         span_mean_seconds=span_mean,
         span_throughput_bytes_per_second=(
             stats.throughput(total_bytes, span_mean) if span_mean is not None else None
@@ -150,6 +152,27 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
         gc_mean_seconds=max(collected) if collected else None,
         seconds=per_sample,
         span_seconds=spans,
+    )
+
+
+def rank_spread(
+    timings: Sequence[RankOp], figure: Literal["blocked", "staging", "background"]
+) -> RankSpread | None:
+    """A per-rank figure of an async save (``blocked`` is the stall) across the ranks that timed
+    it: mean over ranks, the slowest rank and its mean, the largest sample. None when no rank
+    timed it (a sync save; staging inside the call)."""
+    timed = [(t.rank, s) for t in timings if (s := getattr(t.timing, figure)) is not None]
+    if not timed:
+        return None
+    # Ties go to the lower rank, as for the slowest I/O rank.
+    slowest, worst = max(timed, key=lambda rs: (rs[1].mean, -rs[0]))
+    means = [s.mean for _, s in timed]
+    return RankSpread(
+        mean_seconds=round(stats.mean(means), ROUND),
+        slowest_rank=slowest,
+        slowest_rank_seconds=worst.mean,
+        max_seconds=max(s.max for _, s in timed),
+        rank_seconds=means if len(timed) <= RANKS_LISTED else None,
     )
 
 

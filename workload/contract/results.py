@@ -73,9 +73,11 @@ class OpTiming(BaseModel):
     I/O (``write_data``/``read_data`` until their futures complete, plus ``finish``, the
     ``.metadata`` write, on the coordinator), ``planning`` runs from DCP's first storage call to
     the start of data I/O (it includes exchanging plans). For an async save, ``seconds`` runs until
-    the checkpoint is durable and ``blocked`` is how long the caller was blocked (which includes
-    DCP's staging copy of the shard). ``started_at``/``ended_at`` are each sample's wall-clock
-    start and end on this rank (Unix seconds), for the mlperf procedure's durations. ``gc`` is
+    the checkpoint is durable, ``blocked`` is the stall (the call until it returns, which includes
+    the staging copy when the stager copies inside the call), ``staging`` the copy when it runs
+    apart from the call, and ``background`` the return until the upload is durable.
+    ``started_at``/``ended_at`` are each sample's wall-clock start and end on this rank (Unix
+    seconds), for the mlperf procedure's durations. ``gc`` is
     the time automatic garbage collections took inside the operation on this rank (absent when
     none ran: the ``manual`` garbage collection setting keeps them out).
     """
@@ -87,12 +89,16 @@ class OpTiming(BaseModel):
     planning: OpStats
     finish: OpStats | None = None
     blocked: OpStats | None = None
+    staging: OpStats | None = None
+    background: OpStats | None = None
     gc: OpStats | None = None
     seconds: SecondsList | None = None
     io_seconds: SecondsList | None = None
     planning_seconds: SecondsList | None = None
     finish_seconds: SecondsList | None = None
     blocked_seconds: SecondsList | None = None
+    staging_seconds: SecondsList | None = None
+    background_seconds: SecondsList | None = None
     gc_seconds: SecondsList | None = None
     started_at: Annotated[list[Timestamp], Field(max_length=MAX_SAMPLES_LISTED)] | None = None
     ended_at: Annotated[list[Timestamp], Field(max_length=MAX_SAMPLES_LISTED)] | None = None
@@ -106,6 +112,8 @@ class OpTiming(BaseModel):
         *,
         finish_seconds: Sequence[float] | None = None,
         blocked_seconds: Sequence[float] | None = None,
+        staging_seconds: Sequence[float] | None = None,
+        background_seconds: Sequence[float] | None = None,
         gc_seconds: Sequence[float] | None = None,
         started_at: Sequence[float] | None = None,
         ended_at: Sequence[float] | None = None,
@@ -119,12 +127,16 @@ class OpTiming(BaseModel):
             planning=OpStats.of(planning),
             finish=OpStats.of(finish) if finish else None,
             blocked=OpStats.of(blocked_seconds) if blocked_seconds else None,
+            staging=OpStats.of(staging_seconds) if staging_seconds else None,
+            background=OpStats.of(background_seconds) if background_seconds else None,
             gc=OpStats.of(collected) if collected else None,
             seconds=_rounded(seconds),
             io_seconds=_rounded(io_seconds),
             planning_seconds=_rounded(planning),
             finish_seconds=_rounded(finish) if finish else None,
             blocked_seconds=_rounded(blocked_seconds) if blocked_seconds else None,
+            staging_seconds=_rounded(staging_seconds) if staging_seconds else None,
+            background_seconds=_rounded(background_seconds) if background_seconds else None,
             gc_seconds=_rounded(collected) if collected else None,
             started_at=_rounded(started_at) if started_at else None,
             ended_at=_rounded(ended_at) if ended_at else None,
@@ -140,6 +152,8 @@ _SAMPLE_LISTS = (
     "planning_seconds",
     "finish_seconds",
     "blocked_seconds",
+    "staging_seconds",
+    "background_seconds",
     "gc_seconds",
     "started_at",
     "ended_at",
@@ -228,6 +242,21 @@ class RankResult(BaseModel):
         return text if len(text) <= _ERROR_LIMIT else text[: _ERROR_LIMIT - 1] + "…"
 
 
+class RankSpread(BaseModel):
+    """One per-rank figure of an operation across the ranks that timed it: each rank's mean over
+    its samples, summarised as the per-rank I/O figures are (docs/measurement.md)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mean_seconds: float = Field(description="Mean over ranks of each rank's mean.")
+    slowest_rank: int = Field(description="The rank with the largest mean.")
+    slowest_rank_seconds: float = Field(description="The slowest rank's mean.")
+    max_seconds: float = Field(description="The largest single sample on any rank.")
+    rank_seconds: list[float] | None = Field(
+        None, description=f"Each rank's mean, by rank (up to {RANKS_LISTED} ranks)."
+    )
+
+
 class OpSummary(BaseModel):
     """One operation across all ranks, in the reference's terms and MLPerf Storage's.
 
@@ -283,8 +312,18 @@ class OpSummary(BaseModel):
     rank0_stdev_seconds: float | None = Field(
         None, description="Rank 0's sample stdev (n-1) of its barrier-to-barrier seconds."
     )
-    blocked_mean_seconds: float | None = Field(
-        None, description="Async save: mean time the caller was blocked (includes staging)."
+    stall: RankSpread | None = Field(
+        None,
+        description="Async save: the stall, the call until it returns (the staging copy "
+        "included when the stager copies inside the call).",
+    )
+    staging: RankSpread | None = Field(
+        None,
+        description="Async save: the call until the staging copy is done, when it runs apart "
+        "from the call (stagingAsync).",
+    )
+    background: RankSpread | None = Field(
+        None, description="Async save: the return until the upload is durable, its result checked."
     )
     span_mean_seconds: float | None = Field(
         None,

@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import OpSummary, RunSummary
+from ckptbench.workload.contract.results import OpSummary, RankSpread, RunSummary
 from ckptbench.workload.contract.sizes import GIB
 
 MIB = 1024**2
@@ -173,13 +173,37 @@ def _resharded(s: RunSummary) -> bool:
     return s.load_shard_bytes is not None and s.load_shard_bytes != s.shard_bytes
 
 
-def _blocked_row() -> Row:
-    return Row(
-        "save blocked mean (s)",
-        _op("save", lambda o: o.blocked_mean_seconds),
-        fmt_seconds,
-        ratio=True,
-    )
+ASYNC_FIGURES = ("stall", "staging", "background")
+
+
+def _spread(name: str, get: Callable[[RankSpread], float]) -> Callable[[RunSummary], float | None]:
+    def value(s: RunSummary) -> float | None:
+        spread: RankSpread | None = getattr(s.save, name) if s.save is not None else None
+        return None if spread is None else get(spread)
+
+    return value
+
+
+def _async_rows(runs: Sequence[RunSummary]) -> list[Row]:
+    """An async save's stall, staging and background rows, for the figures some run measured."""
+    rows = []
+    for name in ASYNC_FIGURES:
+        if not any(s.save is not None and getattr(s.save, name) is not None for s in runs):
+            continue
+        rows += [
+            Row(
+                f"save {name} mean (s)",
+                _spread(name, lambda r: r.mean_seconds),
+                fmt_seconds,
+                ratio=True,
+            ),
+            Row(
+                f"save {name} slowest rank (s)",
+                _spread(name, lambda r: r.slowest_rank_seconds),
+                fmt_seconds,
+            ),
+        ]
+    return rows
 
 
 def _verified(s: RunSummary) -> str:
@@ -224,10 +248,8 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         if any((op := getattr(s, name)) is not None and op.ranks_left_out for s in runs):
             at = next(i for i, r in enumerate(op_rows) if r.label.endswith(" slowest rank"))
             op_rows[at + 1 : at + 1] = _rows(name, rate, [_LEFT_OUT_ROW])
-        if name == "save" and any(
-            s.save is not None and s.save.blocked_mean_seconds is not None for s in runs
-        ):
-            op_rows.insert(2, _blocked_row())
+        if name == "save":
+            op_rows[2:2] = _async_rows(runs)
         if Procedure.REFERENCE in procedures:
             op_rows += _rows(name, rate, _REFERENCE_ROWS)
         if Procedure.MLPERF in procedures:

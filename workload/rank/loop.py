@@ -25,25 +25,21 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.contract.choices import CacheMode, Procedure
+from ckptbench.workload.contract.choices import CacheMode, Procedure, SaveMode
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import OpTiming, RankResult
-from ckptbench.workload.rank import memory, state
+from ckptbench.workload.rank import memory, saving, state
 from ckptbench.workload.rank.collector import Collector
 from ckptbench.workload.rank.failures import (
-    AsyncSaveError,
     CheckpointFailure,
     PeerFailure,
     VerificationError,
@@ -63,7 +59,10 @@ class Op:
     phases: timing.Phases  # planning, I/O and finish, timed inside the storage layer
     started_at: float  # wall clock (Unix seconds), for spans across ranks
     ended_at: float
+    # An async save (saving.SaveTimes): the stall is the caller's blocked time.
     blocked_seconds: float | None = None
+    staging_seconds: float | None = None
+    background_seconds: float | None = None
     gc_seconds: float = 0.0  # automatic garbage collections inside the operation
 
 
@@ -77,12 +76,16 @@ class Series:
         if not self.ops:
             return None
         blocked = [op.blocked_seconds for op in self.ops if op.blocked_seconds is not None]
+        staging = [op.staging_seconds for op in self.ops if op.staging_seconds is not None]
+        background = [op.background_seconds for op in self.ops if op.background_seconds is not None]
         return OpTiming.of(
             [op.seconds for op in self.ops],
             [op.phases.own_io or 0.0 for op in self.ops],
             [op.phases.planning or 0.0 for op in self.ops],
             finish_seconds=[op.phases.finish for op in self.ops],
             blocked_seconds=blocked or None,
+            staging_seconds=staging or None,
+            background_seconds=background or None,
             gc_seconds=[op.gc_seconds for op in self.ops],
             started_at=[op.started_at for op in self.ops],
             ended_at=[op.ended_at for op in self.ops],
@@ -121,6 +124,7 @@ class _Loop:
         self.pending: list[str] = []
         self.left_behind: str | None = None
         self.collector = Collector(config.garbage_collection)
+        self.saver: saving.Saver | None = None
 
     # -- the procedures ----------------------------------------------------------------------------
 
@@ -128,12 +132,14 @@ class _Loop:
         config = self.config
         error: BaseException | None = None
         try:
-            if config.async_save and self.distributed:
-                # The async save's collectives run on a background thread; its own group keeps
-                # them from ever interleaving with this thread's barriers.
-                self.save_group = dist.new_group(
-                    backend="gloo", timeout=_timedelta(config.collective_timeout_seconds)
-                )
+            if config.saving.is_async:
+                if self.distributed:
+                    # The async save's collectives run on a background thread; its own group
+                    # keeps them from ever interleaving with this thread's barriers.
+                    self.save_group = dist.new_group(
+                        backend="gloo", timeout=_timedelta(config.collective_timeout_seconds)
+                    )
+                self.saver = saving.Saver(config, self.save_group)
             # One storage client for the whole run, made and authenticated before any timing.
             self.session = self._step("open storage", lambda: backends.open_session(config))
             # The shard is handed over in a one-element list so that no frame of ours keeps the
@@ -153,6 +159,8 @@ class _Loop:
             self._discard_failed_samples()
         finally:
             self.collector.close()
+            if self.saver is not None:
+                self.saver.close()
         result = self._result(error)
         if self.session is not None:
             self.session.close()
@@ -251,16 +259,18 @@ class _Loop:
         writer: timing.TimedWriter = self._step(
             "prepare save", lambda: timing.timed_writer(session.writer(checkpoint_id))
         )
-        blocked: float | None = None
+        times: saving.SaveTimes | None = None
 
         def save() -> timing.Phases:
-            nonlocal blocked
-            if self.config.async_save:
-                t0 = time.perf_counter()
-                future = dcp_async_save(shard, storage_writer=writer, process_group=self.save_group)
-                # The caller is free here; this includes DCP's staging copy of the shard.
-                blocked = time.perf_counter() - t0
-                self._await_durable(future)
+            nonlocal times
+            if self.saver is not None:
+                in_flight = self.saver.start(shard, writer)
+                times = in_flight.wait(self.config.collective_timeout_seconds)
+                if self.saver.mode is SaveMode.PROCESS:
+                    # The upload ran in the checkpointer process, on a pickled copy of the
+                    # writer: its storage calls are timed there, out of this rank's sight. Its
+                    # I/O here is the background time, which bounds it from above.
+                    return timing.Phases(planning=0.0, io=times.background)
             else:
                 dcp_save(shard, storage_writer=writer)
             return writer.phases
@@ -270,7 +280,10 @@ class _Loop:
         except Exception:
             self._discard(checkpoint_id)
             raise
-        op.blocked_seconds = blocked
+        if times is not None:
+            op.blocked_seconds = times.stall
+            op.staging_seconds = times.staging
+            op.background_seconds = times.background
         return op
 
     def _discard(self, checkpoint_id: str) -> None:
@@ -319,21 +332,6 @@ class _Loop:
         return Op(
             time.perf_counter() - t0, phases, started_at, ended_at, gc_seconds=collected.seconds
         )
-
-    def _await_durable(self, future: Any) -> None:
-        # The reference never looks at the future: a failed upload would pass as a fast save.
-        upload: Future[Any] = getattr(future, "upload_completion", future)
-        try:
-            metadata = upload.result(timeout=self.config.collective_timeout_seconds)
-        except TimeoutError as exc:
-            raise AsyncSaveError(
-                "async save: checkpoint not durable within "
-                f"{self.config.collective_timeout_seconds:.0f} s"
-            ) from exc
-        if not isinstance(metadata, Metadata):
-            raise AsyncSaveError(
-                f"async save: future returned {type(metadata).__name__}, not Metadata"
-            )
 
     def _session(self) -> backends.StorageSession:
         if self.session is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
@@ -180,7 +181,19 @@ def _gcs_filesystem(config: WorkloadConfig) -> Any:
         policy=policy_for(config),
         checksums=config.checksums,
         upload_scheme=config.upload_scheme,
+        recipe=GcsRecipe(config),
     )
+
+
+@dataclass(frozen=True)
+class GcsRecipe:
+    """Makes the gcs file system of these settings again, in another process (DCP's process
+    checkpointer): picklable, and equal for equal settings, so that process makes one."""
+
+    config: WorkloadConfig
+
+    def __call__(self) -> Any:
+        return _gcs_filesystem(self.config)
 
 
 def policy_for(config: WorkloadConfig) -> RetryPolicy:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ckptbench.workload.contract import figures
-from ckptbench.workload.contract.results import OpSummary, RunSummary
+from ckptbench.workload.contract.results import OpSummary, RankSpread, RunSummary
 from ckptbench.workload.contract.sizes import GIB
 
 # Settings that only repeat another column in a form for people.
@@ -89,7 +89,10 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
         op: OpSummary | None = getattr(s, op_name)
         for name, get in _OP_FIGURES:
             row[f"{op_name}_{name}"] = get(op) if op is not None else None
-    row["save_blocked_mean_seconds"] = s.save.blocked_mean_seconds if s.save else None
+    for name in ("stall", "staging", "background"):
+        spread: RankSpread | None = getattr(s.save, name) if s.save is not None else None
+        for key in ("mean_seconds", "slowest_rank", "slowest_rank_seconds", "max_seconds"):
+            row[f"save_{name}_{key}"] = getattr(spread, key) if spread is not None else None
     row["verified"] = s.verified
     row.update(_mlperf(s))
     return row
