@@ -30,6 +30,7 @@ from ckptbench.workload.contract.results import (
     RankResult,
     RankSpread,
     RunSummary,
+    TrainSummary,
 )
 from ckptbench.workload.contract.sizes import GIB
 
@@ -159,9 +160,13 @@ def rank_spread(
     timings: Sequence[RankOp], figure: Literal["blocked", "staging", "background"]
 ) -> RankSpread | None:
     """A per-rank figure of an async save (``blocked`` is the stall) across the ranks that timed
-    it: mean over ranks, the slowest rank and its mean, the largest sample. None when no rank
-    timed it (a sync save; staging inside the call)."""
-    timed = [(t.rank, s) for t in timings if (s := getattr(t.timing, figure)) is not None]
+    it. None when no rank timed it (a sync save; staging inside the call)."""
+    return spread_of([(t.rank, s) for t in timings if (s := getattr(t.timing, figure)) is not None])
+
+
+def spread_of(timed: Sequence[tuple[int, OpStats]]) -> RankSpread | None:
+    """Each rank's statistics of one figure, across ranks: mean over ranks of each rank's mean,
+    the slowest rank and its mean, the largest sample. None when no rank has the figure."""
     if not timed:
         return None
     # Ties go to the lower rank, as for the slowest I/O rank.
@@ -174,6 +179,45 @@ def rank_spread(
         max_seconds=max(s.max for _, s in timed),
         rank_seconds=means if len(timed) <= RANKS_LISTED else None,
     )
+
+
+def summarize_train(results: Sequence[RankResult]) -> TrainSummary | None:
+    """The training step beside the saves, across the ranks that ran it."""
+    ranks = [(r.rank, r.train) for r in results if r.train is not None]
+    if not ranks:
+        return None
+    trains = [t for _, t in ranks]
+    flying = [t.in_flight_step.mean for t in trains if t.in_flight_step is not None]
+    wait = spread_of([(rank, t.wait) for rank, t in ranks])
+    stall = spread_of([(rank, t.stall) for rank, t in ranks])
+    if wait is None or stall is None:  # pragma: no cover - ranks is not empty
+        return None
+    slowest, worst = max(ranks, key=lambda rt: (rt[1].overhead.mean, -rt[0]))
+    return TrainSummary(
+        every=trains[0].every,
+        intervals=min(t.stall.n for t in trains),
+        matrix=max(t.matrix for t in trains),
+        step_threads=min(t.step_threads for t in trains),
+        cpus=min(t.cpus for t in trains),
+        step_seconds=round(stats.mean([t.step.p50 for t in trains]), ROUND),
+        in_flight_step_seconds=round(stats.mean(flying), ROUND) if flying else None,
+        in_flight_steps=sum(t.in_flight_steps for t in trains),
+        wait=wait,
+        stall=stall,
+        overhead=worst.overhead.mean,
+        overhead_slowest_rank=slowest,
+        overhead_rank_mean=round(stats.mean([t.overhead.mean for t in trains]), ROUND),
+        overhead_max=max(t.overhead.max for t in trains),
+    )
+
+
+def peak_rss(results: Sequence[RankResult]) -> tuple[int | None, int | None]:
+    """The largest peak resident memory of a rank's process, and of its checkpointer process."""
+    ranks = [r.peak_rss_bytes for r in results if r.peak_rss_bytes is not None]
+    checkpointers = [
+        r.checkpointer_peak_rss_bytes for r in results if r.checkpointer_peak_rss_bytes is not None
+    ]
+    return (max(ranks) if ranks else None, max(checkpointers) if checkpointers else None)
 
 
 def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) -> RunSummary:
@@ -193,6 +237,7 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
     save = summarize_op(rank_ops(ordered, "save"), total_bytes)
     load = summarize_op(rank_ops(ordered, "load"), total_bytes)
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
+    rss, checkpointer_rss = peak_rss(ordered)
     return RunSummary(
         world_size=world_size,
         ranks_reported=len(ordered),
@@ -204,6 +249,9 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
         save=save,
         load=load,
         verified=verified,
+        train=summarize_train(ordered),
+        peak_rss_bytes=rss,
+        checkpointer_peak_rss_bytes=checkpointer_rss,
         errors=errors[:_ERRORS_LISTED],
         error_count=len(errors),
         procedure=procedure,

@@ -160,6 +160,29 @@ _SAMPLE_LISTS = (
 )
 
 
+class TrainTiming(BaseModel):
+    """One rank's training step beside its saves (``train_every`` set; docs/measurement.md,
+    "A training step beside the saves"). Step statistics are in seconds; ``overhead`` is a
+    fraction of the interval's baseline compute, per checkpoint interval."""
+
+    model_config = ConfigDict(frozen=True)
+
+    every: Count = Field(description="K: steps per checkpoint interval.")
+    matrix: Count = Field(description="The step's (N, N) float32 matrix side.")
+    step_threads: Count = Field(description="torch's intra-op threads the step ran on.")
+    cpus: Count = Field(description="CPUs this rank's process may run on (step and upload).")
+    step: OpStats = Field(description="Baseline steps: no checkpoint anywhere.")
+    in_flight_step: OpStats | None = Field(
+        None, description="Steps that began while this rank's save was still uploading."
+    )
+    in_flight_steps: Count = 0
+    wait: OpStats = Field(description="Per interval: the wait for the previous save.")
+    stall: OpStats = Field(description="Per interval: the save call until it returned.")
+    overhead: OpStats = Field(
+        description="Per interval: (wait + stall + extra step time) / (K x baseline median)."
+    )
+
+
 class RankResult(BaseModel):
     """What one rank reports. ``save``/``load`` are absent when the rank failed before them."""
 
@@ -178,6 +201,13 @@ class RankResult(BaseModel):
     )
     save: OpTiming | None = None
     load: OpTiming | None = None
+    train: TrainTiming | None = None
+    peak_rss_bytes: Bytes | None = Field(
+        None, description="This rank's process's peak resident memory (VmHWM)."
+    )
+    checkpointer_peak_rss_bytes: Bytes | None = Field(
+        None, description="save_mode process: the checkpointer process's peak resident memory."
+    )
     verified: bool | None = Field(None, description="Every load verified; None when not checked.")
     setup_seconds: Seconds | None = Field(
         None, description="Making the storage client and authenticating, once, before timing."
@@ -346,6 +376,36 @@ class OpSummary(BaseModel):
     )
 
 
+class TrainSummary(BaseModel):
+    """The training step beside the saves, across ranks (docs/measurement.md). A training job
+    runs at the pace of its slowest rank: the overhead that counts is the slowest rank's."""
+
+    model_config = ConfigDict(frozen=True)
+
+    every: int = Field(description="K: steps per checkpoint interval.")
+    intervals: int = Field(description="Checkpoint intervals run (each rank).")
+    matrix: int = Field(description="The step's matrix side (the largest over ranks).")
+    step_threads: int = Field(description="torch intra-op threads of the step (fewest over ranks).")
+    cpus: int = Field(description="CPUs a rank's process may run on (fewest over ranks).")
+    step_seconds: float = Field(
+        description="Step time without checkpointing: mean over ranks of each rank's median."
+    )
+    in_flight_step_seconds: float | None = Field(
+        None,
+        description="Step time while a save is in flight: mean over ranks of each rank's mean.",
+    )
+    in_flight_steps: int = Field(0, description="Steps that ran with a save in flight, all ranks.")
+    wait: RankSpread = Field(description="Per interval: the wait for the previous save.")
+    stall: RankSpread = Field(description="Per interval: the save call until it returned.")
+    overhead: float = Field(
+        description="Overhead per checkpoint interval, the slowest rank's mean: (wait + stall + "
+        "extra step time) / (K x step time). A fraction (CheckFreq's bar: 0.035)."
+    )
+    overhead_slowest_rank: int = Field(description="The rank with the largest mean overhead.")
+    overhead_rank_mean: float = Field(description="Mean over ranks of each rank's mean overhead.")
+    overhead_max: float = Field(description="The largest overhead of one interval on any rank.")
+
+
 class RankError(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -376,6 +436,17 @@ class RunSummary(BaseModel):
     save: OpSummary | None = None
     load: OpSummary | None = None
     verified: bool | None = Field(None, description="Every rank verified every load.")
+    train: TrainSummary | None = Field(
+        None, description="The training step beside the saves (trainEvery set)."
+    )
+    peak_rss_bytes: int | None = Field(
+        None, description="The largest peak resident memory of a rank's process."
+    )
+    checkpointer_peak_rss_bytes: int | None = Field(
+        None,
+        description="saveMode process: the largest peak resident memory of a rank's "
+        "checkpointer process.",
+    )
     errors: list[RankError] = Field(default_factory=list, description="At most the first 10.")
     error_count: int = 0
     procedure: Procedure = Field(Procedure.CKPTBENCH, description="The procedure that ran.")

@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import OpSummary, RankSpread, RunSummary
+from ckptbench.workload.contract.results import OpSummary, RankSpread, RunSummary, TrainSummary
 from ckptbench.workload.contract.sizes import GIB
 
 MIB = 1024**2
@@ -206,6 +206,68 @@ def _async_rows(runs: Sequence[RunSummary]) -> list[Row]:
     return rows
 
 
+def _train(get: Callable[[TrainSummary], float | int | None]) -> Callable[[RunSummary], Any]:
+    return lambda s: None if s.train is None else get(s.train)
+
+
+def _cores(t: TrainSummary) -> str:
+    return f"{t.step_threads} of {t.cpus}"
+
+
+def _train_rows(runs: Sequence[RunSummary]) -> list[Row]:
+    """The training step beside the saves, for runs that ran it (docs/measurement.md)."""
+    if not any(s.train is not None for s in runs):
+        return []
+
+    def ms(x: float) -> str:
+        return f"{1000 * x:.2f}"
+
+    return [
+        Row("train steps per save (K)", _train(lambda t: t.every), fmt_int),
+        Row("train matrix side", _train(lambda t: t.matrix), fmt_int),
+        Row("train step threads of CPUs", lambda s: _cores(s.train) if s.train else None, str),
+        Row("train step (ms)", _train(lambda t: t.step_seconds), ms, ratio=True),
+        Row(
+            "train step, save in flight (ms)",
+            _train(lambda t: t.in_flight_step_seconds),
+            ms,
+            ratio=True,
+        ),
+        Row(
+            "train wait for previous (s)",
+            _train(lambda t: t.wait.slowest_rank_seconds),
+            fmt_seconds,
+        ),
+        Row(
+            "train stall (s)",
+            _train(lambda t: t.stall.slowest_rank_seconds),
+            fmt_seconds,
+            ratio=True,
+        ),
+        Row(
+            "train overhead per interval (%)",
+            _train(lambda t: t.overhead),
+            lambda x: f"{100 * x:.2f}",
+            ratio=True,
+        ),
+    ]
+
+
+def _memory_rows(runs: Sequence[RunSummary]) -> list[Row]:
+    rows = []
+    if any(s.peak_rss_bytes is not None for s in runs):
+        rows.append(Row("peak RSS, rank (MiB)", lambda s: s.peak_rss_bytes, fmt_in(MIB_UNIT, 0)))
+    if any(s.checkpointer_peak_rss_bytes is not None for s in runs):
+        rows.append(
+            Row(
+                "peak RSS, checkpointer (MiB)",
+                lambda s: s.checkpointer_peak_rss_bytes,
+                fmt_in(MIB_UNIT, 0),
+            )
+        )
+    return rows
+
+
 def _verified(s: RunSummary) -> str:
     if s.verified is None:
         return "not checked" if s.succeeded else "unknown"
@@ -255,6 +317,7 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         if Procedure.MLPERF in procedures:
             op_rows += _mlperf_rows(name, rate)
         rows += op_rows
+    rows += _train_rows(runs) + _memory_rows(runs)
     rows += [Row("verified", _verified, str), Row("status", _status, str)]
     return rows
 

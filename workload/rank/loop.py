@@ -36,8 +36,8 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.contract.choices import CacheMode, Procedure, SaveMode
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results import OpTiming, RankResult
-from ckptbench.workload.rank import memory, saving, state
+from ckptbench.workload.contract.results import OpTiming, RankResult, TrainTiming
+from ckptbench.workload.rank import memory, saving, state, training
 from ckptbench.workload.rank.collector import Collector
 from ckptbench.workload.rank.failures import (
     CheckpointFailure,
@@ -125,6 +125,7 @@ class _Loop:
         self.left_behind: str | None = None
         self.collector = Collector(config.garbage_collection)
         self.saver: saving.Saver | None = None
+        self.train: TrainTiming | None = None
 
     # -- the procedures ----------------------------------------------------------------------------
 
@@ -152,6 +153,10 @@ class _Loop:
                     holder = [self._sample(index, index >= config.warmups, holder)]
             else:
                 self._saves_then_loads(holder)
+            if config.train_every is not None:
+                if not holder:
+                    holder = [self._step("build state", lambda: state.build_state(config))]
+                self._train(holder.pop(), config.train_every)
         except Exception as exc:
             error = exc
             if not isinstance(exc, PeerFailure):
@@ -231,6 +236,70 @@ class _Loop:
         if not config.keep_checkpoints:
             for checkpoint_id in ids:
                 self._cleanup(checkpoint_id)
+
+    def _train(self, shard: dict[str, torch.Tensor], every: int) -> None:
+        """The training step beside the saves (:mod:`.training`): baseline steps, then
+        ``samples`` intervals of wait-for-previous, save, and ``every`` steps."""
+        config = self.config
+        matrix = self._step("size the training step", lambda: training.matrix_of(config))
+        step = training.Step(matrix, config.seed)
+        record = training.Record(matrix)
+        for _ in range(training.WARM_STEPS):
+            step()
+        self._barrier()
+        record.baseline = [step() for _ in range(training.baseline_steps(every))]
+        first = config.warmups + config.samples  # after the samples' checkpoint ids
+        previous: tuple[str, saving.InFlight] | None = None
+        for interval in range(config.samples):
+            checkpoint_id = config.checkpoint_id(first + interval)
+            t0 = time.perf_counter()
+            if previous is not None:
+                self._durable(*previous)  # as the tutorial's loop: result() before the next save
+            waited = time.perf_counter() - t0
+            in_flight, stall = self._train_save(checkpoint_id, shard)
+            steps = training.Interval(waited, stall)
+            for _ in range(every):
+                flying = in_flight is not None and not in_flight.upload.done()
+                steps.steps.append(step())
+                steps.in_flight.append(flying)
+            record.intervals.append(steps)
+            previous = (checkpoint_id, in_flight) if in_flight is not None else None
+        if previous is not None:
+            self._durable(*previous)
+        self.train = record.timing(every)
+
+    def _train_save(
+        self, checkpoint_id: str, shard: dict[str, torch.Tensor]
+    ) -> tuple[saving.InFlight | None, float]:
+        """Start the interval's save: an async save's in-flight upload and its stall, or a sync
+        save done (its stall is the whole save), checked on every rank."""
+        session = self._session()
+        self.pending.append(checkpoint_id)
+        writer = self._step(
+            "prepare save", lambda: timing.timed_writer(session.writer(checkpoint_id))
+        )
+        if self.saver is None:
+            t0 = time.perf_counter()
+            self._step("training save", lambda: _checked(checkpoint_id, dcp_save, shard, writer))
+            stall = time.perf_counter() - t0
+            self._finish_training_save(checkpoint_id)
+            return None, stall
+        saver = self.saver
+        in_flight: saving.InFlight = self._step("training save", lambda: saver.start(shard, writer))
+        return in_flight, in_flight.stall
+
+    def _durable(self, checkpoint_id: str, in_flight: saving.InFlight) -> None:
+        """Wait for an interval's save; its upload's result is checked on every rank."""
+        timeout = self.config.collective_timeout_seconds
+
+        self._step("training save", lambda: _checked(checkpoint_id, in_flight.wait, timeout))
+        self._finish_training_save(checkpoint_id)
+
+    def _finish_training_save(self, checkpoint_id: str) -> None:
+        if not self.config.keep_checkpoints:
+            self._cleanup(checkpoint_id)
+        elif checkpoint_id in self.pending:
+            self.pending.remove(checkpoint_id)
 
     def _after_save(self, index: int, checkpoint_id: str) -> None:
         if self.after_save is not None:
@@ -420,6 +489,9 @@ class _Loop:
             load_bytes=self.load_bytes,
             save=self.saves.timing(),
             load=self.loads.timing(),
+            train=self.train,
+            peak_rss_bytes=memory.peak_rss_bytes(),
+            checkpointer_peak_rss_bytes=self.saver.checkpointer_peak_rss if self.saver else None,
             verified=verified if self.config.verify else None,
             setup_seconds=round(session.setup_seconds, 6) if session else None,
             left_behind=self.left_behind,
@@ -428,6 +500,15 @@ class _Loop:
             procedure=self.config.procedure,
             cache=self.config.cache_mode,
         )
+
+
+def _checked(checkpoint_id: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, with DCP's CheckpointException (a BaseException, which ``except
+    Exception`` misses) turned into a CheckpointFailure naming each failing rank."""
+    try:
+        return call(*args)
+    except CheckpointException as exc:
+        raise CheckpointFailure.of("save", exc, checkpoint_id) from None
 
 
 def _timedelta(seconds: float) -> datetime.timedelta:

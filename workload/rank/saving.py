@@ -34,6 +34,7 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 
 from ckptbench.workload.contract.choices import SaveMode, Stager
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.rank import memory
 from ckptbench.workload.rank.failures import AsyncSaveError
 from ckptbench.workload.storage import torch_seam
 
@@ -117,6 +118,7 @@ class Saver:
         self.mode = config.saving
         self.process_group = process_group
         self.stager: DefaultStager | None = None
+        self.checkpointer_peak_rss: int | None = None  # read as the checkpointer is stopped
         if self.mode.is_async and config.stager is Stager.DEFAULT:
             self.stager = DefaultStager(staging_options(config))
 
@@ -140,7 +142,9 @@ class Saver:
         if self.stager is not None:
             self.stager.close()
             self.stager = None
-        if self.mode is SaveMode.PROCESS:
+        pid = self.checkpointer_pid()
+        if pid is not None:
+            self.checkpointer_peak_rss = memory.peak_rss_bytes(pid)
             torch_seam.stop_checkpoint_process()
 
 
