@@ -280,7 +280,10 @@ class _Loop:
         )
         if self.saver is None:
             t0 = time.perf_counter()
-            self._step("training save", lambda: _checked(checkpoint_id, dcp_save, shard, writer))
+            self._step(
+                "training save",
+                lambda: _checked(checkpoint_id, lambda: dcp_save(shard, storage_writer=writer)),
+            )
             stall = time.perf_counter() - t0
             self._finish_training_save(checkpoint_id)
             return None, stall
@@ -292,7 +295,9 @@ class _Loop:
         """Wait for an interval's save; its upload's result is checked on every rank."""
         timeout = self.config.collective_timeout_seconds
 
-        self._step("training save", lambda: _checked(checkpoint_id, in_flight.wait, timeout))
+        self._step(
+            "training save", lambda: _checked(checkpoint_id, lambda: in_flight.wait(timeout))
+        )
         self._finish_training_save(checkpoint_id)
 
     def _finish_training_save(self, checkpoint_id: str) -> None:
@@ -502,11 +507,11 @@ class _Loop:
         )
 
 
-def _checked(checkpoint_id: str, call: Callable[..., Any], *args: Any) -> Any:
-    """``call(*args)``, with DCP's CheckpointException (a BaseException, which ``except
+def _checked(checkpoint_id: str, call: Callable[[], Any]) -> Any:
+    """``call()``, with DCP's CheckpointException (a BaseException, which ``except
     Exception`` misses) turned into a CheckpointFailure naming each failing rank."""
     try:
-        return call(*args)
+        return call()
     except CheckpointException as exc:
         raise CheckpointFailure.of("save", exc, checkpoint_id) from None
 
