@@ -11,6 +11,7 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
+from ckptbench.workload.contract.settings import TRAIN_MATRIX_MIN, TRAIN_TARGET_MATRIX_MAX
 from ckptbench.workload.rank import loop, training
 from ckptbench.workload.storage import session
 from tests.workers import one_rank
@@ -26,7 +27,7 @@ def test_overhead_counts_wait_stall_and_extra_step_time_over_the_interval() -> N
 
 def test_a_step_time_target_finds_a_matrix_that_takes_about_that_long() -> None:
     small, large = training.matrix_for(0.002), training.matrix_for(0.02)
-    assert training.MIN_MATRIX <= small < large <= training.MAX_MATRIX
+    assert TRAIN_MATRIX_MIN <= small < large <= TRAIN_TARGET_MATRIX_MAX
 
 
 class _SlowWriter(FileSystemWriter):

@@ -37,6 +37,10 @@ MAX_WORLD_SIZE = 10_000  # rank hostnames stay DNS labels (see operator/spec/nam
 MAX_CHECKPOINTS_SAMPLES = 1000
 REFERENCE_LAYER_SIZE = 100_000  # the reference's published table
 REFERENCE_PADDING_SIZE = 196
+TRAIN_MATRIX_MIN, TRAIN_MATRIX_MAX = 16, 16_384
+# The largest side a step-time target may choose (3 matrices, 192 MiB): seconds per step on one
+# CPU core already, and what the memory plan counts for a target.
+TRAIN_TARGET_MATRIX_MAX = 4096
 # A local path, file://..., or gs://bucket[/prefix]: the schemes a backend may write to.
 CHECKPOINT_PATH_PATTERN = r"^(gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?|file:///\S*|/\S*)$"
 
@@ -277,8 +281,8 @@ class BenchmarkSettings(BaseModel):
     )
     train_matrix: Annotated[int, Setting(unit="rows", axis=True, metavar="N")] = Field(
         1024,
-        ge=16,
-        le=16_384,
+        ge=TRAIN_MATRIX_MIN,
+        le=TRAIN_MATRIX_MAX,
         description="The training step: one (N, N) float32 matrix product per step, on the "
         "rank's own process and threads.",
     )
@@ -288,7 +292,8 @@ class BenchmarkSettings(BaseModel):
             ge=1,
             le=60_000,
             description="The training step: aim for this step time in milliseconds instead of "
-            "trainMatrix (the rank finds the matrix side, untimed, before the baseline steps).",
+            "trainMatrix (the rank finds the matrix side, untimed, before the baseline steps; "
+            f"at most {TRAIN_TARGET_MATRIX_MAX}).",
         )
     )
     verify: Annotated[bool, Setting(flag="--no-verify")] = Field(

@@ -33,12 +33,12 @@ import torch
 
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import OpStats, TrainTiming
+from ckptbench.workload.contract.settings import TRAIN_MATRIX_MIN, TRAIN_TARGET_MATRIX_MAX
 
 WARM_STEPS = 3
 MIN_BASELINE_STEPS = 20
 MAX_BASELINE_STEPS = 200
 _SEARCH_ROUNDS = 6
-MIN_MATRIX, MAX_MATRIX = 16, 16_384
 
 
 class Step:
@@ -65,7 +65,7 @@ def matrix_for(target_seconds: float, seed: int = 0) -> int:
         step()  # first touch
         took = statistics.median(step() for _ in range(3))
         scaled = int(side * (target_seconds / max(took, 1e-6)) ** (1 / 3))
-        side = max(MIN_MATRIX, min(MAX_MATRIX, scaled))
+        side = max(TRAIN_MATRIX_MIN, min(TRAIN_TARGET_MATRIX_MAX, scaled))
     return side
 
 
