@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from ckptbench.operator.spec.status_schema import BenchmarkStatus
+from ckptbench.operator.spec.status_schema import BenchmarkStatus, Training
 from ckptbench.operator.status import conditions as cond
 from ckptbench.operator.status.aggregate import (
     LISTED,
@@ -145,6 +145,9 @@ def compute_status(
         save=operation(summary.save, reports.result_pods) if summary.save else None,
         load=operation(summary.load, reports.result_pods) if summary.load else None,
         slowest_rank=slowest,
+        train=Training.of(summary.train) if summary.train is not None else None,
+        peak_rss_bytes=summary.peak_rss_bytes,
+        checkpointer_peak_rss_bytes=summary.checkpointer_peak_rss_bytes,
         verified=summary.verified,
         procedure=summary.procedure.value if reported else None,
         cache=summary.cache.value if reported and summary.cache is not None else None,
