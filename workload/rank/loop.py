@@ -256,6 +256,8 @@ class _Loop:
             if previous is not None:
                 self._durable(*previous)  # as the tutorial's loop: result() before the next save
             waited = time.perf_counter() - t0
+            if previous is not None:
+                self._finish_training_save(previous[0])  # our cleanup, not the job's: untimed
             in_flight, stall = self._train_save(checkpoint_id, shard)
             steps = training.Interval(waited, stall)
             for _ in range(every):
@@ -266,6 +268,7 @@ class _Loop:
             previous = (checkpoint_id, in_flight) if in_flight is not None else None
         if previous is not None:
             self._durable(*previous)
+            self._finish_training_save(previous[0])
         self.train = record.timing(every)
 
     def _train_save(
@@ -294,11 +297,9 @@ class _Loop:
     def _durable(self, checkpoint_id: str, in_flight: saving.InFlight) -> None:
         """Wait for an interval's save; its upload's result is checked on every rank."""
         timeout = self.config.collective_timeout_seconds
-
         self._step(
             "training save", lambda: _checked(checkpoint_id, lambda: in_flight.wait(timeout))
         )
-        self._finish_training_save(checkpoint_id)
 
     def _finish_training_save(self, checkpoint_id: str) -> None:
         if not self.config.keep_checkpoints:

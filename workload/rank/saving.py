@@ -29,7 +29,10 @@ from typing import Any
 
 from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+from torch.distributed.checkpoint.state_dict_saver import (
+    AsyncCheckpointerType,
+    AsyncSaveResponse,
+)
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 
 from ckptbench.workload.contract.choices import SaveMode, Stager
@@ -74,8 +77,12 @@ class InFlight:
         self.returned_at = returned_at  # taken before anything waits: the stall ends here
         # dcp.async_save returns the upload future, or an AsyncSaveResponse with a staging future
         # too when the stager copies apart from the call.
-        self.upload: Future[Any] = getattr(response, "upload_completion", response)
-        staging: Future[Any] | None = getattr(response, "staging_completion", None)
+        staging: Future[Any] | None = None
+        if isinstance(response, AsyncSaveResponse):
+            self.upload: Future[Any] = response.upload_completion
+            staging = response.staging_completion
+        else:
+            self.upload = response
         self._uploaded = _Completion(self.upload)
         self._staged = _Completion(staging) if staging is not None else None
 
