@@ -252,12 +252,14 @@ class _Loop:
         previous: tuple[str, saving.InFlight] | None = None
         for interval in range(config.samples):
             checkpoint_id = config.checkpoint_id(first + interval)
-            t0 = time.perf_counter()
+            waited = 0.0
             if previous is not None:
-                self._durable(*previous)  # as the tutorial's loop: result() before the next save
-            waited = time.perf_counter() - t0
-            if previous is not None:
+                # As the tutorial's loop: result() before the next save.
+                waited = self._durable(*previous)
                 self._finish_training_save(previous[0])  # our cleanup, not the job's: untimed
+            # Ranks drift apart over K steps of local compute, which a training job's per-step
+            # all-reduce would not let them: they meet again, untimed, before each save.
+            self._barrier()
             in_flight, stall = self._train_save(checkpoint_id, shard)
             steps = training.Interval(waited, stall)
             for _ in range(every):
@@ -294,12 +296,20 @@ class _Loop:
         in_flight: saving.InFlight = self._step("training save", lambda: saver.start(shard, writer))
         return in_flight, in_flight.stall
 
-    def _durable(self, checkpoint_id: str, in_flight: saving.InFlight) -> None:
-        """Wait for an interval's save; its upload's result is checked on every rank."""
+    def _durable(self, checkpoint_id: str, in_flight: saving.InFlight) -> float:
+        """Wait for an interval's save, its upload's result checked, and return how long this
+        rank waited; then agree with every rank, untimed (a faster rank would otherwise count
+        the other's drift as its wait)."""
         timeout = self.config.collective_timeout_seconds
-        self._step(
-            "training save", lambda: _checked(checkpoint_id, lambda: in_flight.wait(timeout))
-        )
+        error: BaseException | None = None
+        t0 = time.perf_counter()
+        try:
+            _checked(checkpoint_id, lambda: in_flight.wait(timeout))
+        except Exception as exc:
+            error = exc
+        waited = time.perf_counter() - t0
+        self._agree(error, "training save")
+        return waited
 
     def _finish_training_save(self, checkpoint_id: str) -> None:
         if not self.config.keep_checkpoints:
