@@ -77,6 +77,21 @@ CASES = [
     Case("spec-a-string", "worldSize: 4", "spec", "schema"),
     # -- what only the CEL rules (and the model's twins) say ------------------------------------
     Case("padding-below-world-size", _with(paddingSize=2), "paddingSize", "cel"),
+    Case("save-mode-sync-but-async", _with(saveMode="sync", asyncSave=True), "saveMode", "cel"),
+    Case("staging-option-blocking", _with(saveMode="thread", stagingAsync=True), "stager", "cel"),
+    Case(
+        "staging-pinned-memory",
+        _with(saveMode="thread", stager="default", stagingPinnedMemory=True),
+        "stagingPinnedMemory",
+        "cel",
+    ),
+    Case(
+        "staging-non-blocking-copy",
+        _with(saveMode="process", stager="default", stagingNonBlockingCopy=True),
+        "stagingNonBlockingCopy",
+        "cel",
+    ),
+    Case("save-mode-unknown", _with(saveMode="fork"), "saveMode", "schema"),
     Case("procedure-unknown", _with(procedure="fast"), "procedure", "schema"),
     Case(
         "reference-with-warmup",

@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 
 from ckptbench.workload.contract import memory_plan
-from ckptbench.workload.contract.choices import Backend
+from ckptbench.workload.contract.choices import Backend, SaveMode
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.memory_plan import BASELINE_BYTES, RankLoad
+from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.local.emulator import free_port
 from ckptbench.workload.storage.gcs import objects, parts
+from tests import workers
 from tests.workers import ckptbench
 
 GIB = 1024**3
@@ -183,3 +186,71 @@ def test_the_estimate_is_within_ten_percent_of_what_ranks_use(tmp_path: Path) ->
     )  # fmt: skip
     estimate = config.memory_estimate().peak_bytes
     assert all(0.9 * estimate <= peak <= 1.1 * estimate for peak in peaks), (peaks, estimate)
+
+
+def _fitting_sync_only(tmp_path: Path, **settings: object) -> WorkloadConfig:
+    """A config whose memory limit fits a sync save and not a second (staging) shard."""
+    base = {"checkpoint_path": str(tmp_path), "backend": "file", "world_size": 2,
+            "layer_size": 50_000, "padding_size": 8}  # fmt: skip
+    sync = WorkloadConfig.model_validate(base).memory_estimate()
+    limit = sync.peak_bytes + sync.shard_bytes // 4
+    return WorkloadConfig.model_validate({**base, "memory_limit_bytes": limit, **settings})
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"save_mode": "thread"}, "async staging copy"),
+        ({"async_save": True}, "async staging copy"),
+        (
+            {"save_mode": "process", "stager": "default", "staging_shared_memory": True},
+            "checkpointer process",
+        ),
+    ],
+)
+def test_the_staging_copy_and_the_checkpointer_count_in_the_plan(
+    tmp_path: Path, settings: dict[str, object], named: str
+) -> None:
+    from ckptbench.workload.rank.worker import _memory_refusal
+
+    assert _memory_refusal(_fitting_sync_only(tmp_path)) is None
+    refused = _memory_refusal(_fitting_sync_only(tmp_path, **settings))
+    assert refused is not None and named in refused
+
+
+def test_the_process_checkpointer_is_a_second_interpreter_and_its_buffers() -> None:
+    load = RankLoad(Backend.GCSFS, GIB, 40 * MIB, False, save_mode=SaveMode.PROCESS)
+    est = memory_plan.estimate(load)
+    assert est.checkpointer_bytes == BASELINE_BYTES[Backend.GCSFS] + est.save_buffer_bytes
+    # Sent to it through shared memory: one more item while a staged tensor is moved there,
+    # none when it was staged into shared memory.
+    assert est.staging_bytes == GIB + 40 * MIB
+    shared = memory_plan.estimate(
+        RankLoad(Backend.GCSFS, GIB, 40 * MIB, False, save_mode=SaveMode.PROCESS,
+                 staged_in_shared_memory=True)
+    )  # fmt: skip
+    assert shared.staging_bytes == GIB
+    thread = memory_plan.estimate(RankLoad(Backend.GCSFS, GIB, 40 * MIB, False,
+                                           save_mode=SaveMode.THREAD))  # fmt: skip
+    assert thread.checkpointer_bytes == 0 and thread.staging_bytes == GIB
+    assert est.peak_bytes - thread.peak_bytes == est.checkpointer_bytes + 40 * MIB
+
+
+def test_the_training_step_counts_its_three_matrices(tmp_path: Path) -> None:
+    plain = WorkloadConfig(checkpoint_path=str(tmp_path), backend="file", world_size=2)
+    trained = plain.model_copy(update={"train_every": 10, "train_matrix": 2048})
+    assert trained.memory_estimate().train_bytes == 3 * 2048 * 2048 * 4
+    assert trained.memory_estimate().peak_bytes - plain.memory_estimate().peak_bytes == 48 * MIB
+
+
+def test_a_rank_whose_staging_copy_cannot_fit_is_refused_before_it_allocates(
+    tmp_path: Path,
+) -> None:
+    # Only rank 1 of 2 is started: a check made after the rendezvous would wait there.
+    config = _fitting_sync_only(tmp_path / "ckpt", save_mode="thread", master_port=free_port(),
+                                rendezvous_timeout_seconds=600)  # fmt: skip
+    (w,) = workers.run(config, tmp_path, ranks=[1], timeout=150)
+    assert w.proc.returncode == 2, workers.logs([w])
+    result = RankResult.from_termination_message(w.termination_path.read_text())
+    assert result.error is not None and result.error.startswith("MemoryRefused: a rank needs")
+    assert "async staging copy" in result.error and "rendezvous" not in w.stderr.lower()

@@ -209,3 +209,59 @@ def test_a_scrape_has_no_created_series() -> None:
     assert "ckptbench_operator_reconcile_duration_seconds_count" in text
     created = [line for line in text.splitlines() if "_created" in line]
     assert created == [], created
+
+
+def _async_trained_status() -> dict[str, Any]:
+    """A status as the operator writes it, from ranks that saved async beside a training step."""
+    from ckptbench.operator.spec.status_schema import BenchmarkStatus, Training, status_body
+    from ckptbench.operator.status.aggregate import operation
+    from ckptbench.workload.contract.figures import summarize
+    from ckptbench.workload.contract.results import OpStats, OpTiming, RankResult, TrainTiming
+
+    def rank(n: int, stall: float, overhead: float) -> RankResult:
+        save = OpTiming.of([2.0], [1.5], blocked_seconds=[stall], background_seconds=[1.75])
+        train = TrainTiming(
+            every=10, matrix=512, step_threads=1, cpus=2, step=OpStats.of([0.1, 0.1]),
+            in_flight_step=OpStats.of([0.125]), in_flight_steps=9, wait=OpStats.of([0.5]),
+            stall=OpStats.of([stall]), overhead=OpStats.of([overhead]),
+        )  # fmt: skip
+        load = OpTiming.of([1.0], [1.0])
+        return RankResult(
+            rank=n, bytes=10, save=save, load=load, train=train, peak_rss_bytes=1000 + n,
+            checkpointer_peak_rss_bytes=500,
+        )  # fmt: skip
+
+    s = summarize([rank(0, 0.25, 0.5), rank(1, 0.75, 0.25)], world_size=2, total_bytes=20)
+    assert s.save is not None and s.train is not None
+    status = BenchmarkStatus(
+        phase="Succeeded",
+        save=operation(s.save, {}),
+        train=Training.of(s.train),
+        peak_rss_bytes=s.peak_rss_bytes,
+        checkpointer_peak_rss_bytes=s.checkpointer_peak_rss_bytes,
+    )
+    return status_body(status)
+
+
+@pytest.mark.parametrize(
+    ("name", "labels", "expected"),
+    [
+        ("async_seconds", {"figure": "stall", "statistic": "mean"}, 0.5),
+        ("async_seconds", {"figure": "stall", "statistic": "slowest_rank"}, 0.75),
+        ("async_seconds", {"figure": "background", "statistic": "mean"}, 1.75),
+        ("train_seconds", {"figure": "step"}, 0.1),
+        ("train_seconds", {"figure": "step_in_flight"}, 0.125),
+        ("train_seconds", {"figure": "wait"}, 0.5),
+        ("train_seconds", {"figure": "stall"}, 0.75),
+        ("checkpoint_overhead_ratio", {"statistic": "slowest_rank"}, 0.5),
+        ("checkpoint_overhead_ratio", {"statistic": "rank_mean"}, 0.375),
+        ("checkpoint_overhead_ratio", {"statistic": "max"}, 0.5),
+        ("peak_rss_bytes", {"process": "rank"}, 1001.0),
+        ("peak_rss_bytes", {"process": "checkpointer"}, 500.0),
+    ],
+)
+def test_async_and_training_series_follow_the_status_the_operator_writes(
+    name: str, labels: dict[str, str], expected: float
+) -> None:
+    metrics.update_benchmark("ns", "b1", "gcs", _async_trained_status())
+    assert value(f"ckptbench_benchmark_{name}", **base(), **labels) == expected

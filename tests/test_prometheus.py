@@ -25,7 +25,7 @@ from ckptbench.operator.render import jobset as rendering
 from ckptbench.operator.render import labels as render_labels
 from ckptbench.operator.spec import names as spec_names
 from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.results import OpStats, OpTiming, RankResult, TrainTiming
 from harness.kmock_cluster import Client, free_port, running_emulator
 from harness.operator_process import (
     DEFAULT_IMAGE,
@@ -157,8 +157,29 @@ def rank_pod(rank: int) -> dict[str, Any]:
     result = RankResult(
         rank=rank,
         bytes=sizes.shard_bytes(rank, WORLD, LAYER, PADDING),
-        save=OpTiming.of([1.0 + rank / 10, 2.0], [1.0, 2.0]),
+        # An async save beside a training step, with the process checkpointer: every panel,
+        # the async and training ones included, has a series to show.
+        save=OpTiming.of(
+            [1.0 + rank / 10, 2.0],
+            [1.0, 2.0],
+            blocked_seconds=[0.1, 0.2],
+            background_seconds=[0.9, 1.8],
+        ),
         load=OpTiming.of([0.5, 0.5], [0.4, 0.4]),
+        train=TrainTiming(
+            every=10,
+            matrix=512,
+            step_threads=1,
+            cpus=2,
+            step=OpStats.of([0.1, 0.1]),
+            in_flight_step=OpStats.of([0.12]),
+            in_flight_steps=9,
+            wait=OpStats.of([0.5]),
+            stall=OpStats.of([0.2]),
+            overhead=OpStats.of([0.05]),
+        ),
+        peak_rss_bytes=500_000_000,
+        checkpointer_peak_rss_bytes=400_000_000,
         verified=True,
     )
     terminated = {"exitCode": 0, "reason": "Completed", "message": result.to_termination_message()}

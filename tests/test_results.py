@@ -111,7 +111,33 @@ def test_async_blocked_time_is_summarised() -> None:
         verified=True,
     )
     s = summarize([r], world_size=1, total_bytes=10)
-    assert s.save is not None and s.save.blocked_mean_seconds == 0.5
+    assert s.save is not None and s.save.stall is not None
+    assert s.save.stall.mean_seconds == 0.5 and s.save.stall.max_seconds == 0.75
+    assert s.save.staging is None and s.save.background is None
+
+
+def test_async_figures_are_summarised_per_rank_with_the_slowest_rank() -> None:
+    def rank(n: int, stall: list[float], background: list[float]) -> RankResult:
+        save = OpTiming.of(
+            [2.0, 2.0],
+            [1.5, 1.5],
+            blocked_seconds=stall,
+            staging_seconds=[0.1, 0.3],
+            background_seconds=background,
+        )
+        return RankResult(rank=n, bytes=10, save=save, load=OpTiming.of([1.0], [1.0]))
+
+    s = summarize(
+        [rank(0, [0.2, 0.2], [1.0, 1.0]), rank(1, [0.4, 0.8], [0.5, 0.5])],
+        world_size=2,
+        total_bytes=20,
+    )
+    assert s.save is not None and s.save.stall is not None and s.save.background is not None
+    assert s.save.stall.slowest_rank == 1 and s.save.stall.slowest_rank_seconds == 0.6
+    assert s.save.stall.mean_seconds == 0.4 and s.save.stall.rank_seconds == [0.2, 0.6]
+    assert s.save.stall.max_seconds == 0.8
+    assert s.save.background.slowest_rank == 0 and s.save.background.slowest_rank_seconds == 1.0
+    assert s.save.staging is not None and s.save.staging.mean_seconds == 0.2
 
 
 @pytest.mark.parametrize("samples", [1, 8, 100, 1000])

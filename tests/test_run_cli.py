@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import json
 import os
@@ -409,3 +410,33 @@ def test_sigint_stops_every_rank_and_the_emulator(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.mark.slow
+def test_save_modes_on_the_emulator_end_to_end(tmp_path: Path) -> None:
+    """`ckptbench run --save-mode sync,thread,process` on the embedded emulator, beside a
+    training step: every save durable, every load verified, the async and training figures in
+    the table, the JSON and the CSV."""
+    out, csv_out = tmp_path / "summary.json", tmp_path / "summary.csv"
+    argv = [*TINY, "--save-mode", "sync,thread,process", "--train-every", "2",
+            "--train-matrix", "64", "--json", str(out), "--csv", str(csv_out)]  # fmt: skip
+    proc = ckptbench("run", *argv, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["succeeded"] is True
+    runs = doc["runs"]
+    assert [r["extra"]["settings"]["save_mode"] for r in runs] == ["sync", "thread", "process"]
+    for run in runs:
+        _check_run(run, "gcs", 2)
+        assert run["verified"] is True and run["train"]["intervals"] == 2
+    assert runs[0]["save"]["stall"] is None
+    for run in runs[1:]:
+        assert run["save"]["stall"]["slowest_rank_seconds"] > 0
+        assert run["save"]["background"]["slowest_rank_seconds"] > 0
+    assert runs[2]["checkpointer_peak_rss_bytes"] > 0
+    for row in ("save stall mean (s)", "save background mean (s)", "train overhead per interval"):
+        assert row in proc.stdout, row
+    rows = list(csv.DictReader(csv_out.open()))
+    assert [r["save_mode"] for r in rows] == ["sync", "thread", "process"]
+    assert rows[0]["save_stall_mean_seconds"] == "" and float(rows[2]["train_overhead"]) > 0
+    assert float(rows[1]["save_background_slowest_rank_seconds"]) > 0

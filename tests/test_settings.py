@@ -15,6 +15,7 @@ from typing import Any
 
 import annotated_types
 import pytest
+from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from ckptbench.operator.spec.crd import build_crd
@@ -22,16 +23,20 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.sweep.cells import axis_fields
 from ckptbench.workload.contract import settings
 from ckptbench.workload.contract.choices import Backend, Procedure
-from ckptbench.workload.contract.config import ENV_PREFIX, WorkloadConfig
+from ckptbench.workload.contract.config import ENV_PREFIX, ConfigError, WorkloadConfig
 from ckptbench.workload.contract.results import RunSummary
 from ckptbench.workload.contract.settings import Declared
 from ckptbench.workload.local import cli
-from ckptbench.workload.local.options import OPTION_OF, build_parser, option
+from ckptbench.workload.local.options import OPTION_OF, UsageError, build_parser, option
 from ckptbench.workload.local.outputs import csvfile
 from ckptbench.workload.local.plan import plan
 
 DECLARED = list(settings.declared())
 IDS = [d.name for d in DECLARED]
+# Settings that only exist to be refused by name (a CPU node cannot honour them): no other value
+# than their default gets through, which test_a_refused_setting_is_refused_everywhere shows.
+WALKED = [d for d in DECLARED if d.name not in settings.NEEDS_CUDA]
+WALKED_IDS = [d.name for d in WALKED]
 
 
 def _bounds(d: Declared) -> tuple[Any, Any]:
@@ -89,6 +94,8 @@ def _context(d: Declared, value: Any) -> dict[str, Any]:
     out["backend"] = backend
     paths = {"": "/tmp/ckptbench-settings", "gs://": "gs://bkt/p", "s3://": "s3://bkt/p"}
     out["checkpoint_path"] = paths[Backend(backend).scheme]
+    if d.name.startswith("staging_"):
+        out |= {"save_mode": "thread", "stager": "default"}  # DefaultStager's options
     if d.name == "procedure" and value is Procedure.REFERENCE:
         out["warmup_samples"] = 0
     out[d.name] = value
@@ -115,7 +122,7 @@ def test_the_setting_is_a_crd_field_with_its_declared_description_and_bounds(d: 
     assert (d.name in axis_fields()) == d.setting.axis
 
 
-@pytest.mark.parametrize("d", DECLARED, ids=IDS)
+@pytest.mark.parametrize("d", WALKED, ids=WALKED_IDS)
 def test_the_setting_is_a_variable_the_rank_parses(d: Declared) -> None:
     value = _other_value(d)
     config = WorkloadConfig.model_validate(_context(d, value))
@@ -125,7 +132,7 @@ def test_the_setting_is_a_variable_the_rank_parses(d: Declared) -> None:
     assert getattr(WorkloadConfig.from_env(env), d.name) == value
 
 
-@pytest.mark.parametrize("d", DECLARED, ids=IDS)
+@pytest.mark.parametrize("d", WALKED, ids=WALKED_IDS)
 def test_the_setting_is_an_option_of_ckptbench_run(d: Declared, tmp_path: Path) -> None:
     assert OPTION_OF[d.name] == d.flag
     value = _other_value(d)
@@ -147,7 +154,7 @@ def test_the_setting_is_an_option_of_ckptbench_run(d: Declared, tmp_path: Path) 
     assert getattr(config, d.name) == value
 
 
-@pytest.mark.parametrize("d", DECLARED, ids=IDS)
+@pytest.mark.parametrize("d", WALKED, ids=WALKED_IDS)
 def test_the_setting_is_recorded_in_the_json_and_the_csv(d: Declared) -> None:
     value = _other_value(d)
     config = WorkloadConfig.model_validate(_context(d, value))
@@ -172,6 +179,20 @@ def _csv_text(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)  # the JSON's digits
     return "" if value is None else str(value)
+
+
+@pytest.mark.parametrize("name", sorted(settings.NEEDS_CUDA))
+def test_a_refused_setting_is_refused_everywhere(name: str, tmp_path: Path) -> None:
+    d = next(d for d in DECLARED if d.name == name)
+    context = _context(d, True)
+    with pytest.raises(ValidationError, match=name):
+        WorkloadConfig.model_validate(context)
+    env = WorkloadConfig.model_validate({**context, name: False}).to_env()
+    with pytest.raises(ConfigError, match=ENV_PREFIX + name.upper()):
+        WorkloadConfig.from_env({**env, ENV_PREFIX + name.upper(): "true"})
+    argv = ["--storage", str(tmp_path), "--save-mode", "thread", "--stager", "default", d.flag]
+    with pytest.raises(UsageError, match=f"{d.flag}: .*(CUDA|accelerator)"):
+        plan(build_parser().parse_args(argv))
 
 
 def test_a_setting_acts_only_where_it_is_recorded() -> None:

@@ -589,3 +589,41 @@ def test_runner_hands_every_rank_line_to_the_watcher() -> None:
     )
     # Rank 1's line is not shown (not an error) but is still watched.
     assert sorted(seen) == [(0, "line of 0"), (1, "line of 1")]
+
+
+def test_report_draws_what_checkpoints_cost_training_when_a_cell_measured_it(
+    tmp_path: Path,
+) -> None:
+    from ckptbench.workload.contract.results import RankSpread, TrainSummary
+
+    def spread(slowest: float) -> RankSpread:
+        return RankSpread(
+            mean_seconds=slowest, slowest_rank=0, slowest_rank_seconds=slowest, max_seconds=slowest
+        )
+
+    sync = _summary([2.0], [1.0], axes={"save-mode": "sync"})
+    thread = _summary([2.0], [1.0], axes={"save-mode": "thread"})
+    assert thread.save is not None
+    train = TrainSummary(
+        every=10, intervals=2, matrix=512, step_threads=1, cpus=2, step_seconds=0.1,
+        in_flight_step_seconds=0.125, in_flight_steps=18, wait=spread(0.5), stall=spread(0.25),
+        overhead=0.05, overhead_slowest_rank=0, overhead_rank_mean=0.04, overhead_max=0.07,
+    )  # fmt: skip
+    thread = thread.model_copy(
+        update={
+            "save": thread.save.model_copy(
+                update={"stall": spread(0.25), "background": spread(1.5)}
+            ),
+            "train": train,
+        }
+    )
+    fig = plot.draw(_document(tmp_path, [("sync", sync), ("thread", thread)]))
+    assert len(fig.axes) == 6
+    costs, overhead, steps = fig.axes[3:]
+    heights = [round(b.get_height(), 3) for b in costs.patches]  # type: ignore[attr-defined]
+    # stall (sync: its whole save), staging, background; per cell.
+    assert heights == [sync.save.mean_seconds if sync.save else 0.0, 0.25, 0.0, 0.0, 0.0, 1.5]
+    bars = [round(b.get_height(), 3) for b in overhead.patches]  # type: ignore[attr-defined]
+    assert bars == [0.0, 5.0]  # percent
+    assert [line.get_label() for line in overhead.get_lines()] == ["CheckFreq's 3.5%"]
+    assert [round(b.get_height(), 3) for b in steps.patches] == [0.0, 100.0, 0.0, 125.0]  # type: ignore[attr-defined]

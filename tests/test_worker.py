@@ -104,10 +104,42 @@ def test_async_save_reports_blocked_and_durable_times_and_keeps_checkpoints(
         assert all(b <= s for b, s in zip(save.blocked_seconds, save.seconds, strict=True))
     assert ", blocked " in ranks[0].stderr
     summary = _summary(config)
-    assert summary.save is not None and summary.save.blocked_mean_seconds is not None
+    assert summary.save is not None and summary.save.stall is not None
+    assert summary.save.background is not None
     for sample in range(3):
         names = objectio.list_names(config.checkpoint_id(sample))
         assert names == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+
+
+def test_the_process_checkpointer_saves_beside_training_and_is_stopped(
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # gcs: the writer's storage client cannot be pickled; the checkpointer process makes its own.
+    path, emulator_url = _storage("gcs", tmp_path, request, monkeypatch)
+    config = small_config(
+        path,
+        backend="gcs",
+        save_mode="process",
+        stager="default",
+        staging_shared_memory=True,
+        warmup_samples=0,
+        train_every=2,
+        train_matrix=64,
+    )
+    ranks = workers.run(config, tmp_path, emulator_url=emulator_url)
+    assert [w.proc.returncode for w in ranks] == [0, 0], workers.logs(ranks)
+    for w in ranks:
+        result = w.result
+        assert result.verified is True and result.save is not None and result.train is not None
+        assert result.save.blocked is not None and result.save.background is not None
+        assert result.train.stall.n == config.samples
+        # The checkpointer process ran, was measured, and was stopped with the rank.
+        assert result.checkpointer_peak_rss_bytes and result.peak_rss_bytes
+    summary = _summary(config)
+    assert summary.train is not None and summary.checkpointer_peak_rss_bytes is not None
+    assert summary.save is not None and summary.save.stall is not None
 
 
 def test_a_corrupted_shard_fails_verification_naming_tensor_and_rank(tmp_path: Path) -> None:

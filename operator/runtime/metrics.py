@@ -129,6 +129,41 @@ SLOWEST_RANK_KINDS = {
     "slowest_rank_sent_bytes": "sentBytes",
     "slowest_rank_received_bytes": "receivedBytes",
 }
+
+ASYNC_SECONDS = Gauge(
+    "ckptbench_benchmark_async_seconds",
+    "Async save, per rank then across ranks: the stall (the call until it returns), staging "
+    "(the copy, when apart from the call) and background (return until durable); statistic mean "
+    "(over ranks) or slowest_rank.",
+    (*_LABELS, "figure", "statistic"),
+    registry=REGISTRY,
+)
+TRAIN_SECONDS = Gauge(
+    "ckptbench_benchmark_train_seconds",
+    "The training step beside the saves: step (without checkpointing), step_in_flight (a save "
+    "uploading), and per interval wait (for the previous save) and stall (the slowest rank's).",
+    (*_LABELS, "figure"),
+    registry=REGISTRY,
+)
+CHECKPOINT_OVERHEAD = Gauge(
+    "ckptbench_benchmark_checkpoint_overhead_ratio",
+    "Overhead per checkpoint interval, (wait + stall + extra step time) / (K x step time): the "
+    "slowest rank's mean, the mean over ranks, the largest interval (CheckFreq's bar: 0.035).",
+    (*_LABELS, "statistic"),
+    registry=REGISTRY,
+)
+PEAK_RSS = Gauge(
+    "ckptbench_benchmark_peak_rss_bytes",
+    "The largest peak resident memory of a rank's process, or of its checkpointer process.",
+    (*_LABELS, "process"),
+    registry=REGISTRY,
+)
+# Status key of each async figure and training figure.
+ASYNC_FIGURES = {"stall": "stall", "staging": "staging", "background": "background"}
+ASYNC_STATISTICS = {"mean": "meanSeconds", "slowest_rank": "slowestRankSeconds"}
+TRAIN_FIGURES = {"step": "stepSeconds", "step_in_flight": "inFlightStepSeconds"}
+OVERHEADS = {"slowest_rank": "overhead", "rank_mean": "overheadRankMean", "max": "overheadMax"}
+PEAKS = {"rank": "peakRssBytes", "checkpointer": "checkpointerPeakRssBytes"}
 SWEEP_CELL_THROUGHPUT = Gauge(
     "ckptbench_sweep_cell_throughput_bytes_per_second",
     "Aggregate throughput of each succeeded cell of a sweep (its child benchmark's), to compare "
@@ -181,6 +216,10 @@ _BENCHMARK_GAUGES: tuple[Gauge, ...] = (
     PHASE_SECONDS,
     READ_AMPLIFICATION,
     RESOURCES,
+    ASYNC_SECONDS,
+    TRAIN_SECONDS,
+    CHECKPOINT_OVERHEAD,
+    PEAK_RSS,
 )
 # Which label values each benchmark has series under, so removal takes away exactly those.
 Key = tuple[str, str]  # (namespace, name) of a benchmark or a sweep
@@ -231,6 +270,10 @@ def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[st
                     values.append((gauge, (*base, operation, label), float(op[key])))
     values += _read_amplification(base, status)
     values += _resources(base, status)
+    values += _async_values(base, status) + _train_values(base, status)
+    for process, key in PEAKS.items():
+        if isinstance(status.get(key), int):
+            values.append((PEAK_RSS, (*base, process), float(status[key])))
     _publish(_series, (namespace, name), values)
 
 
@@ -259,6 +302,40 @@ def _resources(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Value]:
         for kind, key in kinds.items()
         if isinstance(values.get(key), int | float)
     ]
+
+
+def _number(mapping: Any, key: str) -> float | None:
+    if isinstance(mapping, Mapping) and isinstance(mapping.get(key), int | float):
+        return float(mapping[key])
+    return None
+
+
+def _async_values(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Value]:
+    save = status.get("save")
+    values: list[Value] = []
+    for label, key in ASYNC_FIGURES.items():
+        figure = save.get(key) if isinstance(save, Mapping) else None
+        for statistic, stat_key in ASYNC_STATISTICS.items():
+            if (value := _number(figure, stat_key)) is not None:
+                values.append((ASYNC_SECONDS, (*base, label, statistic), value))
+    return values
+
+
+def _train_values(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Value]:
+    train = status.get("train")
+    if not isinstance(train, Mapping):
+        return []
+    values: list[Value] = []
+    for label, key in TRAIN_FIGURES.items():
+        if (value := _number(train, key)) is not None:
+            values.append((TRAIN_SECONDS, (*base, label), value))
+    for label in ("wait", "stall"):
+        if (value := _number(train.get(label), "slowestRankSeconds")) is not None:
+            values.append((TRAIN_SECONDS, (*base, label), value))
+    for statistic, key in OVERHEADS.items():
+        if (value := _number(train, key)) is not None:
+            values.append((CHECKPOINT_OVERHEAD, (*base, statistic), value))
+    return values
 
 
 def remove_benchmark(namespace: str, name: str) -> None:

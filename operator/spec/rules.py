@@ -22,9 +22,20 @@ from ckptbench.operator.spec.names import (
     VOLUME_SOURCES,
 )
 from ckptbench.workload.contract import memory_plan, models, sizes
-from ckptbench.workload.contract.choices import MLPERF_CHECKPOINTS, Backend, Procedure, Strategy
+from ckptbench.workload.contract.choices import (
+    MLPERF_CHECKPOINTS,
+    Backend,
+    Procedure,
+    SaveMode,
+    Stager,
+    Strategy,
+)
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.settings import REFERENCE_LAYER_SIZE, REFERENCE_PADDING_SIZE
+from ckptbench.workload.contract.settings import (
+    NEEDS_CUDA,
+    REFERENCE_LAYER_SIZE,
+    REFERENCE_PADDING_SIZE,
+)
 
 
 class Spec(Protocol):
@@ -61,6 +72,20 @@ class Spec(Protocol):
     def sample_count(self) -> int | None: ...
     @property
     def warmup_samples(self) -> int | None: ...
+    @property
+    def async_save(self) -> bool: ...
+    @property
+    def save_mode(self) -> SaveMode | None: ...
+    @property
+    def stager(self) -> Stager: ...
+    @property
+    def staging_shared_memory(self) -> bool: ...
+    @property
+    def staging_async(self) -> bool: ...
+    @property
+    def staging_pinned_memory(self) -> bool: ...
+    @property
+    def staging_non_blocking_copy(self) -> bool: ...
     @property
     def backend(self) -> Backend: ...
     @property
@@ -166,6 +191,33 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "saveMode",
+        "!has(self.saveMode) || self.saveMode != 'sync' || !has(self.asyncSave) || !self.asyncSave",
+        "saveMode sync contradicts asyncSave (an async save): set one of them",
+        lambda s: s.save_mode is not SaveMode.SYNC or not s.async_save,
+    ),
+    Rule(
+        "stager",
+        "(!has(self.stagingSharedMemory) || !self.stagingSharedMemory) && "
+        "(!has(self.stagingAsync) || !self.stagingAsync) || "
+        "(has(self.stager) && self.stager == 'default')",
+        "stager must be default with stagingSharedMemory or stagingAsync: they are options of "
+        "DCP's DefaultStager",
+        lambda s: not (s.staging_shared_memory or s.staging_async) or s.stager is Stager.DEFAULT,
+    ),
+    Rule(
+        "stagingPinnedMemory",
+        "!has(self.stagingPinnedMemory) || !self.stagingPinnedMemory",
+        "stagingPinnedMemory is refused: " + NEEDS_CUDA["staging_pinned_memory"],
+        lambda s: not s.staging_pinned_memory,
+    ),
+    Rule(
+        "stagingNonBlockingCopy",
+        "!has(self.stagingNonBlockingCopy) || !self.stagingNonBlockingCopy",
+        "stagingNonBlockingCopy is refused: " + NEEDS_CUDA["staging_non_blocking_copy"],
+        lambda s: not s.staging_non_blocking_copy,
+    ),
+    Rule(
         "layers",
         "!has(self.layers) || has(self.model)",
         "layers needs model: it overrides a model preset's number of layers",
@@ -203,6 +255,14 @@ RULES: tuple[Rule, ...] = (
         "asyncSave cannot be true with strategy full: torch.save into a stream has no "
         "asynchronous form",
         lambda s: not (s.strategy is Strategy.FULL and s.async_save),
+    ),
+    Rule(
+        "saveMode",
+        "!has(self.strategy) || self.strategy != 'full' || !has(self.saveMode) || "
+        "self.saveMode == 'sync'",
+        "saveMode must be sync with strategy full: torch.save into a stream has no "
+        "asynchronous form",
+        lambda s: not (s.strategy is Strategy.FULL and s.save_mode not in (None, SaveMode.SYNC)),
     ),
     Rule(
         "loadShardOffset",

@@ -24,7 +24,9 @@ from ckptbench.workload.contract.results import (
     OpSummary,
     RankError,
     RankResources,
+    RankSpread,
     ResourceSummary,
+    TrainSummary,
 )
 
 # The status's names for two of OpSummary's fields, as the status has always written them.
@@ -87,6 +89,13 @@ CONDITIONS_LIST_MAP: JsonDict = {
 }
 
 
+
+class Spread(RankSpread):
+    """A per-rank figure of an async save or of the training step, across ranks."""
+
+    model_config = _config()
+
+
 class Operation(OpSummary):
     """One operation (save or load) over the timed samples; a collective lasts as long as its
     slowest rank, sample by sample, barrier to barrier."""
@@ -107,6 +116,30 @@ class Operation(OpSummary):
 
     throughput: str = Field(description="throughputBytesPerSecond for people (1024-based units).")
     slowest_rank_pod: str | None = Field(None, description="The slowest rank's pod.")
+    stall: Spread | None = Field(None, description="Async save: the call until it returns.")
+    staging: Spread | None = Field(
+        None, description="Async save with stagingAsync: the call until the copy is done."
+    )
+    background: Spread | None = Field(
+        None, description="Async save: the return until the upload is durable."
+    )
+
+
+class Training(TrainSummary):
+    """The training step beside the saves (trainEvery set)."""
+
+    model_config = _config()
+
+    wait: Spread = Field(description="Per interval: the wait for the previous save.")
+    stall: Spread = Field(description="Per interval: the save call until it returned.")
+
+    @classmethod
+    def of(cls, train: TrainSummary) -> Training:
+        return cls(**{**dict(train), "wait": spread(train.wait), "stall": spread(train.stall)})
+
+
+def spread(figure: RankSpread) -> Spread:
+    return Spread(**dict(figure))
 
 
 class RankResourcesEntry(RankResources):
@@ -195,6 +228,13 @@ class BenchmarkStatus(StatusModel):
         None,
         description="CPU seconds, peak RSS and storage traffic per rank, and the slowest "
         "rank's own.",
+    )
+    train: Training | None = Field(None, description="The training step beside the saves.")
+    peak_rss_bytes: int | None = Field(
+        None, description="The largest peak resident memory of a rank's process."
+    )
+    checkpointer_peak_rss_bytes: int | None = Field(
+        None, description="saveMode process: the largest peak of a rank's checkpointer process."
     )
     verified: bool | None = Field(None, description="Every loaded tensor matched (when verified).")
     procedure: str | None = Field(None, description="The procedure that ran.")

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ckptbench.operator.spec.status_schema import Operation, PodFailure, RankErrorEntry
+from ckptbench.operator.spec.status_schema import (
+    Operation,
+    PodFailure,
+    RankErrorEntry,
+    spread,
+)
 from ckptbench.operator.status.pods import Reports, excerpt
 from ckptbench.workload.contract import figures, sizes
 from ckptbench.workload.contract.results import OpSummary, RankResult, RunSummary
@@ -23,8 +28,13 @@ def slowest_rank(results: Sequence[RankResult]) -> int | None:
 
 def operation(op: OpSummary, result_pods: Mapping[int, str]) -> Operation:
     """One operation's summary in status form: bounded lists only (samples, at most 64 ranks)."""
+    spreads = {
+        name: spread(figure)
+        for name in ("stall", "staging", "background")
+        if (figure := getattr(op, name)) is not None
+    }
     return Operation(
-        **dict(op),
+        **{**dict(op), **spreads},
         throughput=sizes.format_bytes(op.throughput_bytes_per_second) + "/s",
         slowest_rank_pod=result_pods.get(op.slowest_rank),
     )

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from ckptbench.operator.spec.status_schema import BenchmarkStatus, Resources
+from ckptbench.operator.spec.status_schema import BenchmarkStatus, Resources, Training
 from ckptbench.operator.status import conditions as cond
 from ckptbench.operator.status.aggregate import (
     LISTED,
@@ -165,6 +165,9 @@ def compute_status(
         resources=(
             Resources.model_validate(summary.resources.model_dump()) if summary.resources else None
         ),
+        train=Training.of(summary.train) if summary.train is not None else None,
+        peak_rss_bytes=summary.peak_rss_bytes,
+        checkpointer_peak_rss_bytes=summary.checkpointer_peak_rss_bytes,
         verified=summary.verified,
         procedure=summary.procedure.value if reported else None,
         cache=summary.cache.value if reported and summary.cache is not None else None,

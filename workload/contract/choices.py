@@ -1,5 +1,5 @@
-"""The named choices a benchmark makes (backend, procedure, collector, upload scheme, page cache),
-and the sample counts each procedure runs when none are given.
+"""The named choices a benchmark makes (backend, procedure, collector, upload scheme, page cache,
+save mode, stager), and the sample counts each procedure runs when none are given.
 
 The values settings take and results report: the declarations (``settings.py``), the results
 (``results.py``) and the storage backends all name them.
@@ -100,6 +100,27 @@ class UploadScheme(enum.StrEnum):
         if self is not UploadScheme.AUTO:
             return self
         return UploadScheme.COMPOSE if emulator_host else UploadScheme.MULTIPART
+
+
+class SaveMode(enum.StrEnum):
+    """How a save runs (docs/measurement.md, "Async saves")."""
+
+    SYNC = "sync"  # dcp.save: the caller waits until the checkpoint is durable
+    THREAD = "thread"  # dcp.async_save with DCP's thread checkpointer (the upload on a thread)
+    PROCESS = "process"  # dcp.async_save with DCP's process checkpointer (a second process)
+
+    @property
+    def is_async(self) -> bool:
+        return self is not SaveMode.SYNC
+
+
+class Stager(enum.StrEnum):
+    """What copies the shard before an async save uploads it (DCP's AsyncStager)."""
+
+    # DCP's BlockingAsyncStager, as the storage writer provides it: the copy runs inside the call.
+    BLOCKING = "blocking"
+    # DCP's DefaultStager(StagingOptions(...)) with the staging options the settings choose.
+    DEFAULT = "default"
 
 
 def default_samples(procedure: Procedure) -> int:

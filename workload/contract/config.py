@@ -24,6 +24,8 @@ from ckptbench.workload.contract.choices import (
     Backend,
     CacheMode,
     Procedure,
+    SaveMode,
+    Stager,
     Strategy,
 )
 from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV, VERBOSE_LOGS_ENV
@@ -96,9 +98,10 @@ class WorkloadConfig(BenchmarkSettings):
                 f"padding_size: {self.padding_size} must be at least world_size {self.world_size}: "
                 "every rank must own at least one tensor"
             )
-        if self.strategy is Strategy.FULL and self.async_save:
+        if self.strategy is Strategy.FULL and self.saving is not SaveMode.SYNC:
+            field = "save_mode" if self.save_mode is not None else "async_save"
             raise ValueError(
-                "async_save: the full strategy saves with torch.save into a stream, which has "
+                f"{field}: the full strategy saves with torch.save into a stream, which has "
                 "no asynchronous form; use strategy sharded or replicated"
             )
         scheme = self.backend.scheme
@@ -117,6 +120,7 @@ class WorkloadConfig(BenchmarkSettings):
             )
         if scheme and not self.checkpoint_path[len(scheme) :].split("/")[0]:
             raise ValueError(f"checkpoint_path: no bucket in {self.checkpoint_path!r}")
+        self._check_saving()
         if self.procedure is not Procedure.CKPTBENCH and self.warmups:
             raise ValueError(
                 f"warmup_samples: the {self.procedure.value} procedure runs no warm-up; "
@@ -140,6 +144,16 @@ class WorkloadConfig(BenchmarkSettings):
         if self.load_rank == self.rank:
             return self
         return self.model_copy(update={"rank": self.load_rank})
+    def _check_saving(self) -> None:
+        if self.async_save and self.save_mode is SaveMode.SYNC:
+            raise ValueError(
+                "save_mode: sync contradicts async_save (an async save); set one of them"
+            )
+        options = [n for n in ("staging_shared_memory", "staging_async") if getattr(self, n)]
+        if options and self.stager is not Stager.DEFAULT:
+            raise ValueError(
+                f"{options[0]}: an option of DCP's DefaultStager; set stager to default"
+            )
 
     def _check_model(self) -> None:
         if self.strategy is not Strategy.SHARDED:

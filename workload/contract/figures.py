@@ -33,7 +33,9 @@ from ckptbench.workload.contract.results import (
     RankError,
     RankResult,
     ResourceSummary,
+    RankSpread,
     RunSummary,
+    TrainSummary,
 )
 from ckptbench.workload.contract.sizes import GIB
 
@@ -218,7 +220,6 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
     slowest = max(moving, key=lambda t: (t.timing.io.mean, -t.rank))
     rates = [rank_throughput(t) for t in moving]
     own = max(t.timing.planning.mean + t.timing.io.mean for t in timings)
-    blocked = [t.timing.blocked.mean for t in timings if t.timing.blocked]
     collected = [t.timing.gc.mean for t in timings if t.timing.gc]
     rank0 = next((t.timing.stats for t in timings if t.rank == 0), None)
     spans = span_seconds(timings)
@@ -251,7 +252,9 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
         rank0_mean_seconds=rank0.mean if rank0 else None,
         rank0_mean_seconds_ci=mean_interval(rank0),
         rank0_stdev_seconds=rank0.stdev if rank0 else None,
-        blocked_mean_seconds=max(blocked) if blocked else None,
+        stall=rank_spread(timings, "blocked"),
+        staging=rank_spread(timings, "staging"),
+        background=rank_spread(timings, "background"),
         span_mean_seconds=span_mean,
         span_mean_seconds_ci=span_ci,
         span_throughput_bytes_per_second=(
@@ -332,6 +335,71 @@ def category_figures(settings: Mapping[str, Any]) -> dict[str, Any]:
     return {"mlperf_category": found.label, "mlperf_open_reasons": found.reasons or None}
 
 
+
+def rank_spread(
+    timings: Sequence[RankOp], figure: Literal["blocked", "staging", "background"]
+) -> RankSpread | None:
+    """A per-rank figure of an async save (``blocked`` is the stall) across the ranks that timed
+    it. None when no rank timed it (a sync save; staging inside the call)."""
+    return spread_of([(t.rank, s) for t in timings if (s := getattr(t.timing, figure)) is not None])
+
+
+def spread_of(timed: Sequence[tuple[int, OpStats]]) -> RankSpread | None:
+    """Each rank's statistics of one figure, across ranks: mean over ranks of each rank's mean,
+    the slowest rank and its mean, the largest sample. None when no rank has the figure."""
+    if not timed:
+        return None
+    # Ties go to the lower rank, as for the slowest I/O rank.
+    slowest, worst = max(timed, key=lambda rs: (rs[1].mean, -rs[0]))
+    means = [s.mean for _, s in timed]
+    return RankSpread(
+        mean_seconds=round(stats.mean(means), ROUND),
+        slowest_rank=slowest,
+        slowest_rank_seconds=worst.mean,
+        max_seconds=max(s.max for _, s in timed),
+        rank_seconds=means if len(timed) <= RANKS_LISTED else None,
+    )
+
+
+def summarize_train(results: Sequence[RankResult]) -> TrainSummary | None:
+    """The training step beside the saves, across the ranks that ran it."""
+    ranks = [(r.rank, r.train) for r in results if r.train is not None]
+    if not ranks:
+        return None
+    trains = [t for _, t in ranks]
+    flying = [t.in_flight_step.mean for t in trains if t.in_flight_step is not None]
+    wait = spread_of([(rank, t.wait) for rank, t in ranks])
+    stall = spread_of([(rank, t.stall) for rank, t in ranks])
+    if wait is None or stall is None:  # pragma: no cover - ranks is not empty
+        return None
+    slowest, worst = max(ranks, key=lambda rt: (rt[1].overhead.mean, -rt[0]))
+    return TrainSummary(
+        every=trains[0].every,
+        intervals=min(t.stall.n for t in trains),
+        matrix=max(t.matrix for t in trains),
+        step_threads=min(t.step_threads for t in trains),
+        cpus=min(t.cpus for t in trains),
+        step_seconds=round(stats.mean([t.step.p50 for t in trains]), ROUND),
+        in_flight_step_seconds=round(stats.mean(flying), ROUND) if flying else None,
+        in_flight_steps=sum(t.in_flight_steps for t in trains),
+        wait=wait,
+        stall=stall,
+        overhead=worst.overhead.mean,
+        overhead_slowest_rank=slowest,
+        overhead_rank_mean=round(stats.mean([t.overhead.mean for t in trains]), ROUND),
+        overhead_max=max(t.overhead.max for t in trains),
+    )
+
+
+def peak_rss(results: Sequence[RankResult]) -> tuple[int | None, int | None]:
+    """The largest peak resident memory of a rank's process, and of its checkpointer process."""
+    ranks = [r.peak_rss_bytes for r in results if r.peak_rss_bytes is not None]
+    checkpointers = [
+        r.checkpointer_peak_rss_bytes for r in results if r.checkpointer_peak_rss_bytes is not None
+    ]
+    return (max(ranks) if ranks else None, max(checkpointers) if checkpointers else None)
+
+
 def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) -> RunSummary:
     """Aggregate the ranks' results into the run's summary."""
     by_rank = {r.rank: r for r in results if 0 <= r.rank < world_size}
@@ -351,6 +419,7 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
     load = with_parity_figures(summarize_op(loads, total_bytes), loads)
     delete = summarize_op(rank_ops(ordered, "delete"), total_bytes)
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
+    rss, checkpointer_rss = peak_rss(ordered)
     return RunSummary(
         world_size=world_size,
         ranks_reported=len(ordered),
@@ -364,6 +433,9 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
         delete=delete,
         verified=verified,
         resources=resource_summary(ordered),
+        train=summarize_train(ordered),
+        peak_rss_bytes=rss,
+        checkpointer_peak_rss_bytes=checkpointer_rss,
         errors=errors[:_ERRORS_LISTED],
         error_count=len(errors),
         procedure=procedure,

@@ -28,7 +28,16 @@ this; docs/measurement.md has the figures):
   two of the largest tensors below 32 MiB stay resident after being freed. ``gcs`` reads into the
   template and writes from the tensors, so it frees no item-sized blocks.
 
-peak = baseline + slack + max(state + save phase, template + load phase).
+- **checkpointer process** (``save_mode`` process): DCP's second process per rank, alive from
+  the first save to the end of the run, in the same container: its own interpreter, torch, DCP,
+  storage client and gloo (the backend's baseline) and the backend's write buffers. The staged
+  copy reaches it through shared memory, the same pages as the rank's staging copy, counted once
+  (there). Unless staging already went to shared memory (``staging_shared_memory``), the rank
+  moves each staged tensor into shared memory as it sends it: one more copy of the largest item.
+- **training step** (``train_every``): its three ``(N, N)`` float32 matrices.
+
+peak = baseline + slack + training + checkpointer + max(state + save phase, template + load
+phase).
 
 It holds for the allocator setting the rank runs with (``rank/memory.py``): glibc's defaults with
 freed memory trimmed once a saved shard is dropped (ckptbench and mlperf procedures). Without the
@@ -41,9 +50,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ckptbench.workload.contract import models, sizes
-from ckptbench.workload.contract.choices import Backend, Strategy
+from ckptbench.workload.contract.choices import Backend, SaveMode, Strategy
 from ckptbench.workload.contract.quantity import quantity
-from ckptbench.workload.contract.settings import BenchmarkSettings
+from ckptbench.workload.contract.settings import TRAIN_TARGET_MATRIX_MAX, BenchmarkSettings
 from ckptbench.workload.contract.sizes import format_bytes
 
 MIB = 1024**2
@@ -82,6 +91,7 @@ READ_COPIES = 2
 HEAP_BLOCK_MAX_BYTES = 32 * MIB
 # glibc's dynamic trim threshold: twice the (dynamic) mmap threshold.
 TRIM_THRESHOLD_BLOCKS = 2
+TRAIN_MATRICES = 3  # the training step's a, b and out
 
 
 @dataclass(frozen=True)
@@ -99,6 +109,9 @@ class RankLoad:
     heap_item_bytes: int = 0  # the largest of those tensors
     threads: int = 8  # gcs transfer threads
     part_size_bytes: int = 32 * MIB  # gcs upload part size
+    save_mode: SaveMode | None = None  # None: thread with async_save, sync otherwise
+    staged_in_shared_memory: bool = False  # DefaultStager with staging_shared_memory
+    train_bytes: int = 0  # the training step's matrices
 
 
 @dataclass(frozen=True)
@@ -111,16 +124,23 @@ class MemoryEstimate:
     metadata_bytes: int = 0  # the .metadata every rank reads on load
     deep_copy_bytes: int = 0  # async save of DTensors: what DCP's deep copies leave behind
     slack_bytes: int = 0  # free heap glibc keeps below its trim threshold
+    checkpointer_bytes: int = 0  # save_mode process: the second process per rank
+    train_bytes: int = 0  # the training step's matrices
+
+    @property
+    def _always_bytes(self) -> int:
+        extra = self.checkpointer_bytes + self.train_bytes
+        return self.baseline_bytes + self.slack_bytes + self.shard_bytes + extra
 
     @property
     def save_peak_bytes(self) -> int:
         held = self.staging_bytes + self.deep_copy_bytes + self.save_buffer_bytes
-        return self.baseline_bytes + self.slack_bytes + self.shard_bytes + held
+        return self._always_bytes + held
 
     @property
     def load_peak_bytes(self) -> int:
         held = self.load_buffer_bytes + self.metadata_bytes
-        return self.baseline_bytes + self.slack_bytes + self.shard_bytes + held
+        return self._always_bytes + held
 
     @property
     def peak_bytes(self) -> int:
@@ -136,11 +156,16 @@ class MemoryEstimate:
         load = [f"read buffers {format_bytes(self.load_buffer_bytes)}"]
         if self.metadata_bytes:
             load.append(f".metadata {format_bytes(self.metadata_bytes)}")
+        beside = ""
+        if self.checkpointer_bytes:
+            beside += f" + checkpointer process {format_bytes(self.checkpointer_bytes)}"
+        if self.train_bytes:
+            beside += f" + training step {format_bytes(self.train_bytes)}"
         return (
             f"shard or load template {format_bytes(self.shard_bytes)} + the larger of saving "
             f"({' + '.join(save)}) and loading ({' + '.join(load)}) + allocator slack "
             f"{format_bytes(self.slack_bytes)} + baseline {format_bytes(self.baseline_bytes)} "
-            "(interpreter, torch, storage client)"
+            f"(interpreter, torch, storage client){beside}"
         )
 
 
@@ -171,6 +196,9 @@ def rank_load(config: BenchmarkSettings) -> RankLoad:
         shard_bytes=largest,
         largest_item_bytes=item,
         async_save=config.async_save,
+        save_mode=config.saving,
+        staged_in_shared_memory=config.staging_shared_memory,
+        train_bytes=train_bytes(config),
         metadata_bytes=metadata,
         model=spec is not None,
         copied_bytes=copied_bytes(tensors),
@@ -179,6 +207,30 @@ def rank_load(config: BenchmarkSettings) -> RankLoad:
         threads=config.threads,
         part_size_bytes=config.part_size_bytes,
     )
+
+
+def train_bytes(config: BenchmarkSettings) -> int:
+    """The training step's matrices: a, b and out, (N, N) float32 each. A step-time target's N
+    is found on the node; the largest N it may choose is counted."""
+    if config.train_every is None:
+        return 0
+    side = config.train_matrix if config.train_step_ms is None else TRAIN_TARGET_MATRIX_MAX
+    return TRAIN_MATRICES * side * side * sizes.FLOAT32_BYTES
+
+
+def saving_mode(load: RankLoad) -> SaveMode:
+    if load.save_mode is not None:
+        return load.save_mode
+    return SaveMode.THREAD if load.async_save else SaveMode.SYNC
+
+
+def checkpointer_bytes(load: RankLoad) -> int:
+    """DCP's process checkpointer: a second interpreter with torch, DCP, the storage client and
+    gloo, plus the backend's write buffers; the staged shard it writes is shared memory already
+    counted in the rank's staging copy."""
+    if saving_mode(load) is not SaveMode.PROCESS:
+        return 0
+    return BASELINE_BYTES[load.backend] + save_buffer_bytes(load)
 
 
 def copied_bytes(tensor_sizes: list[int]) -> int:
@@ -207,7 +259,7 @@ def deep_copy_bytes(load: RankLoad) -> int:
     included, before it swaps in a fresh local tensor. Copies too big for the heap are unmapped
     when freed; those from the heap stay resident (measured: 200 MiB of 4 MiB DTensors staged
     with collection off held 434 MiB, of 64 MiB ones 258 MiB)."""
-    if not (load.async_save and load.model):
+    if not (saving_mode(load).is_async and load.model):
         return 0
     return load.heap_bytes
 
@@ -254,12 +306,25 @@ def load_buffer_bytes(load: RankLoad) -> int:
     return READ_COPIES * load.largest_item_bytes
 
 
+def staging_bytes(load: RankLoad) -> int:
+    """An async save's staging copy of the shard; with the process checkpointer and a copy not
+    staged into shared memory, each tensor is moved there as it is sent: one more item."""
+    mode = saving_mode(load)
+    if not mode.is_async:
+        return 0
+    if mode is SaveMode.PROCESS and not load.staged_in_shared_memory:
+        return load.shard_bytes + load.largest_item_bytes
+    return load.shard_bytes
+
+
 def estimate(load: RankLoad) -> MemoryEstimate:
     baseline = BASELINE_BYTES[load.backend] + (MODEL_RUNTIME_BYTES if load.model else 0)
     return MemoryEstimate(
         baseline_bytes=baseline,
         shard_bytes=load.shard_bytes,
-        staging_bytes=load.shard_bytes if load.async_save else 0,
+        staging_bytes=staging_bytes(load),
+        checkpointer_bytes=checkpointer_bytes(load),
+        train_bytes=load.train_bytes,
         deep_copy_bytes=deep_copy_bytes(load),
         slack_bytes=slack_bytes(load),
         save_buffer_bytes=save_buffer_bytes(load),

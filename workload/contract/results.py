@@ -76,9 +76,11 @@ class OpTiming(BaseModel):
     I/O (``write_data``/``read_data`` until their futures complete, plus ``finish``, the
     ``.metadata`` write, on the coordinator), ``planning`` runs from DCP's first storage call to
     the start of data I/O (it includes exchanging plans). For an async save, ``seconds`` runs until
-    the checkpoint is durable and ``blocked`` is how long the caller was blocked (which includes
-    DCP's staging copy of the shard). ``started_at``/``ended_at`` are each sample's wall-clock
-    start and end on this rank (Unix seconds), for the mlperf procedure's durations. ``gc`` is
+    the checkpoint is durable, ``blocked`` is the stall (the call until it returns, which includes
+    the staging copy when the stager copies inside the call), ``staging`` the copy when it runs
+    apart from the call, and ``background`` the return until the upload is durable.
+    ``started_at``/``ended_at`` are each sample's wall-clock start and end on this rank (Unix
+    seconds), for the mlperf procedure's durations. ``gc`` is
     the time automatic garbage collections took inside the operation on this rank (absent when
     none ran: the ``manual`` garbage collection setting keeps them out).
     """
@@ -90,12 +92,16 @@ class OpTiming(BaseModel):
     planning: OpStats
     finish: OpStats | None = None
     blocked: OpStats | None = None
+    staging: OpStats | None = None
+    background: OpStats | None = None
     gc: OpStats | None = None
     seconds: SecondsList | None = None
     io_seconds: SecondsList | None = None
     planning_seconds: SecondsList | None = None
     finish_seconds: SecondsList | None = None
     blocked_seconds: SecondsList | None = None
+    staging_seconds: SecondsList | None = None
+    background_seconds: SecondsList | None = None
     gc_seconds: SecondsList | None = None
     started_at: Annotated[list[Timestamp], Field(max_length=MAX_SAMPLES_LISTED)] | None = None
     ended_at: Annotated[list[Timestamp], Field(max_length=MAX_SAMPLES_LISTED)] | None = None
@@ -113,6 +119,8 @@ class OpTiming(BaseModel):
         *,
         finish_seconds: Sequence[float] | None = None,
         blocked_seconds: Sequence[float] | None = None,
+        staging_seconds: Sequence[float] | None = None,
+        background_seconds: Sequence[float] | None = None,
         gc_seconds: Sequence[float] | None = None,
         started_at: Sequence[float] | None = None,
         ended_at: Sequence[float] | None = None,
@@ -128,12 +136,16 @@ class OpTiming(BaseModel):
             planning=OpStats.of(planning),
             finish=OpStats.of(finish) if finish else None,
             blocked=OpStats.of(blocked_seconds) if blocked_seconds else None,
+            staging=OpStats.of(staging_seconds) if staging_seconds else None,
+            background=OpStats.of(background_seconds) if background_seconds else None,
             gc=OpStats.of(collected) if collected else None,
             seconds=_rounded(seconds),
             io_seconds=_rounded(io_seconds),
             planning_seconds=_rounded(planning),
             finish_seconds=_rounded(finish) if finish else None,
             blocked_seconds=_rounded(blocked_seconds) if blocked_seconds else None,
+            staging_seconds=_rounded(staging_seconds) if staging_seconds else None,
+            background_seconds=_rounded(background_seconds) if background_seconds else None,
             gc_seconds=_rounded(collected) if collected else None,
             started_at=_rounded(started_at) if started_at else None,
             ended_at=_rounded(ended_at) if ended_at else None,
@@ -151,6 +163,8 @@ _SAMPLE_LISTS = (
     "planning_seconds",
     "finish_seconds",
     "blocked_seconds",
+    "staging_seconds",
+    "background_seconds",
     "gc_seconds",
     "started_at",
     "ended_at",
@@ -169,6 +183,29 @@ class RankResources(BaseModel):
     received_bytes: Bytes = Field(description="Bytes received from storage (every read).")
     node_memory_bytes: Bytes | None = Field(
         None, description="The node's RAM (its page cache is the node's): MLPerf's 3 x RAM rule."
+    )
+
+
+class TrainTiming(BaseModel):
+    """One rank's training step beside its saves (``train_every`` set; docs/measurement.md,
+    "A training step beside the saves"). Step statistics are in seconds; ``overhead`` is a
+    fraction of the interval's baseline compute, per checkpoint interval."""
+
+    model_config = ConfigDict(frozen=True)
+
+    every: Count = Field(description="K: steps per checkpoint interval.")
+    matrix: Count = Field(description="The step's (N, N) float32 matrix side.")
+    step_threads: Count = Field(description="torch's intra-op threads the step ran on.")
+    cpus: Count = Field(description="CPUs this rank's process may run on (step and upload).")
+    step: OpStats = Field(description="Baseline steps: no checkpoint anywhere.")
+    in_flight_step: OpStats | None = Field(
+        None, description="Steps that began while this rank's save was still uploading."
+    )
+    in_flight_steps: Count = 0
+    wait: OpStats = Field(description="Per interval: the wait for the previous save.")
+    stall: OpStats = Field(description="Per interval: the save call until it returned.")
+    overhead: OpStats = Field(
+        description="Per interval: (wait + stall + extra step time) / (K x baseline median)."
     )
 
 
@@ -195,6 +232,13 @@ class RankResult(BaseModel):
         None,
         description="Deleting each timed sample's checkpoint: its own objects (io) and, on rank "
         "0, the sweep of what is left (finish). None when checkpoints are kept.",
+    )
+    train: TrainTiming | None = None
+    peak_rss_bytes: Bytes | None = Field(
+        None, description="This rank's process's peak resident memory (VmHWM)."
+    )
+    checkpointer_peak_rss_bytes: Bytes | None = Field(
+        None, description="save_mode process: the checkpointer process's peak resident memory."
     )
     verified: bool | None = Field(None, description="Every load verified; None when not checked.")
     resources: RankResources | None = Field(
@@ -276,6 +320,22 @@ class Interval(BaseModel):
     high: float | None = Field(None, description="Upper bound; absent: unbounded above.")
 
 
+
+class RankSpread(BaseModel):
+    """One per-rank figure of an operation across the ranks that timed it: each rank's mean over
+    its samples, summarised as the per-rank I/O figures are (docs/measurement.md)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mean_seconds: float = Field(description="Mean over ranks of each rank's mean.")
+    slowest_rank: int = Field(description="The rank with the largest mean.")
+    slowest_rank_seconds: float = Field(description="The slowest rank's mean.")
+    max_seconds: float = Field(description="The largest single sample on any rank.")
+    rank_seconds: list[float] | None = Field(
+        None, description=f"Each rank's mean, by rank (up to {RANKS_LISTED} ranks)."
+    )
+
+
 class OpSummary(BaseModel):
     """One operation across all ranks, in the reference's terms and MLPerf Storage's.
 
@@ -347,8 +407,18 @@ class OpSummary(BaseModel):
     rank0_stdev_seconds: float | None = Field(
         None, description="Rank 0's sample stdev (n-1) of its barrier-to-barrier seconds."
     )
-    blocked_mean_seconds: float | None = Field(
-        None, description="Async save: mean time the caller was blocked (includes staging)."
+    stall: RankSpread | None = Field(
+        None,
+        description="Async save: the stall, the call until it returns (the staging copy "
+        "included when the stager copies inside the call).",
+    )
+    staging: RankSpread | None = Field(
+        None,
+        description="Async save: the call until the staging copy is done, when it runs apart "
+        "from the call (stagingAsync).",
+    )
+    background: RankSpread | None = Field(
+        None, description="Async save: the return until the upload is durable, its result checked."
     )
     span_mean_seconds: float | None = Field(
         None,
@@ -409,6 +479,37 @@ class ResourceSummary(BaseModel):
     )
 
 
+
+class TrainSummary(BaseModel):
+    """The training step beside the saves, across ranks (docs/measurement.md). A training job
+    runs at the pace of its slowest rank: the overhead that counts is the slowest rank's."""
+
+    model_config = ConfigDict(frozen=True)
+
+    every: int = Field(description="K: steps per checkpoint interval.")
+    intervals: int = Field(description="Checkpoint intervals run (each rank).")
+    matrix: int = Field(description="The step's matrix side (the largest over ranks).")
+    step_threads: int = Field(description="torch intra-op threads of the step (fewest over ranks).")
+    cpus: int = Field(description="CPUs a rank's process may run on (fewest over ranks).")
+    step_seconds: float = Field(
+        description="Step time without checkpointing: mean over ranks of each rank's median."
+    )
+    in_flight_step_seconds: float | None = Field(
+        None,
+        description="Step time while a save is in flight: mean over ranks of each rank's mean.",
+    )
+    in_flight_steps: int = Field(0, description="Steps that ran with a save in flight, all ranks.")
+    wait: RankSpread = Field(description="Per interval: the wait for the previous save.")
+    stall: RankSpread = Field(description="Per interval: the save call until it returned.")
+    overhead: float = Field(
+        description="Overhead per checkpoint interval, the slowest rank's mean: (wait + stall + "
+        "extra step time) / (K x step time). A fraction (CheckFreq's bar: 0.035)."
+    )
+    overhead_slowest_rank: int = Field(description="The rank with the largest mean overhead.")
+    overhead_rank_mean: float = Field(description="Mean over ranks of each rank's mean overhead.")
+    overhead_max: float = Field(description="The largest overhead of one interval on any rank.")
+
+
 class RankError(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -446,6 +547,17 @@ class RunSummary(BaseModel):
     verified: bool | None = Field(None, description="Every rank verified every load.")
     resources: ResourceSummary | None = Field(
         None, description="CPU, peak RSS and storage traffic per rank (absent: none reported)."
+    )
+    train: TrainSummary | None = Field(
+        None, description="The training step beside the saves (trainEvery set)."
+    )
+    peak_rss_bytes: int | None = Field(
+        None, description="The largest peak resident memory of a rank's process."
+    )
+    checkpointer_peak_rss_bytes: int | None = Field(
+        None,
+        description="saveMode process: the largest peak resident memory of a rank's "
+        "checkpointer process.",
     )
     errors: list[RankError] = Field(default_factory=list, description="At most the first 10.")
     error_count: int = 0

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
 from ckptbench.workload.contract import models, sizes
@@ -27,6 +27,8 @@ from ckptbench.workload.contract.choices import (
     Procedure,
     S3PrefixStrategy,
     S3Reader,
+    SaveMode,
+    Stager,
     Strategy,
     UploadScheme,
     default_samples,
@@ -38,6 +40,10 @@ MAX_WORLD_SIZE = 10_000  # rank hostnames stay DNS labels (see operator/spec/nam
 MAX_CHECKPOINTS_SAMPLES = 1000
 REFERENCE_LAYER_SIZE = 100_000  # the reference's published table
 REFERENCE_PADDING_SIZE = 196
+TRAIN_MATRIX_MIN, TRAIN_MATRIX_MAX = 16, 16_384
+# The largest side a step-time target may choose (3 matrices, 192 MiB): seconds per step on one
+# CPU core already, and what the memory plan counts for a target.
+TRAIN_TARGET_MATRIX_MAX = 4096
 # S3's bucket names: 3 to 63 lowercase letters, digits, dots and dashes, starting and ending with
 # a letter or digit (S3's rules; the ones a pattern cannot say are checked in s3_bucket_problem).
 S3_BUCKET_PATTERN = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
@@ -68,6 +74,14 @@ def s3_bucket_problem(bucket: str) -> str | None:
     if bucket.startswith(("xn--", "sthree-")) or bucket.endswith(("-s3alias", "--ol-s3")):
         return f"{bucket!r} is not a bucket name: S3 reserves that prefix or suffix"
     return None
+
+# Staging options a CPU node cannot honour, and why (refused by name, never dropped).
+NEEDS_CUDA = {
+    "staging_pinned_memory": "pinned memory (StagingOptions.use_pinned_memory) needs a CUDA "
+    "runtime; ckptbench's ranks run torch's CPU build on CPU nodes",
+    "staging_non_blocking_copy": "a non-blocking copy (StagingOptions.use_non_blocking_copy) "
+    "needs an accelerator, which CPU nodes do not have (DCP's DefaultStager asserts one)",
+}
 
 
 # -- what each declaration carries beside pydantic's field ---------------------------------------
@@ -269,6 +283,70 @@ class BenchmarkSettings(BaseModel):
         description="Save with dcp.async_save: time blocked (including DCP's staging copy, a "
         "second full shard in memory until the upload completes) and time until durable are "
         "reported separately.",
+    )
+    save_mode: Annotated[SaveMode | None, Setting(axis=True, metavar="MODE")] = _choice(
+        None,
+        "How a save runs: sync (dcp.save: the caller waits until the checkpoint is durable), "
+        "thread (dcp.async_save with DCP's thread checkpointer: the upload runs on a thread of "
+        "the rank's process) or process (DCP's process checkpointer: the upload runs in a second "
+        "process per rank, which holds its own interpreter and torch). Default: thread with "
+        "asyncSave, sync otherwise. An async save reports the stall (the caller blocked), the "
+        "staging copy when it runs apart from the call, and the background time until durable.",
+    )
+    stager: Annotated[Stager, Setting(axis=True, metavar="NAME")] = _choice(
+        Stager.BLOCKING,
+        "Async saves: what copies the shard before the upload: blocking (DCP's "
+        "BlockingAsyncStager as the storage writer provides it: the copy is inside the call) or "
+        "default (DCP's DefaultStager with the staging options stagingSharedMemory and "
+        "stagingAsync).",
+    )
+    staging_shared_memory: Annotated[bool, Setting(axis=True)] = Field(
+        False,
+        description="Stager default: stage into shared memory (StagingOptions.use_shared_memory), "
+        "so the process checkpointer receives the copy without pickling it again.",
+    )
+    staging_async: Annotated[bool, Setting(axis=True)] = Field(
+        False,
+        description="Stager default: copy on DCP's staging thread (StagingOptions."
+        "use_async_staging): the call returns before the copy is done, and the staging time is "
+        "reported apart from the stall.",
+    )
+    staging_pinned_memory: Annotated[bool, Setting()] = Field(
+        False,
+        description="Stager default: StagingOptions.use_pinned_memory. Refused: pinned memory "
+        "needs a CUDA runtime, and ckptbench's ranks run torch's CPU build on CPU nodes.",
+    )
+    staging_non_blocking_copy: Annotated[bool, Setting()] = Field(
+        False,
+        description="Stager default: StagingOptions.use_non_blocking_copy. Refused: a "
+        "non-blocking copy needs an accelerator (DCP asserts one), which CPU nodes do not have.",
+    )
+    train_every: Annotated[int | None, Setting(unit="steps", axis=True, metavar="K")] = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="Run a training step beside the saves: after the timed samples, each rank "
+        "runs sampleCount checkpoint intervals of K compute steps, saving (with saveMode) at the "
+        "start of each and waiting for the previous save first, as DCP's async tutorial does; "
+        "step times without a save and with one in flight, the wait for the previous save and "
+        "the overhead per interval are reported. Default: no training step.",
+    )
+    train_matrix: Annotated[int, Setting(unit="rows", axis=True, metavar="N")] = Field(
+        1024,
+        ge=TRAIN_MATRIX_MIN,
+        le=TRAIN_MATRIX_MAX,
+        description="The training step: one (N, N) float32 matrix product per step, on the "
+        "rank's own process and threads.",
+    )
+    train_step_ms: Annotated[int | None, Setting(unit="milliseconds", axis=True, metavar="MS")] = (
+        Field(
+            None,
+            ge=1,
+            le=60_000,
+            description="The training step: aim for this step time in milliseconds instead of "
+            "trainMatrix (the rank finds the matrix side, untimed, before the baseline steps; "
+            f"at most {TRAIN_TARGET_MATRIX_MAX}).",
+        )
     )
     verify: Annotated[bool, Setting(flag="--no-verify")] = Field(
         True, description="Verify the content of every loaded tensor."
@@ -483,7 +561,24 @@ class BenchmarkSettings(BaseModel):
             "without whitespace"
         )
 
+    @field_validator("staging_pinned_memory", "staging_non_blocking_copy")
+    @classmethod
+    def _needs_an_accelerator(cls, value: bool, info: ValidationInfo) -> bool:
+        # Refused up front: DCP's DefaultStager would fail in the first save (non-blocking copy
+        # asserts an accelerator) or pin nothing useful, and a silently dropped option would
+        # make the result say a stager ran that did not.
+        if value:
+            raise ValueError(NEEDS_CUDA[info.field_name or ""])
+        return value
+
     # -- what follows from them ------------------------------------------------------------------
+
+    @property
+    def saving(self) -> SaveMode:
+        """save_mode, or what async_save means when it is not set (thread, as before)."""
+        if self.save_mode is not None:
+            return self.save_mode
+        return SaveMode.THREAD if self.async_save else SaveMode.SYNC
 
     @property
     def samples(self) -> int:
@@ -528,6 +623,7 @@ class BenchmarkSettings(BaseModel):
         out = self.model_dump(mode="json", include=set(_declared_names()))
         out["sample_count"] = self.samples
         out["warmup_samples"] = self.warmups
+        out["save_mode"] = self.saving.value
         return {d.name: out[d.name] for d in declared() if d.setting.acts_in(self)}
 
 

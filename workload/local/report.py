@@ -22,7 +22,14 @@ from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import Interval, OpSummary, ResourceSummary, RunSummary
+from ckptbench.workload.contract.results import (
+    Interval,
+    OpSummary,
+    RankSpread,
+    ResourceSummary,
+    RunSummary,
+    TrainSummary,
+)
 from ckptbench.workload.contract.sizes import GIB
 
 MIB = 1024**2
@@ -229,13 +236,99 @@ def _resharded(s: RunSummary) -> bool:
     return s.load_shard_bytes is not None and s.load_shard_bytes != s.shard_bytes
 
 
-def _blocked_row() -> Row:
-    return Row(
-        "save blocked mean (s)",
-        _op("save", lambda o: o.blocked_mean_seconds),
-        fmt_seconds,
-        ratio=True,
-    )
+ASYNC_FIGURES = ("stall", "staging", "background")
+
+
+def _spread(name: str, get: Callable[[RankSpread], float]) -> Callable[[RunSummary], float | None]:
+    def value(s: RunSummary) -> float | None:
+        spread: RankSpread | None = getattr(s.save, name) if s.save is not None else None
+        return None if spread is None else get(spread)
+
+    return value
+
+
+def _async_rows(runs: Sequence[RunSummary]) -> list[Row]:
+    """An async save's stall, staging and background rows, for the figures some run measured."""
+    rows = []
+    for name in ASYNC_FIGURES:
+        if not any(s.save is not None and getattr(s.save, name) is not None for s in runs):
+            continue
+        rows += [
+            Row(
+                f"save {name} mean (s)",
+                _spread(name, lambda r: r.mean_seconds),
+                fmt_seconds,
+                ratio=True,
+            ),
+            Row(
+                f"save {name} slowest rank (s)",
+                _spread(name, lambda r: r.slowest_rank_seconds),
+                fmt_seconds,
+            ),
+        ]
+    return rows
+
+
+def _train(get: Callable[[TrainSummary], float | int | None]) -> Callable[[RunSummary], Any]:
+    return lambda s: None if s.train is None else get(s.train)
+
+
+def _cores(t: TrainSummary) -> str:
+    return f"{t.step_threads} of {t.cpus}"
+
+
+def _train_rows(runs: Sequence[RunSummary]) -> list[Row]:
+    """The training step beside the saves, for runs that ran it (docs/measurement.md)."""
+    if not any(s.train is not None for s in runs):
+        return []
+
+    def ms(x: float) -> str:
+        return f"{1000 * x:.2f}"
+
+    return [
+        Row("train steps per save (K)", _train(lambda t: t.every), fmt_int),
+        Row("train matrix side", _train(lambda t: t.matrix), fmt_int),
+        Row("train step threads of CPUs", lambda s: _cores(s.train) if s.train else None, str),
+        Row("train step (ms)", _train(lambda t: t.step_seconds), ms, ratio=True),
+        Row(
+            "train step, save in flight (ms)",
+            _train(lambda t: t.in_flight_step_seconds),
+            ms,
+            ratio=True,
+        ),
+        Row(
+            "train wait for previous (s)",
+            _train(lambda t: t.wait.slowest_rank_seconds),
+            fmt_seconds,
+        ),
+        Row(
+            "train stall (s)",
+            _train(lambda t: t.stall.slowest_rank_seconds),
+            fmt_seconds,
+            ratio=True,
+        ),
+        Row(
+            "train overhead per interval (%)",
+            _train(lambda t: t.overhead),
+            lambda x: f"{100 * x:.2f}",
+            ratio=True,
+        ),
+    ]
+
+
+def _memory_rows(runs: Sequence[RunSummary]) -> list[Row]:
+    rows = []
+    if any(s.peak_rss_bytes is not None for s in runs):
+        rows.append(Row("peak RSS, rank (MiB)", lambda s: s.peak_rss_bytes, fmt_in(MIB_UNIT, 0)))
+    if any(s.checkpointer_peak_rss_bytes is not None for s in runs):
+        rows.append(
+            Row(
+                "peak RSS, checkpointer (MiB)",
+                lambda s: s.checkpointer_peak_rss_bytes,
+                fmt_in(MIB_UNIT, 0),
+            )
+        )
+    return rows
 
 
 def _verified(s: RunSummary) -> str:
@@ -281,10 +374,8 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
             at = next(i for i, r in enumerate(op_rows) if r.label.endswith(" slowest rank"))
             op_rows[at + 1 : at + 1] = _rows(name, rate, [_LEFT_OUT_ROW])
         _add_p99(op_rows, name, runs, rate)
-        if name == "save" and any(
-            s.save is not None and s.save.blocked_mean_seconds is not None for s in runs
-        ):
-            op_rows.insert(2, _blocked_row())
+        if name == "save":
+            op_rows[2:2] = _async_rows(runs)
         if Procedure.REFERENCE in procedures:
             op_rows += _rows(name, rate, _REFERENCE_ROWS)
         if Procedure.MLPERF in procedures:
@@ -300,6 +391,7 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         rows.append(Row("MLPerf category", lambda s: s.mlperf_category, str))
     if any(s.ram_rule is not None for s in runs):
         rows.append(Row("3 x RAM rule", lambda s: s.ram_rule, str))
+    rows += _train_rows(runs) + _memory_rows(runs)
     rows += [Row("verified", _verified, str), Row("status", _status, str)]
     return rows
 

@@ -27,25 +27,21 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
-from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.contract.choices import CacheMode, Procedure, Strategy
+from ckptbench.workload.contract.choices import CacheMode, Procedure, SaveMode, Strategy
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results import OpTiming, RankResult
-from ckptbench.workload.rank import full, memory, resources, state
+from ckptbench.workload.contract.results import OpTiming, RankResult, TrainTiming
+from ckptbench.workload.rank import full, memory, resources, saving, state, training
 from ckptbench.workload.rank.collector import Collector
 from ckptbench.workload.rank.failures import (
-    AsyncSaveError,
     CheckpointFailure,
     PeerFailure,
     VerificationError,
@@ -65,7 +61,10 @@ class Op:
     phases: timing.Phases  # planning, I/O and finish, timed inside the storage layer
     started_at: float  # wall clock (Unix seconds), for spans across ranks
     ended_at: float
+    # An async save (saving.SaveTimes): the stall is the caller's blocked time.
     blocked_seconds: float | None = None
+    staging_seconds: float | None = None
+    background_seconds: float | None = None
     gc_seconds: float = 0.0  # automatic garbage collections inside the operation
 
 
@@ -81,12 +80,16 @@ class Series:
         blocked = [op.blocked_seconds for op in self.ops if op.blocked_seconds is not None]
         read = [op.phases.read_bytes for op in self.ops if op.phases.read_bytes is not None]
         needed = [op.phases.needed_bytes for op in self.ops if op.phases.needed_bytes is not None]
+        staging = [op.staging_seconds for op in self.ops if op.staging_seconds is not None]
+        background = [op.background_seconds for op in self.ops if op.background_seconds is not None]
         return OpTiming.of(
             [op.seconds for op in self.ops],
             [op.phases.own_io or 0.0 for op in self.ops],
             [op.phases.planning or 0.0 for op in self.ops],
             finish_seconds=[op.phases.finish for op in self.ops],
             blocked_seconds=blocked or None,
+            staging_seconds=staging or None,
+            background_seconds=background or None,
             gc_seconds=[op.gc_seconds for op in self.ops],
             started_at=[op.started_at for op in self.ops],
             ended_at=[op.ended_at for op in self.ops],
@@ -129,6 +132,8 @@ class _Loop:
         self.left_behind: str | None = None
         self.collector = Collector(config.garbage_collection)
         self.meter = resources.Meter()
+        self.saver: saving.Saver | None = None
+        self.train: TrainTiming | None = None
 
     # -- the procedures ----------------------------------------------------------------------------
 
@@ -136,12 +141,14 @@ class _Loop:
         config = self.config
         error: BaseException | None = None
         try:
-            if config.async_save and self.distributed:
-                # The async save's collectives run on a background thread; its own group keeps
-                # them from ever interleaving with this thread's barriers.
-                self.save_group = dist.new_group(
-                    backend="gloo", timeout=_timedelta(config.collective_timeout_seconds)
-                )
+            if config.saving.is_async:
+                if self.distributed:
+                    # The async save's collectives run on a background thread; its own group
+                    # keeps them from ever interleaving with this thread's barriers.
+                    self.save_group = dist.new_group(
+                        backend="gloo", timeout=_timedelta(config.collective_timeout_seconds)
+                    )
+                self.saver = saving.Saver(config, self.save_group)
             # One storage client for the whole run, made and authenticated before any timing.
             self.session = self._step("open storage", lambda: backends.open_session(config))
             # The shard is handed over in a one-element list so that no frame of ours keeps the
@@ -154,6 +161,10 @@ class _Loop:
                     holder = [self._sample(index, index >= config.warmups, holder)]
             else:
                 self._saves_then_loads(holder)
+            if config.train_every is not None:
+                if not holder:
+                    holder = [self._step("build state", lambda: state.build_state(config))]
+                self._train(holder.pop(), config.train_every)
         except Exception as exc:
             error = exc
             if not isinstance(exc, PeerFailure):
@@ -161,6 +172,8 @@ class _Loop:
             self._discard_failed_samples()
         finally:
             self.collector.close()
+            if self.saver is not None:
+                self.saver.close()
         result = self._result(error)
         if self.session is not None:
             self.session.close()
@@ -238,6 +251,86 @@ class _Loop:
             for checkpoint_id in ids:
                 self._cleanup(checkpoint_id)
 
+    def _train(self, shard: dict[str, torch.Tensor], every: int) -> None:
+        """The training step beside the saves (:mod:`.training`): baseline steps, then
+        ``samples`` intervals of wait-for-previous, save, and ``every`` steps."""
+        config = self.config
+        matrix = self._step("size the training step", lambda: training.matrix_of(config))
+        step = training.Step(matrix, config.seed)
+        record = training.Record(matrix)
+        for _ in range(training.WARM_STEPS):
+            step()
+        self._barrier()
+        record.baseline = [step() for _ in range(training.baseline_steps(every))]
+        first = config.warmups + config.samples  # after the samples' checkpoint ids
+        previous: tuple[str, saving.InFlight] | None = None
+        for interval in range(config.samples):
+            checkpoint_id = config.checkpoint_id(first + interval)
+            waited = 0.0
+            if previous is not None:
+                # As the tutorial's loop: result() before the next save.
+                waited = self._durable(*previous)
+                self._finish_training_save(previous[0])  # our cleanup, not the job's: untimed
+            # Ranks drift apart over K steps of local compute, which a training job's per-step
+            # all-reduce would not let them: they meet again, untimed, before each save.
+            self._barrier()
+            in_flight, stall = self._train_save(checkpoint_id, shard)
+            steps = training.Interval(waited, stall)
+            for _ in range(every):
+                flying = in_flight is not None and not in_flight.upload.done()
+                steps.steps.append(step())
+                steps.in_flight.append(flying)
+            record.intervals.append(steps)
+            previous = (checkpoint_id, in_flight) if in_flight is not None else None
+        if previous is not None:
+            self._durable(*previous)
+            self._finish_training_save(previous[0])
+        self.train = record.timing(every)
+
+    def _train_save(
+        self, checkpoint_id: str, shard: dict[str, torch.Tensor]
+    ) -> tuple[saving.InFlight | None, float]:
+        """Start the interval's save: an async save's in-flight upload and its stall, or a sync
+        save done (its stall is the whole save), checked on every rank."""
+        session = self._session()
+        self.pending.append(checkpoint_id)
+        writer = self._step(
+            "prepare save", lambda: timing.timed_writer(session.writer(checkpoint_id))
+        )
+        if self.saver is None:
+            t0 = time.perf_counter()
+            self._step(
+                "training save",
+                lambda: _checked(checkpoint_id, lambda: dcp_save(shard, storage_writer=writer)),
+            )
+            stall = time.perf_counter() - t0
+            self._finish_training_save(checkpoint_id)
+            return None, stall
+        saver = self.saver
+        in_flight: saving.InFlight = self._step("training save", lambda: saver.start(shard, writer))
+        return in_flight, in_flight.stall
+
+    def _durable(self, checkpoint_id: str, in_flight: saving.InFlight) -> float:
+        """Wait for an interval's save, its upload's result checked, and return how long this
+        rank waited; then agree with every rank, untimed (a faster rank would otherwise count
+        the other's drift as its wait)."""
+        timeout = self.config.collective_timeout_seconds
+        error: BaseException | None = None
+        t0 = time.perf_counter()
+        try:
+            _checked(checkpoint_id, lambda: in_flight.wait(timeout))
+        except Exception as exc:
+            error = exc
+        waited = time.perf_counter() - t0
+        self._agree(error, "training save")
+        return waited
+
+    def _finish_training_save(self, checkpoint_id: str) -> None:
+        if not self.config.keep_checkpoints:
+            self._cleanup(checkpoint_id)
+        elif checkpoint_id in self.pending:
+            self.pending.remove(checkpoint_id)
+
     def _after_save(self, index: int, checkpoint_id: str) -> None:
         if self.after_save is not None:
             hook = self.after_save
@@ -265,18 +358,20 @@ class _Loop:
         writer: timing.TimedWriter = self._step(
             "prepare save", lambda: timing.timed_writer(session.writer(checkpoint_id))
         )
-        blocked: float | None = None
+        times: saving.SaveTimes | None = None
 
         def save() -> timing.Phases:
-            nonlocal blocked
+            nonlocal times
             if self.config.strategy is Strategy.FULL:
                 return full.save(self.config, session, checkpoint_id, shard)
-            if self.config.async_save:
-                t0 = time.perf_counter()
-                future = dcp_async_save(shard, storage_writer=writer, process_group=self.save_group)
-                # The caller is free here; this includes DCP's staging copy of the shard.
-                blocked = time.perf_counter() - t0
-                self._await_durable(future)
+            if self.saver is not None:
+                in_flight = self.saver.start(shard, writer)
+                times = in_flight.wait(self.config.collective_timeout_seconds)
+                if self.saver.mode is SaveMode.PROCESS:
+                    # The upload ran in the checkpointer process, on a pickled copy of the
+                    # writer: its storage calls are timed there, out of this rank's sight. Its
+                    # I/O here is the background time, which bounds it from above.
+                    return timing.Phases(planning=0.0, io=times.background)
             else:
                 dcp_save(shard, storage_writer=writer)
             return writer.phases
@@ -286,7 +381,10 @@ class _Loop:
         except Exception:
             self._discard(checkpoint_id)
             raise
-        op.blocked_seconds = blocked
+        if times is not None:
+            op.blocked_seconds = times.stall
+            op.staging_seconds = times.staging
+            op.background_seconds = times.background
         return op
 
     def _discard(self, checkpoint_id: str) -> None:
@@ -337,21 +435,6 @@ class _Loop:
         return Op(
             time.perf_counter() - t0, phases, started_at, ended_at, gc_seconds=collected.seconds
         )
-
-    def _await_durable(self, future: Any) -> None:
-        # The reference never looks at the future: a failed upload would pass as a fast save.
-        upload: Future[Any] = getattr(future, "upload_completion", future)
-        try:
-            metadata = upload.result(timeout=self.config.collective_timeout_seconds)
-        except TimeoutError as exc:
-            raise AsyncSaveError(
-                "async save: checkpoint not durable within "
-                f"{self.config.collective_timeout_seconds:.0f} s"
-            ) from exc
-        if not isinstance(metadata, Metadata):
-            raise AsyncSaveError(
-                f"async save: future returned {type(metadata).__name__}, not Metadata"
-            )
 
     def _session(self) -> backends.StorageSession:
         if self.session is None:
@@ -484,6 +567,9 @@ class _Loop:
             save=self.saves.timing(),
             load=self.loads.timing(),
             delete=self.deletes.timing(),
+            train=self.train,
+            peak_rss_bytes=memory.peak_rss_bytes(),
+            checkpointer_peak_rss_bytes=self.saver.checkpointer_peak_rss if self.saver else None,
             verified=verified if self.config.verify else None,
             resources=self.meter.read(),
             setup_seconds=round(session.setup_seconds, 6) if session else None,
@@ -493,6 +579,15 @@ class _Loop:
             procedure=self.config.procedure,
             cache=self.config.cache_mode,
         )
+
+
+def _checked(checkpoint_id: str, call: Callable[[], Any]) -> Any:
+    """``call()``, with DCP's CheckpointException (a BaseException, which ``except
+    Exception`` misses) turned into a CheckpointFailure naming each failing rank."""
+    try:
+        return call()
+    except CheckpointException as exc:
+        raise CheckpointFailure.of("save", exc, checkpoint_id) from None
 
 
 def _timedelta(seconds: float) -> datetime.timedelta:

@@ -203,3 +203,13 @@ def resident_bytes(statm: str = "/proc/self/statm") -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+def peak_rss_bytes(pid: int | str = "self") -> int | None:
+    """A process's peak resident memory (``VmHWM``), or None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -16,6 +16,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from torch.distributed.checkpoint.filesystem import FileSystemReader
@@ -246,6 +247,7 @@ def _gcs_filesystem(config: WorkloadConfig) -> Any:
         policy=policy_for(config),
         checksums=config.checksums,
         upload_scheme=config.upload_scheme,
+        recipe=GcsRecipe(config),
     )
 
 
@@ -294,6 +296,15 @@ def s3fs_options(config: WorkloadConfig) -> dict[str, Any]:
     if where.path_style:
         options["config_kwargs"] = {"s3": {"addressing_style": "path"}}
     return options
+@dataclass(frozen=True)
+class GcsRecipe:
+    """Makes the gcs file system of these settings again, in another process (DCP's process
+    checkpointer): picklable, and equal for equal settings, so that process makes one."""
+
+    config: WorkloadConfig
+
+    def __call__(self) -> Any:
+        return _gcs_filesystem(self.config)
 
 
 def policy_for(config: WorkloadConfig) -> RetryPolicy:

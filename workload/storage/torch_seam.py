@@ -317,3 +317,41 @@ def parse_tensor_blob(
         data_offset=data_offset,
         data_length=payload.file_size,
     )
+
+
+# -- DCP's process checkpointer ------------------------------------------------------------------
+# dcp.async_save(..., async_checkpointer_type=PROCESS) starts one checkpointer process per rank
+# process on its first save and keeps it in a private module global for the life of the process;
+# torch offers no call to end it or to name it. The rank needs both: its peak memory is the
+# rank's too, and a rank ends with os._exit, which skips the atexit hook that would stop it.
+
+
+def checkpoint_process_pid() -> int | None:
+    """The process id of DCP's checkpointer process, if this process started one."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    process = getattr(executor, "_CHECKPOINT_PROCESS", None)
+    if process is None:
+        return None
+    pid = process._save_process.pid
+    return int(pid) if pid is not None else None
+
+
+def stop_checkpoint_process(timeout: float = 10.0) -> None:
+    """Ask DCP's checkpointer process to end, wait for it, and forget it (torch's own
+    ``__del__`` does the same at garbage collection, which os._exit never reaches)."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    process = getattr(executor, "_CHECKPOINT_PROCESS", None)
+    if process is None:
+        return
+    executor._CHECKPOINT_PROCESS = None
+    child = process._save_process
+    try:
+        if child.is_alive():
+            process._send(executor._CheckpointSaveProcessControlOpts.TERMINATE)
+            child.join(timeout=timeout)
+    finally:
+        if child.is_alive():
+            child.terminate()
+            child.join(timeout=timeout)

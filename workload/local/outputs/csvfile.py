@@ -20,7 +20,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ckptbench.workload.contract import figures
-from ckptbench.workload.contract.results import Interval, OpSummary, RunSummary
+from ckptbench.workload.contract.results import (
+    Interval,
+    OpSummary,
+    RankSpread,
+    RunSummary,
+    TrainSummary,
+)
 from ckptbench.workload.contract.sizes import GIB
 
 # Settings that only repeat another column in a form for people.
@@ -164,7 +170,13 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
         op: OpSummary | None = getattr(s, op_name)
         for name, get in _OP_FIGURES:
             row[f"{op_name}_{name}"] = get(op) if op is not None else None
-    row["save_blocked_mean_seconds"] = s.save.blocked_mean_seconds if s.save else None
+    for name in ("stall", "staging", "background"):
+        spread: RankSpread | None = getattr(s.save, name) if s.save is not None else None
+        for key in ("mean_seconds", "slowest_rank", "slowest_rank_seconds", "max_seconds"):
+            row[f"save_{name}_{key}"] = getattr(spread, key) if spread is not None else None
+    row.update(_train(s.train))
+    row["peak_rss_bytes"] = s.peak_rss_bytes
+    row["checkpointer_peak_rss_bytes"] = s.checkpointer_peak_rss_bytes
     row["verified"] = s.verified
     row.update(_resources(s))
     row.update(_mlperf(s))
@@ -173,6 +185,48 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
     row["mlperf_open_reasons"] = "; ".join(s.mlperf_open_reasons or []) or None
     row["ram_rule"] = s.ram_rule
     return row
+
+
+def _train(t: TrainSummary | None) -> dict[str, Any]:
+    """The training step's figures, one column each (empty without a training step)."""
+    figures: dict[str, Any] = {}
+    if t is not None:
+        figures = {
+            "intervals": t.intervals,
+            "matrix_used": t.matrix,
+            "step_threads": t.step_threads,
+            "cpus": t.cpus,
+            "step_seconds": t.step_seconds,
+            "in_flight_step_seconds": t.in_flight_step_seconds,
+            "wait_mean_seconds": t.wait.mean_seconds,
+            "wait_slowest_rank_seconds": t.wait.slowest_rank_seconds,
+            "stall_mean_seconds": t.stall.mean_seconds,
+            "stall_slowest_rank_seconds": t.stall.slowest_rank_seconds,
+            "overhead": t.overhead,
+            "overhead_slowest_rank": t.overhead_slowest_rank,
+            "overhead_rank_mean": t.overhead_rank_mean,
+            "overhead_max": t.overhead_max,
+        }
+    return {f"train_{k}": figures.get(k) for k in TRAIN_COLUMNS}
+
+
+# Beside the settings train_every and train_matrix: the matrix a step-time target chose.
+TRAIN_COLUMNS = (
+    "intervals",
+    "matrix_used",
+    "step_threads",
+    "cpus",
+    "step_seconds",
+    "in_flight_step_seconds",
+    "wait_mean_seconds",
+    "wait_slowest_rank_seconds",
+    "stall_mean_seconds",
+    "stall_slowest_rank_seconds",
+    "overhead",
+    "overhead_slowest_rank",
+    "overhead_rank_mean",
+    "overhead_max",
+)
 
 
 def to_csv(runs: Sequence[tuple[str, RunSummary]]) -> str:

@@ -7,8 +7,11 @@ Three panels: save and load throughput per cell, each bar with its 95% confidenc
 best of each marked only where the intervals tell it apart; otherwise the panel names the cells
 that cannot be told apart), save against load
 throughput (one point per cell, with the line where they are equal), and throughput against world
-size for cells that differ only in world size. The HTML form embeds the SVG beside the table.
-matplotlib is in the optional ``report`` extra; without it the command says how to install it.
+size for cells that differ only in world size. When some cell saved async or ran a training step,
+a second row: each cell's stall, staging and background, its overhead per checkpoint interval
+against CheckFreq's 3.5%, and its step time without a checkpoint and with one in flight. The
+HTML form embeds the SVG beside the table. matplotlib is in the optional ``report`` extra;
+without it the command says how to install it.
 """
 
 from __future__ import annotations
@@ -191,6 +194,83 @@ def _scaling(ax: Axes, doc: Document, unit: report.Unit) -> None:
     ax.legend(fontsize=7)
 
 
+CHECKFREQ_BAR = 0.035  # CheckFreq (FAST '21): checkpoint overhead within 3.5% of training time
+COST_FIGURES = (("stall", "#d62728"), ("staging", "#9467bd"), ("background", "#2ca02c"))
+
+
+def has_costs(doc: Document) -> bool:
+    """Whether some cell saved async or ran a training step: the second row of plots."""
+    return any(
+        s.train is not None or (s.save is not None and s.save.stall is not None)
+        for _, s in doc.runs
+    )
+
+
+def _cell_ticks(ax: Axes, doc: Document, *, numbers: bool = False) -> None:
+    """Cells on the x axis: their labels, or (narrow panels) their numbers only."""
+    xs = list(range(len(doc.runs)))
+    many = len(doc.runs) > 3 and not numbers
+    ax.set_xticks(
+        xs,
+        [str(i + 1) if numbers else _short(label, i) for i, (label, _) in enumerate(doc.runs)],
+        rotation=30 if many else 0,
+        ha="right" if many else "center",
+        fontsize=8,
+    )
+
+
+def _save_costs(ax: Axes, doc: Document) -> None:
+    """Per cell, the async save's stall, staging and background (slowest rank's means); a sync
+    save's whole duration is its stall."""
+    width = 0.8 / len(COST_FIGURES)
+    for k, (name, colour) in enumerate(COST_FIGURES):
+        values = []
+        for _, s in doc.runs:
+            spread = getattr(s.save, name) if s.save is not None else None
+            if spread is not None:
+                values.append(spread.slowest_rank_seconds)
+            elif name == "stall" and s.save is not None and s.save.stall is None:
+                values.append(s.save.mean_seconds)  # sync: the caller waits for all of it
+            else:
+                values.append(0.0)
+        offset = (k - (len(COST_FIGURES) - 1) / 2) * width
+        ax.bar([x + offset for x in range(len(values))], values, width, label=name, color=colour)
+    _cell_ticks(ax, doc)
+    ax.set_ylabel("seconds (slowest rank)")
+    ax.set_title("What a save costs the caller (sync: the whole save is the stall)")
+    ax.legend(fontsize=8)
+
+
+def _overhead(ax: Axes, doc: Document) -> None:
+    values = [s.train.overhead if s.train is not None else 0.0 for _, s in doc.runs]
+    ax.bar(range(len(values)), [100 * v for v in values], color="#8c564b")
+    ax.axhline(100 * CHECKFREQ_BAR, linestyle=":", color="#444444", label="CheckFreq's 3.5%")
+    _cell_ticks(ax, doc, numbers=True)
+    ax.set_ylabel("% of the interval's compute")
+    ax.set_title("Overhead per checkpoint interval")
+    ax.legend(fontsize=8)
+
+
+def _step_times(ax: Axes, doc: Document) -> None:
+    width = 0.38
+    trains = [s.train for _, s in doc.runs]
+    for offset, label, colour, values in (
+        (-width / 2, "no checkpoint", "#7f7f7f", [t.step_seconds if t else 0.0 for t in trains]),
+        (
+            width / 2,
+            "save in flight",
+            "#e377c2",
+            [(t.in_flight_step_seconds or 0.0) if t else 0.0 for t in trains],
+        ),
+    ):
+        values = [1000 * v for v in values]
+        ax.bar([x + offset for x in range(len(values))], values, width, label=label, color=colour)
+    _cell_ticks(ax, doc, numbers=True)
+    ax.set_ylabel("step time (ms)")
+    ax.set_title("Training step beside the saves")
+    ax.legend(fontsize=8)
+
+
 def draw(doc: Document) -> Figure:
     try:
         from matplotlib.figure import Figure
@@ -201,11 +281,17 @@ def draw(doc: Document) -> Figure:
     unit = report.unit_for(
         [op.throughput_bytes_per_second for _, s in doc.runs for op in (s.save, s.load) if op]
     )
-    fig = Figure(figsize=(15, 5), layout="constrained")
-    per_cell, save_load, scaling = fig.subplots(1, 3, width_ratios=[2, 1, 1])
-    _per_cell(per_cell, doc, unit)
-    _save_vs_load(save_load, doc, unit)
-    _scaling(scaling, doc, unit)
+    costs = has_costs(doc)
+    fig = Figure(figsize=(15, 10 if costs else 5), layout="constrained")
+    rows = "AABC;DDEF" if costs else "AABC"  # matplotlib's one-character mosaic
+    axes = fig.subplot_mosaic(rows)
+    _per_cell(axes["A"], doc, unit)
+    _save_vs_load(axes["B"], doc, unit)
+    _scaling(axes["C"], doc, unit)
+    if costs:
+        _save_costs(axes["D"], doc)
+        _overhead(axes["E"], doc)
+        _step_times(axes["F"], doc)
     fig.suptitle(f"ckptbench: {doc.name}, {len(doc.runs)} cells")
     return fig
 

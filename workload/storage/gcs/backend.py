@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import os
 import warnings
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack, cast
@@ -130,6 +130,17 @@ class Upload:
     pins: PinnedTensors | None = None
 
 
+# The file systems this process rebuilt from a recipe: DCP's checkpointer process receives the
+# writer afresh with every save, and makes its storage client (token, connections) once.
+_REBUILT: dict[Any, GcsFileSystem] = {}
+
+
+def _rebuilt(recipe: Callable[[], GcsFileSystem]) -> GcsFileSystem:
+    if recipe not in _REBUILT:
+        _REBUILT[recipe] = recipe()
+    return _REBUILT[recipe]
+
+
 class GcsFileSystem(FileSystemBase):
     """DCP's file-system interface over one bucket. Paths are ``gs://bucket/name`` strings.
 
@@ -146,8 +157,12 @@ class GcsFileSystem(FileSystemBase):
         checksums: bool = True,
         discard_seconds: float = DISCARD_SECONDS,
         upload_scheme: UploadScheme = UploadScheme.AUTO,
+        recipe: Callable[[], GcsFileSystem] | None = None,
     ) -> None:
         require_positive(threads=threads, part_size_bytes=part_size_bytes)
+        # How another process makes an equal file system: a storage client cannot be pickled,
+        # and DCP's process checkpointer pickles the writer (and so this) for every save.
+        self.recipe = recipe
         # Resolved once: every object of the run goes up the same way.
         self.upload_scheme = upload_scheme.resolve(os.environ.get(EMULATOR_ENV))
         self.client = client
@@ -161,6 +176,13 @@ class GcsFileSystem(FileSystemBase):
         # Counted across every load through this file system (one per rank with a session).
         self.read_paths = ReadPaths()
         self._buckets: dict[str, GcsObjects] = {}
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        if self.recipe is None:
+            raise TypeError(
+                "a GcsFileSystem made without a recipe cannot be sent to another process"
+            )
+        return (_rebuilt, (self.recipe,))
 
     def objects(self, bucket: str) -> GcsObjects:
         if bucket not in self._buckets:
