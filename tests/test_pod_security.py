@@ -24,12 +24,13 @@ from tests.pod_security import RESTRICTED
 
 ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "registry.example/ckptbench-workload:1.0"
-# The admin allows the Secret the every-volume-kind case mounts, and the workload service account
-# the chart creates (workloadServiceAccount.create=true), which the examples name.
+# The admin allows the Secret the every-volume-kind case mounts and the one the MinIO example
+# names, and the workload service account the chart creates (workloadServiceAccount.create=true),
+# which the examples name.
 POLICY = Policy(
     image=IMAGE,
     service_accounts=frozenset({"ckptbench-workload"}),
-    secrets=frozenset({"gcs-key"}),
+    secrets=frozenset({"gcs-key", "minio-keys"}),
 )
 DEFAULTS = RenderDefaults(image=IMAGE, policy=POLICY)
 EVERY_VOLUME_KIND = {

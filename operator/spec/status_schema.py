@@ -89,7 +89,6 @@ CONDITIONS_LIST_MAP: JsonDict = {
 }
 
 
-
 class Spread(RankSpread):
     """A per-rank figure of an async save or of the training step, across ranks."""
 

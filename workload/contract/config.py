@@ -144,6 +144,7 @@ class WorkloadConfig(BenchmarkSettings):
         if self.load_rank == self.rank:
             return self
         return self.model_copy(update={"rank": self.load_rank})
+
     def _check_saving(self) -> None:
         if self.async_save and self.save_mode is SaveMode.SYNC:
             raise ValueError(

@@ -32,8 +32,8 @@ from ckptbench.workload.contract.results import (
     OpTiming,
     RankError,
     RankResult,
-    ResourceSummary,
     RankSpread,
+    ResourceSummary,
     RunSummary,
     TrainSummary,
 )
@@ -333,7 +333,6 @@ def category_figures(settings: Mapping[str, Any]) -> dict[str, Any]:
     if found is None:
         return {}
     return {"mlperf_category": found.label, "mlperf_open_reasons": found.reasons or None}
-
 
 
 def rank_spread(

@@ -320,7 +320,6 @@ class Interval(BaseModel):
     high: float | None = Field(None, description="Upper bound; absent: unbounded above.")
 
 
-
 class RankSpread(BaseModel):
     """One per-rank figure of an operation across the ranks that timed it: each rank's mean over
     its samples, summarised as the per-rank I/O figures are (docs/measurement.md)."""
@@ -477,7 +476,6 @@ class ResourceSummary(BaseModel):
     slowest_rank_resources: RankResources | None = Field(
         None, description="The slowest rank's own resources."
     )
-
 
 
 class TrainSummary(BaseModel):

@@ -75,6 +75,7 @@ def s3_bucket_problem(bucket: str) -> str | None:
         return f"{bucket!r} is not a bucket name: S3 reserves that prefix or suffix"
     return None
 
+
 # Staging options a CPU node cannot honour, and why (refused by name, never dropped).
 NEEDS_CUDA = {
     "staging_pinned_memory": "pinned memory (StagingOptions.use_pinned_memory) needs a CUDA "

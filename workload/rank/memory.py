@@ -203,6 +203,8 @@ def resident_bytes(statm: str = "/proc/self/statm") -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
 def peak_rss_bytes(pid: int | str = "self") -> int | None:
     """A process's peak resident memory (``VmHWM``), or None when it cannot be read."""
     try:

@@ -296,6 +296,8 @@ def s3fs_options(config: WorkloadConfig) -> dict[str, Any]:
     if where.path_style:
         options["config_kwargs"] = {"s3": {"addressing_style": "path"}}
     return options
+
+
 @dataclass(frozen=True)
 class GcsRecipe:
     """Makes the gcs file system of these settings again, in another process (DCP's process
