@@ -109,8 +109,10 @@ def test_a_rank_tidies_before_every_timed_operation_and_collects_nothing_inside(
     gc.set_threshold(1)  # were automatic collection on, every allocation would collect
     result = loop.run(_config(tmp_path, GarbageCollection.MANUAL), log=lambda _: None)
     assert result.error is None and result.save is not None and result.load is not None
-    assert tidied == [False] * 4  # 2 samples x (save, load), automatic collection off
-    assert result.save.gc is None and result.load.gc is None
+    assert result.delete is not None  # checkpoints are not kept: each is deleted, timed
+    # 2 samples x (save, load, delete), automatic collection off
+    assert tidied == [False] * 6
+    assert result.save.gc is None and result.load.gc is None and result.delete.gc is None
     assert gc.isenabled()  # the rank gave the process its collector back
 
 

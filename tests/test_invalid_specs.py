@@ -152,6 +152,12 @@ CASES = [
         "asyncSave",
         "cel",
     ),
+    Case(
+        "strategy-full-process-save",
+        _with(strategy="full", saveMode="process", worldSize=2),
+        "saveMode",
+        "cel",
+    ),
     Case("model-unknown-preset", _with(model="gpt2"), "model", "schema"),
     Case("layers-without-model", _with(layers=2), "layers", "cel"),
     Case("vocab-without-model", _with(vocab=2048), "vocab", "cel"),

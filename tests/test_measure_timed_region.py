@@ -77,7 +77,10 @@ RUNS = ["mlperf", "ckptbench"]
 
 
 def _windows(rank: Rank) -> list[tuple[float, float]]:
-    return rank.windows("save") + rank.windows("load")
+    """Every timed sample's window, in time order: saves, loads and (unless checkpoints are
+    kept) the deletes, each opened by the loop's barrier."""
+    ops = ["save", "load"] + (["delete"] if rank.result.delete is not None else [])
+    return sorted(w for op in ops for w in rank.windows(op))
 
 
 def _overlaps(span: tuple[float, float], window: tuple[float, float]) -> bool:
@@ -140,11 +143,12 @@ def test_a_full_collection_runs_before_each_sample_and_none_inside(ckptbench: Ru
 
 
 def test_each_sample_starts_after_the_opening_barrier(mlperf: Run) -> None:
-    # The mlperf procedure runs no warm-up: the loop's barriers open its 10 saves, then 10 loads.
+    # The mlperf procedure runs no warm-up: the loop's barriers open its 10 saves, its 10 loads
+    # and the 10 deletes of the checkpoints they made.
     for rank in mlperf.ranks:
         opened = rank.times("barrier-exit")
         windows = _windows(rank)
-        assert len(opened) == len(windows) == 20
+        assert len(opened) == len(windows) == 30
         for barrier_done, (start, end) in zip(opened, windows, strict=True):
             assert start >= barrier_done - SLACK, (rank.result.rank, barrier_done, start)
             assert end >= start

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract import models
-from ckptbench.workload.contract.choices import CacheMode, Procedure
+from ckptbench.workload.contract.choices import CacheMode, Procedure, SaveMode
 from ckptbench.workload.contract.results import RankResult
 from ckptbench.workload.contract.settings import declared
 
@@ -91,6 +91,8 @@ def _defaults() -> dict[str, Any]:
     for d in declared():
         default = d.field.default
         out[d.name] = default.value if isinstance(default, enum.Enum) else default
+    # Recorded as it ran: an unset save_mode is recorded resolved (asyncSave's default: sync).
+    out["save_mode"] = SaveMode.SYNC.value
     return out
 
 
