@@ -40,7 +40,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ckptbench.operator.crd_cli",
         "print the CheckpointBenchmark CRD (--kind sweep: the CheckpointBenchmarkSweep's)",
     ),
-    "render": ("ckptbench.operator.render.cli", "print the manifests for a CheckpointBenchmark"),
+    "render": ("ckptbench.operator.render_cli", "print the manifests for a CheckpointBenchmark"),
 }
 
 

@@ -9,13 +9,16 @@ import jsonschema
 import pytest
 import yaml
 
-from ckptbench.operator.render import cli as render_cli
+from ckptbench.operator import render_cli
 from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset, spec_hash
 from ckptbench.operator.render.labels import benchmark_labels
 from ckptbench.operator.render.liveness import HEARTBEAT_FILE
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.parse import parse_spec
 from ckptbench.operator.spec.policy import Policy
+from ckptbench.operator.sweep.cells import child_name
+from ckptbench.operator.sweep.cells import expand as expand_cells
+from ckptbench.operator.sweep.model import parse_sweep
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from tests.crd_validation import closed
@@ -544,3 +547,39 @@ def test_cli_names_a_pattern_or_directory_that_matches_nothing(
     err = capsys.readouterr().err
     assert f"{pattern}: no file matches" in err
     assert "a directory without *.yaml" in err
+
+
+def test_a_sweep_renders_the_jobset_of_each_child_the_operator_would_create(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sweep = Path(__file__).resolve().parent.parent / "examples" / "sweeps"
+    path = str(sweep / "gcs-vs-gcsfs-threads.yaml")
+    assert render_cli.main(["-f", path, "--default-image", "i"]) == 0
+    captured = capsys.readouterr()
+    jobsets = [d for d in yaml.safe_load_all(captured.out) if d]
+    document = yaml.safe_load((sweep / "gcs-vs-gcsfs-threads.yaml").read_text())
+    spec = parse_sweep(document["spec"])
+    cells = expand_cells(spec)
+    name = document["metadata"]["name"]
+    assert [j["metadata"]["name"] for j in jobsets] == [child_name(name, c.number) for c in cells]
+    # Each child runs its own cell: the backend its cell chose reaches the rank's variables.
+    for jobset, cell in zip(jobsets, cells, strict=True):
+        pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+        assert env["CKPTBENCH_BACKEND"] == cell.spec.backend.value
+    assert f"{len(cells)} cell(s), rendered as its child benchmarks" in captured.err
+
+
+def test_a_sweep_whose_template_the_policy_refuses_renders_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "sweep.yaml"
+    path.write_text(
+        "apiVersion: ckptbench.dev/v1alpha1\nkind: CheckpointBenchmarkSweep\n"
+        "metadata: {name: grid}\nspec:\n  template: {checkpointPath: gs://bucket/x, "
+        "image: attacker.example/own:1}\n  axes: {backend: [gcs, gcsfs]}\n"
+    )
+    assert render_cli.main(["-f", str(path), "--default-image", "i"]) == render_cli.EXIT_INVALID
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "spec.template.image: 'attacker.example/own:1' is not allowed" in captured.err

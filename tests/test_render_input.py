@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from ckptbench.operator import manifests
-from ckptbench.operator.render import cli
+from ckptbench.operator import render_cli as cli
 from ckptbench.operator.spec.names import CHART_WORKLOAD_IMAGE
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,9 +1,11 @@
 """``ckptbench render``: the JobSet the operator would create, for dry runs and GitOps.
 
-Input: CheckpointBenchmark YAML documents from files, directories (their *.yaml, *.yml and
-*.json), glob patterns, or ``-`` for standard input; ``-f`` takes several and repeats. Documents
-of other kinds (the PersistentVolumeClaim beside a benchmark, a sweep) are skipped with a note on
-standard error. Files must be UTF-8 and free of YAML anchors and aliases.
+Input: CheckpointBenchmark and CheckpointBenchmarkSweep YAML documents from files, directories
+(their *.yaml, *.yml and *.json), glob patterns, or ``-`` for standard input; ``-f`` takes several
+and repeats. A sweep is expanded into the child benchmarks the operator would create for it, and
+each child is rendered as a benchmark. Documents of other kinds (the PersistentVolumeClaim beside
+a benchmark) are skipped with a note on standard error. Files must be UTF-8 and free of YAML
+anchors and aliases.
 Output: the JobSets as a multi-document YAML stream. Nothing is printed unless every benchmark
 is valid; each problem names its file, document and field, and the exit status is 2.
 
@@ -38,6 +40,10 @@ from ckptbench.operator.spec.names import (
     validate_name,
 )
 from ckptbench.operator.spec.parse import SpecError, parse_spec
+from ckptbench.operator.spec.policy import Policy
+from ckptbench.operator.sweep.cells import SWEEP_KIND, CellError, render_child
+from ckptbench.operator.sweep.cells import expand as sweep_cells
+from ckptbench.operator.sweep.model import parse_sweep
 
 DRY_RUN_UID = "00000000-0000-0000-0000-000000000000"
 DEFAULT_NAMESPACE = "default"
@@ -66,8 +72,22 @@ def render_documents(
     problems: list[str] = []
     placeholder = False
     named: dict[tuple[str, str], str] = {} if seen is None else seen
+    queue: list[tuple[str, Any]] = []
     for number, document in enumerate(documents, start=1):
         where = f"{source} (document {number})"
+        if isinstance(document, dict) and document.get("kind") == SWEEP_KIND:
+            children, found = sweep_children(document, where, options.defaults.policy)
+            problems += found
+            queue += [(f"{where}, cell {n}", child) for n, child in enumerate(children, 1)]
+            if children:
+                first, last = (c["metadata"]["name"] for c in (children[0], children[-1]))
+                notes.append(
+                    f"{where}: sweep {document['metadata']['name']}: {len(children)} cell(s), "
+                    f"rendered as its child benchmarks {first} .. {last}"
+                )
+        else:
+            queue.append((where, document))
+    for where, document in queue:
         if not isinstance(document, dict):
             problems.append(f"{where}: not a mapping but {type(document).__name__}")
             continue
@@ -106,6 +126,31 @@ def render_documents(
     return jobsets, problems, placeholder
 
 
+def sweep_children(
+    document: dict[str, Any], where: str, policy: Policy
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The child CheckpointBenchmarks the operator creates for a sweep document, as it makes
+    them (same cells, names and owner), or the problems that make it create none."""
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict):
+        return [], [f"{where}: metadata: missing or not a mapping"]
+    name = metadata.get("name")
+    if not isinstance(name, str) or not name:
+        return [], [f"{where}: metadata.name: missing"]
+    namespace = metadata.get("namespace") or DEFAULT_NAMESPACE
+    try:
+        spec = parse_sweep(document.get("spec") or {})
+        cells = sweep_cells(spec)
+    except (ValueError, CellError) as exc:
+        return [], [f"{where}: {exc}"]
+    refused = policy.problems(spec.template)
+    if refused:
+        # As the operator says it, before it creates any child.
+        return [], [f"{where}: {p.replace('spec.', 'spec.template.', 1)}" for p in refused]
+    uid = metadata.get("uid") or DRY_RUN_UID
+    return [render_child(name, namespace, str(uid), cell) for cell in cells], []
+
+
 _TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
 
 
@@ -135,8 +180,8 @@ def _check_document(document: dict[str, Any]) -> list[str]:
     return problems
 
 
-# Kinds of our group that are not benchmarks: skipped like any other kind.
-OTHER_KINDS = frozenset({"CheckpointBenchmarkSweep"})
+# Kinds of our group that are not benchmarks (a sweep is expanded before this is asked).
+OTHER_KINDS = frozenset({SWEEP_KIND})
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -183,7 +228,8 @@ def _ours(document: dict[str, Any]) -> bool:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ckptbench render",
-        description="Print the JobSet the operator creates for each CheckpointBenchmark.",
+        description="Print the JobSet the operator creates for each CheckpointBenchmark, and "
+        "for each child benchmark of a CheckpointBenchmarkSweep.",
         epilog=f"Without metadata.uid or --uid, owner references carry the placeholder uid "
         f"{DRY_RUN_UID}; the operator fills in the benchmark's real one.",
     )
