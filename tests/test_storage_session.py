@@ -15,8 +15,8 @@ from ckptbench.workload.contract.results import RankResult
 from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.storage import session as storage_session
 from ckptbench.workload.storage import torch_seam
+from ckptbench.workload.storage.file.paths import local_path
 from ckptbench.workload.storage.gcs import google_seam
-from ckptbench.workload.storage.paths import local_path
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("quiet_dcp")]
 

@@ -46,8 +46,9 @@ from ckptbench.workload.rank.failures import (
     PeerFailure,
     VerificationError,
 )
-from ckptbench.workload.storage import cache, timing
 from ckptbench.workload.storage import session as backends
+from ckptbench.workload.storage import timing
+from ckptbench.workload.storage.file import cache
 
 AfterSave = Callable[[int, str], None]
 """A hook run on every rank after a sample's save, before its load: ``(sample, checkpoint id)``."""

@@ -31,7 +31,7 @@ from ckptbench.workload.rank.loop import AfterSave
 from ckptbench.workload.storage import noise
 from ckptbench.workload.storage import objects as objectio
 from ckptbench.workload.storage import session as backends
-from ckptbench.workload.storage.paths import local_path, why_no_folder
+from ckptbench.workload.storage.file.paths import local_path, why_no_folder
 
 EXIT_OK = 0
 EXIT_FAILED = 1
