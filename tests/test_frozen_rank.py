@@ -27,7 +27,7 @@ from tests import workers
 _IDLE = """
 import os, sys, time
 if sys.argv[1] == "beat":
-    from ckptbench.workload.rank import heartbeat
+    from ckptbench.workload.rank.process import heartbeat
     heartbeat.start(os.environ["CKPTBENCH_HEARTBEAT_FILE"], 1.0)
 time.sleep(4)
 """

@@ -11,7 +11,7 @@ import pytest
 
 from ckptbench.workload.contract.models import DtypeProfile, Optimizer
 from ckptbench.workload.local import cli as run_cli
-from ckptbench.workload.rank import memory
+from ckptbench.workload.rank.process import memory
 
 GIB = 1024**3
 ROOT = Path(__file__).resolve().parent.parent

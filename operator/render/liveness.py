@@ -1,6 +1,7 @@
 """The worker container's liveness probe: the rank's heartbeat file, read by the kubelet.
 
-Each rank touches its heartbeat file from a thread of its own (``workload/rank/heartbeat.py``).
+Each rank touches its heartbeat file from a thread of its own
+(``workload/rank/process/heartbeat.py``).
 A frozen rank (stopped, deadlocked with the interpreter held) stops beating; the kubelet then
 kills its container, the pod fails, and the benchmark fails within ``progressTimeoutSeconds``
 instead of holding every other rank until the gloo timeout. A rank that waits for a slow peer

@@ -1,5 +1,6 @@
-"""How often a rank beats its heartbeat: shared by the rank that beats (``rank/heartbeat.py``)
-and the two that watch it (the local runner, and the kubelet through the pod's liveness probe)."""
+"""How often a rank beats its heartbeat: shared by the rank that beats
+(``rank/process/heartbeat.py``) and the two that watch it (the local runner, and the kubelet
+through the pod's liveness probe)."""
 
 from __future__ import annotations
 

@@ -39,10 +39,10 @@ this; docs/measurement.md has the figures):
 peak = baseline + slack + training + checkpointer + max(state + save phase, template + load
 phase).
 
-It holds for the allocator setting the rank runs with (``rank/memory.py``): glibc's defaults with
-freed memory trimmed once a saved shard is dropped (ckptbench and mlperf procedures). Without the
-trim, glibc's dynamic mmap threshold keeps freed tensors of up to 32 MiB in the heap, and a rank
-can hold a second shard.
+It holds for the allocator setting the rank runs with (``rank/process/memory.py``): glibc's
+defaults with freed memory trimmed once a saved shard is dropped (ckptbench and mlperf
+procedures). Without the trim, glibc's dynamic mmap threshold keeps freed tensors of up to
+32 MiB in the heap, and a rank can hold a second shard.
 """
 
 from __future__ import annotations

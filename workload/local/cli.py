@@ -32,7 +32,7 @@ from ckptbench.workload.local.plan import EMULATOR_BUCKET, Plan, plan
 from ckptbench.workload.local.progress import Progress
 from ckptbench.workload.local.runner import RanksOutcome, run_ranks
 from ckptbench.workload.local.s3_server import S3Server
-from ckptbench.workload.rank import environment
+from ckptbench.workload.rank.process import environment
 
 # Where things moved when the options got their own modules; callers and tests import them here.
 __all__ = ["EMULATOR_BUCKET", "Plan", "UsageError", "build_parser", "main", "parse_size", "plan"]

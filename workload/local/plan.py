@@ -20,7 +20,7 @@ from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.settings import s3_bucket_problem
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
 from ckptbench.workload.local.outputs import target
-from ckptbench.workload.rank import memory
+from ckptbench.workload.rank.process import memory
 from ckptbench.workload.storage.file.paths import local_path, why_no_folder
 
 EMULATOR_BUCKET = "ckptbench"

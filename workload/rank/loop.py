@@ -39,13 +39,14 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from ckptbench.workload.contract.choices import CacheMode, Procedure, SaveMode, Strategy
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import OpTiming, RankResult, TrainTiming
-from ckptbench.workload.rank import full, memory, resources, saving, state, training
-from ckptbench.workload.rank.collector import Collector
+from ckptbench.workload.rank import full, saving, state, training
 from ckptbench.workload.rank.failures import (
     CheckpointFailure,
     PeerFailure,
     VerificationError,
 )
+from ckptbench.workload.rank.process import memory, resources
+from ckptbench.workload.rank.process.collector import Collector
 from ckptbench.workload.storage import session as backends
 from ckptbench.workload.storage import timing
 from ckptbench.workload.storage.file import cache

@@ -26,8 +26,9 @@ from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
 from ckptbench.workload.contract.figures import summarize
 from ckptbench.workload.contract.results import RankResult, RunSummary
-from ckptbench.workload.rank import cpus, environment, heartbeat, loop, memory, rendezvous
+from ckptbench.workload.rank import loop, rendezvous
 from ckptbench.workload.rank.loop import AfterSave
+from ckptbench.workload.rank.process import cpus, environment, heartbeat, memory
 from ckptbench.workload.storage import noise
 from ckptbench.workload.storage import objects as objectio
 from ckptbench.workload.storage import session as backends
