@@ -51,7 +51,7 @@ import rawio
 import torch
 from torch.distributed.checkpoint.filesystem import FileSystem
 
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.choices import CacheMode
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.rank import worker

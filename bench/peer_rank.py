@@ -100,7 +100,7 @@ def main() -> int:
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-    from ckptbench.workload.contract import sizes
+    from ckptbench.workload.contract.checkpoint import sizes
     from ckptbench.workload.contract.choices import Backend, Procedure
     from ckptbench.workload.contract.config import WorkloadConfig
     from ckptbench.workload.rank import state

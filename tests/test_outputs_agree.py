@@ -22,7 +22,7 @@ from ckptbench.operator.runtime import metrics
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status import compute as st
-from ckptbench.workload.contract import models
+from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.results import RankResult
 from tests.test_status import NOW, jobset, pod

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench.workload.contract.models import DtypeProfile, Optimizer
+from ckptbench.workload.contract.checkpoint.models import DtypeProfile, Optimizer
 from ckptbench.workload.local import cli as run_cli
 from ckptbench.workload.rank.process import memory
 

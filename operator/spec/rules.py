@@ -21,7 +21,7 @@ from ckptbench.operator.spec.names import (
     TMP_VOLUME,
     VOLUME_SOURCES,
 )
-from ckptbench.workload.contract import memory_plan, models, sizes
+from ckptbench.workload.contract.checkpoint import memory_plan, models, sizes
 from ckptbench.workload.contract.choices import (
     MLPERF_CHECKPOINTS,
     Backend,
@@ -436,7 +436,8 @@ IMMUTABLE_SPEC: dict[str, str] = {
 def memory_problem(spec: Spec) -> str | None:
     """``resources.limits.memory`` below a rank's estimated peak, or None (no limit, forced).
 
-    The estimate is the workload's own (``contract/memory_plan.py``), for the largest rank.
+    The estimate is the workload's own (``contract/checkpoint/memory_plan.py``), for the largest
+    rank.
     """
     if not spec.memory_check or not spec.resources:
         return None

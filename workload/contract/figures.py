@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract import mlperf_rules, stats
+from ckptbench.workload.contract.checkpoint.sizes import GIB
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.results import (
     RANKS_LISTED,
@@ -37,7 +38,6 @@ from ckptbench.workload.contract.results import (
     RunSummary,
     TrainSummary,
 )
-from ckptbench.workload.contract.sizes import GIB
 
 # The level of every confidence interval published: docs/measurement.md#confidence-intervals.
 CONFIDENCE = 0.95

@@ -21,7 +21,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from ckptbench.workload.contract import models
+from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.choices import CacheMode, Procedure
 from ckptbench.workload.contract.results import RankResult
 from ckptbench.workload.contract.settings import declared

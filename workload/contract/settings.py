@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 
-from ckptbench.workload.contract import models, sizes
+from ckptbench.workload.contract.checkpoint import models, sizes
 from ckptbench.workload.contract.choices import (
     DEFAULT_SAMPLES,
     MLPERF_CHECKPOINTS,

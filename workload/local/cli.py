@@ -19,7 +19,8 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
-from ckptbench.workload.contract import figures, sizes
+from ckptbench.workload.contract import figures
+from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG, VERBOSE_LOGS_ENV
 from ckptbench.workload.contract.results import RunSummary

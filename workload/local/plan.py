@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ckptbench.workload.contract import cells, memory_plan, sizes
+from ckptbench.workload.contract import cells
+from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, UploadScheme
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.settings import s3_bucket_problem

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract import figures
+from ckptbench.workload.contract.checkpoint.sizes import GIB
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.results import (
     Interval,
@@ -30,7 +31,6 @@ from ckptbench.workload.contract.results import (
     RunSummary,
     TrainSummary,
 )
-from ckptbench.workload.contract.sizes import GIB
 
 MIB = 1024**2
 

@@ -21,7 +21,7 @@ from typing import NoReturn
 import torch.distributed as dist
 
 from ckptbench.workload.contract import config as config_module
-from ckptbench.workload.contract import memory_plan, sizes
+from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
 from ckptbench.workload.contract.figures import summarize

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ckptbench.workload.contract import figures
+from ckptbench.workload.contract.checkpoint.sizes import GIB
 from ckptbench.workload.contract.results import (
     Interval,
     OpSummary,
@@ -27,7 +28,6 @@ from ckptbench.workload.contract.results import (
     RunSummary,
     TrainSummary,
 )
-from ckptbench.workload.contract.sizes import GIB
 
 # Settings that only repeat another column in a form for people.
 _SKIPPED_SETTINGS = {"part_size"}

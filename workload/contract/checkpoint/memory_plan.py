@@ -49,11 +49,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ckptbench.workload.contract import models, sizes
+from ckptbench.workload.contract.checkpoint import models, sizes
+from ckptbench.workload.contract.checkpoint.sizes import format_bytes
 from ckptbench.workload.contract.choices import Backend, SaveMode, Strategy
 from ckptbench.workload.contract.quantity import quantity
 from ckptbench.workload.contract.settings import TRAIN_TARGET_MATRIX_MAX, BenchmarkSettings
-from ckptbench.workload.contract.sizes import format_bytes
 
 MIB = 1024**2
 
