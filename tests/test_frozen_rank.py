@@ -19,7 +19,7 @@ import pytest
 
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.heartbeat import period as heartbeat_period
+from ckptbench.workload.contract.settings import heartbeat_period
 from ckptbench.workload.local.runner import RanksOutcome, run_ranks
 from tests import workers
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckptbench.operator.spec.names import TMP_PATH
-from ckptbench.workload.contract import heartbeat
+from ckptbench.workload.contract.settings import heartbeat_period
 
 HEARTBEAT_FILE = f"{TMP_PATH}/ckptbench-heartbeat"
 
@@ -34,7 +34,7 @@ PROBE_SCRIPT = (
 def liveness_probe(progress_timeout_seconds: float, path: str = HEARTBEAT_FILE) -> dict[str, Any]:
     """A probe that fails once the heartbeat is older than the progress timeout. It checks as
     often as the rank beats, so a freeze is acted on within one beat of the bound."""
-    every = max(1, round(heartbeat.period(progress_timeout_seconds)))
+    every = max(1, round(heartbeat_period(progress_timeout_seconds)))
     return {
         "exec": {"command": ["python", "-c", PROBE_SCRIPT, path, f"{progress_timeout_seconds:g}"]},
         "periodSeconds": every,

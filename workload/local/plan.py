@@ -18,7 +18,7 @@ from ckptbench.workload.contract import cells
 from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, UploadScheme
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.settings import s3_bucket_problem
+from ckptbench.workload.contract.storage_settings import s3_bucket_problem
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
 from ckptbench.workload.local.outputs import target
 from ckptbench.workload.rank.process import memory
