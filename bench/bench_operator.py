@@ -31,7 +31,7 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status.compute import compute_status
 from ckptbench.workload.contract.checkpoint import sizes
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from harness.kmock_cluster import Client, running_emulator, write_kubeconfig
 from harness.operator_process import Operator, wait_for
 

@@ -20,8 +20,8 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status.aggregate import operation
 from ckptbench.operator.status.compute import compute_status
-from ckptbench.workload.contract.figures import summarize
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.results.figures import summarize
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from ckptbench.workload.local import report
 from ckptbench.workload.local.outputs import csvfile
 from ckptbench.workload.rank import loop

@@ -178,8 +178,8 @@ def test_smoke_example_is_small_and_needs_no_cloud() -> None:
 
 
 def test_the_mlperf_v3_example_runs_the_four_models_as_v3_does_and_is_closed() -> None:
-    from ckptbench.workload.contract import mlperf_rules
     from ckptbench.workload.contract.checkpoint import models
+    from ckptbench.workload.contract.results import mlperf_rules
 
     specs = [parse_spec(d["spec"]) for d in documents(ROOT / "examples" / "mlperf-v3.yaml")]
     assert {s.model: s.world_size for s in specs} == {

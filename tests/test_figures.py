@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import OpSummary, OpTiming, RankResult, RunSummary
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.contract.results.summaries import OpSummary, RunSummary
 from ckptbench.workload.local.outputs import csvfile
 
 GIB = 2**30

@@ -9,8 +9,9 @@ import statistics
 
 import pytest
 
-from ckptbench.workload.contract import figures, stats
-from ckptbench.workload.contract.results import Interval, OpSummary, OpTiming, RankResult
+from ckptbench.workload.contract.results import figures, stats
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.contract.results.summaries import Interval, OpSummary
 from tests.test_figures import LOAD, LOAD_AT, SAVE, SAVE_AT, TOTAL, _spans, _summary
 
 T2 = 4.302653  # t(0.975, 2): three samples

@@ -7,9 +7,9 @@ import pytest
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status.compute import compute_status
-from ckptbench.workload.contract import figures, mlperf_rules
 from ckptbench.workload.contract.choices import CacheMode, Procedure
-from ckptbench.workload.contract.results import OpTiming, RankResources, RankResult
+from ckptbench.workload.contract.results import figures, mlperf_rules
+from ckptbench.workload.contract.results.rank import OpTiming, RankResources, RankResult
 from ckptbench.workload.contract.settings import BenchmarkSettings
 from ckptbench.workload.local import report
 from ckptbench.workload.local.outputs import csvfile

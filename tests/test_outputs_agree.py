@@ -24,7 +24,7 @@ from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status import compute as st
 from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results.rank import RankResult
 from tests.test_status import NOW, jobset, pod
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,8 +17,8 @@ import pytest
 from ckptbench.operator.runtime import metrics
 from ckptbench.operator.spec.status_schema import Operation
 from ckptbench.operator.status.aggregate import operation
-from ckptbench.workload.contract import figures, stats
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.results import figures, stats
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from ckptbench.workload.local import report
 from ckptbench.workload.local.outputs import csvfile
 

@@ -11,8 +11,8 @@ from torch.distributed.checkpoint.storage import StorageReader
 
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.figures import summarize
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.results.figures import summarize
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from ckptbench.workload.rank import loop, state
 from ckptbench.workload.storage import timing
 from tests.workers import one_rank

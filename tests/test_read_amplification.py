@@ -25,8 +25,8 @@ from torch.distributed.checkpoint.metadata import (
 )
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
 
-from ckptbench.workload.contract import figures
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from ckptbench.workload.storage import traffic
 
 ROOT = Path(__file__).resolve().parent.parent

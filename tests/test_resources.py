@@ -13,8 +13,8 @@ from ckptbench.operator.runtime import metrics
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status.compute import compute_status
-from ckptbench.workload.contract import figures
-from ckptbench.workload.contract.results import OpTiming, RankResources, RankResult
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.rank import OpTiming, RankResources, RankResult
 from ckptbench.workload.local import report
 from ckptbench.workload.local.outputs import csvfile
 from ckptbench.workload.rank import loop, state

@@ -11,7 +11,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.storage import session as storage_session
 from ckptbench.workload.storage import torch_seam

@@ -16,7 +16,8 @@ from google.api_core import exceptions
 
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV
-from ckptbench.workload.contract.results import RankResult, RunSummary
+from ckptbench.workload.contract.results.rank import RankResult
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local.emulator import GcsEmulator, free_port
 from ckptbench.workload.rank import loop, rendezvous, worker
 from ckptbench.workload.rank.process import environment

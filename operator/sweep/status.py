@@ -19,9 +19,9 @@ from pydantic import Field
 
 from ckptbench.operator.spec.status_schema import StatusModel
 from ckptbench.operator.sweep.cells import Cell, child_name
-from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.checkpoint.sizes import GIB
-from ckptbench.workload.contract.results import Interval
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.summaries import Interval
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
 TERMINAL = (SUCCEEDED, FAILED)

@@ -19,11 +19,11 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
-from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG, VERBOSE_LOGS_ENV
-from ckptbench.workload.contract.results import RunSummary
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local import preflight, report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
 from ckptbench.workload.local.options import UsageError, build_parser, parse_size

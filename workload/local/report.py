@@ -8,9 +8,9 @@ added: above 1 on a throughput row means the first moved more bytes per second; 
 seconds row means it took less time.
 When settings other than the backend vary, the columns are headed ``cell i/N`` and the first rows
 give each cell's value of every varied option. Each mean carries its 95% confidence interval
-(``n/a`` with one sample), computed in :mod:`~ckptbench.workload.contract.figures`. A ``best`` row
-names the cell with the highest save and load throughput among the cells that succeeded, only
-where the intervals tell it apart from every other cell; otherwise the row says
+(``n/a`` with one sample), computed in :mod:`~ckptbench.workload.contract.results.figures`. A
+``best`` row names the cell with the highest save and load throughput among the cells that
+succeeded, only where the intervals tell it apart from every other cell; otherwise the row says
 ``indistinguishable`` under the cells that cannot be told apart.
 """
 
@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.checkpoint.sizes import GIB
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import (
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.summaries import (
     Interval,
     OpSummary,
     RankSpread,

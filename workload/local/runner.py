@@ -27,7 +27,7 @@ from typing import IO
 from pydantic import ValidationError
 
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.local import orphans
 from ckptbench.workload.local.emulator import free_port
 from ckptbench.workload.rank.process import environment, heartbeat

@@ -38,7 +38,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.contract.choices import CacheMode, Procedure, SaveMode, Strategy
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results import OpTiming, RankResult, TrainTiming
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult, TrainTiming
 from ckptbench.workload.rank import full, saving, state, training
 from ckptbench.workload.rank.failures import (
     CheckpointFailure,

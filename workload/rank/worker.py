@@ -24,8 +24,9 @@ from ckptbench.workload.contract import config as config_module
 from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
-from ckptbench.workload.contract.figures import summarize
-from ckptbench.workload.contract.results import RankResult, RunSummary
+from ckptbench.workload.contract.results.figures import summarize
+from ckptbench.workload.contract.results.rank import RankResult
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.rank import loop, rendezvous
 from ckptbench.workload.rank.loop import AfterSave
 from ckptbench.workload.rank.process import cpus, environment, heartbeat, memory

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ckptbench.workload.contract import figures
-from ckptbench.workload.contract.results import Interval, OpSummary, RunSummary
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.summaries import Interval, OpSummary, RunSummary
 from ckptbench.workload.local import report
 from ckptbench.workload.local.options import OPTIONS
 from ckptbench.workload.local.outputs import command

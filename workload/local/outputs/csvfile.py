@@ -1,9 +1,9 @@
 """``ckptbench run --csv FILE``: one row per cell, its settings then its figures, for spreadsheets.
 
 Every figure is read from the cell's :class:`RunSummary`, where
-:mod:`ckptbench.workload.contract.figures` computed it; none is computed here (rates are only
-converted to GiB/s, 2^30 bytes). Columns are named as in the JSON, each operation's prefixed with
-``save_`` or ``load_``; see docs/measurement.md for what each means. MLPerf Storage's figures
+:mod:`ckptbench.workload.contract.results.figures` computed it; none is computed here (rates are
+only converted to GiB/s, 2^30 bytes). Columns are named as in the JSON, each operation's prefixed
+with ``save_`` or ``load_``; see docs/measurement.md for what each means. MLPerf Storage's figures
 (MLPerf labels GiB as "GB") are the summary's ``mlperf`` block, under MLPerf's names: filled only
 when the mlperf procedure ran, since only then were they measured MLPerf's way (its order and its
 duration, the span).
@@ -19,9 +19,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.checkpoint.sizes import GIB
-from ckptbench.workload.contract.results import (
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.summaries import (
     Interval,
     OpSummary,
     RankSpread,

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ckptbench.workload.contract.results import OpSummary, RunSummary
+from ckptbench.workload.contract.results.summaries import OpSummary, RunSummary
 from ckptbench.workload.local import report
 from ckptbench.workload.local.outputs import command, compare
 from ckptbench.workload.local.outputs.command import EXIT_FAILED, EXIT_OK, CommandError

@@ -21,18 +21,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from ckptbench.workload.contract import mlperf_rules, stats
 from ckptbench.workload.contract.checkpoint.sizes import GIB
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import (
+from ckptbench.workload.contract.results import mlperf_rules, stats
+from ckptbench.workload.contract.results.rank import ROUND, OpStats, OpTiming, RankResult
+from ckptbench.workload.contract.results.summaries import (
     RANKS_LISTED,
-    ROUND,
     Interval,
-    OpStats,
     OpSummary,
-    OpTiming,
     RankError,
-    RankResult,
     RankSpread,
     ResourceSummary,
     RunSummary,
