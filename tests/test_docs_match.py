@@ -9,7 +9,7 @@ import torch
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.workload.contract.choices import Procedure, UploadScheme
-from ckptbench.workload.contract.results.figures import mlperf_metrics
+from ckptbench.workload.contract.results.mlperf_figures import mlperf_metrics
 from ckptbench.workload.contract.results.summaries import OpSummary
 from ckptbench.workload.rank import content, state
 from ckptbench.workload.storage.gcs import multipart, upload

@@ -8,7 +8,7 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status.compute import compute_status
 from ckptbench.workload.contract.choices import CacheMode, Procedure
-from ckptbench.workload.contract.results import figures, mlperf_rules
+from ckptbench.workload.contract.results import figures, mlperf_figures, mlperf_rules
 from ckptbench.workload.contract.results.rank import OpTiming, RankResources, RankResult
 from ckptbench.workload.contract.settings import BenchmarkSettings
 from ckptbench.workload.local import report
@@ -119,7 +119,7 @@ def test_category_and_rule_reach_the_table_csv_and_status() -> None:
     for column in ("Write B/W (GiB/s)", "Write Duration (secs)", "Read B/W (GiB/s)",
                    "Read Duration (secs)"):  # fmt: skip
         assert summary.mlperf is not None
-        key = figures.MLPERF_V3_COLUMNS[column]
+        key = mlperf_figures.MLPERF_V3_COLUMNS[column]
         assert float(row[column]) == summary.mlperf[key], column
 
     spec = CheckpointBenchmarkSpec(

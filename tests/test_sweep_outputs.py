@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from ckptbench.workload.contract.results import stats
-from ckptbench.workload.contract.results.figures import Best, summarize
+from ckptbench.workload.contract.results.figures import summarize
+from ckptbench.workload.contract.results.intervals import Best
 from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local import report

@@ -22,7 +22,7 @@ from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract.checkpoint.sizes import GIB
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results import figures, intervals
 from ckptbench.workload.contract.results.summaries import (
     Interval,
     OpSummary,
@@ -37,7 +37,7 @@ MIB = 1024**2
 MISSING = "-"
 NO_INTERVAL = "n/a"  # one sample: no spread, so no interval
 INDISTINGUISHABLE = "indistinguishable"
-CI = f"{round(figures.CONFIDENCE * 100)}% CI"
+CI = f"{round(intervals.CONFIDENCE * 100)}% CI"
 # A backend and its baseline: the first pair whose two columns are both there gets a ratio column.
 RATIO_PAIRS = (("gcs", "gcsfs"), ("s3", "s3fs"))
 
@@ -472,12 +472,12 @@ def axes_of(s: RunSummary) -> dict[str, str]:
     return {str(k): str(v) for k, v in axes.items()}
 
 
-def best_cells(runs: Sequence[tuple[str, RunSummary]]) -> dict[str, figures.Best]:
+def best_cells(runs: Sequence[tuple[str, RunSummary]]) -> dict[str, intervals.Best]:
     """``{"save": ..., "load": ...}``: each operation's best succeeded cell by throughput, or the
-    cells that cannot be told apart (:func:`figures.best_of`)."""
-    best: dict[str, figures.Best] = {}
+    cells that cannot be told apart (:func:`intervals.best_of`)."""
+    best: dict[str, intervals.Best] = {}
     for op in ("save", "load"):
-        found = figures.best_of(
+        found = intervals.best_of(
             [
                 (i, summary.throughput_bytes_per_second, summary.throughput_bytes_per_second_ci)
                 for i, (_, s) in enumerate(runs)
@@ -489,7 +489,7 @@ def best_cells(runs: Sequence[tuple[str, RunSummary]]) -> dict[str, figures.Best
     return best
 
 
-def best_text(best: figures.Best, op: str, labels: Sequence[str]) -> str:
+def best_text(best: intervals.Best, op: str, labels: Sequence[str]) -> str:
     """One line: the best cell, or which cells cannot be told apart, and by what."""
     if best.winner is not None:
         return f"best {op}: {labels[best.winner]} (its {CI} is above every other cell's)"

@@ -20,7 +20,7 @@ RANKS_LISTED = 64  # per-rank I/O seconds in the summary, bounded whatever the w
 
 
 class Interval(BaseModel):
-    """A two-sided confidence interval of a figure (its level: ``figures.CONFIDENCE``).
+    """A two-sided confidence interval of a figure (its level: ``intervals.CONFIDENCE``).
 
     ``high`` None: unbounded above, for a rate whose duration's interval reaches down to 0.
     """

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results import intervals
 from ckptbench.workload.contract.results.summaries import Interval, OpSummary, RunSummary
 from ckptbench.workload.local import report
 from ckptbench.workload.local.options import OPTIONS
@@ -64,8 +64,8 @@ class _Figure:
         if a is None or b is None:
             return None
         if self.rate:
-            return figures.throughput_ratio_interval(a, base.total_bytes, b, other.total_bytes)
-        return figures.mean_ratio_interval(a, b)
+            return intervals.throughput_ratio_interval(a, base.total_bytes, b, other.total_bytes)
+        return intervals.mean_ratio_interval(a, b)
 
 
 def _figures(rate: report.Unit) -> list[_Figure]:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ckptbench.workload.contract.checkpoint.sizes import GIB
-from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results import figures, mlperf_figures
 from ckptbench.workload.contract.results.summaries import (
     Interval,
     OpSummary,
@@ -118,7 +118,7 @@ def _stored(s: RunSummary) -> dict[str, Any]:
 
 def _mlperf(s: RunSummary) -> dict[str, Any]:
     measured = s.mlperf or {}
-    return {key: measured.get(key) for key in figures.mlperf_keys()}
+    return {key: measured.get(key) for key in mlperf_figures.mlperf_keys()}
 
 
 _RESOURCES = (
@@ -180,7 +180,7 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
     row["verified"] = s.verified
     row.update(_resources(s))
     row.update(_mlperf(s))
-    row.update(figures.mlperf_v3_columns(s.mlperf))
+    row.update(mlperf_figures.mlperf_v3_columns(s.mlperf))
     row["mlperf_category"] = s.mlperf_category
     row["mlperf_open_reasons"] = "; ".join(s.mlperf_open_reasons or []) or None
     row["ram_rule"] = s.ram_rule
