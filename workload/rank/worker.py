@@ -28,7 +28,7 @@ from ckptbench.workload.contract.results.figures import summarize
 from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.rank import loop, rendezvous
-from ckptbench.workload.rank.loop import AfterSave
+from ckptbench.workload.rank.operations import AfterSave
 from ckptbench.workload.rank.process import cpus, environment, heartbeat, memory
 from ckptbench.workload.storage import noise
 from ckptbench.workload.storage import objects as objectio
