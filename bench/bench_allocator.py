@@ -45,7 +45,8 @@ REFERENCE_ARGS = [
 
 def rank_main(arm: str) -> int:
     """One rank, with this arm's threshold for every procedure (the rest as shipped)."""
-    from ckptbench.workload.rank import memory, worker
+    from ckptbench.workload.rank import worker
+    from ckptbench.workload.rank.process import memory
 
     policy = {
         "fixed": memory.FIXED_1MIB,

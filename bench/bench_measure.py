@@ -51,7 +51,7 @@ from typing import IO, Any
 
 from file_vs_raw import Judged, summarize
 
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.checkpoint import sizes
 
 MIB = 1024**2
 TARGET_IMBALANCE = 1.5

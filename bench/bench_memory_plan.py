@@ -3,11 +3,11 @@
 Each case is one ``ckptbench run`` on 2 ranks; its measured figure is the largest rank's peak
 resident set (``ru_maxrss`` from ``wait4``, which the runner reports as ``extra.peak_rss_bytes``);
 its estimate is ``WorkloadConfig.memory_estimate()`` for the same settings
-(``workload/contract/memory_plan.py``). Printed per case: both, in MiB, the ratio measured /
-estimate and whether it is within 10%. Cases: the llama3-debug preset, llama3-8b scaled to one
-layer and a 32768 vocabulary (2.72 GiB a rank; ``file`` only, see below), the reference layout
-at four sizes, each sync and with ``--async-save``, on ``file`` (a temporary directory) and on
-``gcs`` (the embedded emulator). ``--baseline`` prints the calibration runs the plan's constants
+(``workload/contract/checkpoint/memory_plan.py``). Printed per case: both, in MiB, the ratio
+measured / estimate and whether it is within 10%. Cases: the llama3-debug preset, llama3-8b scaled
+to one layer and a 32768 vocabulary (2.72 GiB a rank; ``file`` only, see below), the reference
+layout at four sizes, each sync and with ``--async-save``, on ``file`` (a temporary directory) and
+on ``gcs`` (the embedded emulator). ``--baseline`` prints the calibration runs the plan's constants
 come from instead.
 
 Run: ``.venv/bin/python bench/bench_memory_plan.py [--only SUBSTRING] [--baseline]`` (about 7

@@ -174,7 +174,7 @@ def _planning_rank(rank: int, world: int, port: int, directory: str, reps: int, 
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Shard
 
-    from ckptbench.workload.contract import models
+    from ckptbench.workload.contract.checkpoint import models
     from ckptbench.workload.rank import model_state
 
     class TimedPlanner(DefaultSavePlanner):
@@ -229,7 +229,7 @@ def _planning_rank(rank: int, world: int, port: int, directory: str, reps: int, 
 def bench_planning(reps: int, worlds: list[int]) -> None:
     import multiprocessing as mp
 
-    from ckptbench.workload.contract import models
+    from ckptbench.workload.contract.checkpoint import models
     from ckptbench.workload.local.emulator import free_port
 
     sizes = models.model_sizes(models.ModelSpec("llama3-8b"), 1)

@@ -30,8 +30,8 @@ from ckptbench.operator.spec import names as spec_names
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status.compute import compute_status
-from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from harness.kmock_cluster import Client, running_emulator, write_kubeconfig
 from harness.operator_process import Operator, wait_for
 

@@ -52,7 +52,7 @@ from emulator_in_memory import emulator_in_memory
 from netmodel import NetModel
 from peer_seam import peer_classes
 
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.local.emulator import free_port
 from ckptbench.workload.storage.gcs.backend import part_size_for
 from harness.xml_multipart import XmlMultipartShim

@@ -53,7 +53,7 @@ from emulator_in_memory import scratch
 from netmodel import NetModel
 from procstat import reset_peak, vm
 
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.local.emulator import GcsEmulator
 from harness.xml_multipart import XmlMultipartShim
 

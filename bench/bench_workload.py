@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import rawio
 
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.checkpoint import sizes
 
 GIB = 1024**3
 TARGET_BUILD_GIBPS = 1.0

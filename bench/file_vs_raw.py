@@ -51,12 +51,12 @@ import rawio
 import torch
 from torch.distributed.checkpoint.filesystem import FileSystem
 
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.choices import CacheMode
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.rank import worker
-from ckptbench.workload.storage import cache
-from ckptbench.workload.storage.file_backend import ReportingFileSystem
+from ckptbench.workload.storage.file import cache
+from ckptbench.workload.storage.file.backend import ReportingFileSystem
 
 GIB = 1024**3
 PAGE = mmap.PAGESIZE

@@ -100,10 +100,11 @@ def main() -> int:
     from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
     from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-    from ckptbench.workload.contract import sizes
+    from ckptbench.workload.contract.checkpoint import sizes
     from ckptbench.workload.contract.choices import Backend, Procedure
     from ckptbench.workload.contract.config import WorkloadConfig
-    from ckptbench.workload.rank import memory, state
+    from ckptbench.workload.rank import state
+    from ckptbench.workload.rank.process import memory
 
     warnings.simplefilter("ignore", UserWarning)
     # The allocator as the workload's ranks set it for their own procedure; the same for both

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results.rank import RankResult
 
 ENV_DIR = "MEASURE_PROBE_DIR"
 ENV_LATE_RANK = "MEASURE_PROBE_LATE_RANK"

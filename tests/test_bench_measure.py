@@ -143,7 +143,7 @@ def test_pages_left_after_eviction_miss_the_target() -> None:
 
 def test_resident_bytes_sees_cached_pages_and_their_eviction(tmp_path: Path) -> None:
     raw = _module("file_vs_raw")
-    from ckptbench.workload.storage import cache
+    from ckptbench.workload.storage.file import cache
 
     path = tmp_path / "f.bin"
     path.write_bytes(b"x" * (1 << 20))

@@ -14,7 +14,7 @@ import pytest
 from ckptbench.workload.contract.choices import GarbageCollection
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.rank import loop
-from ckptbench.workload.rank.collector import Collector
+from ckptbench.workload.rank.process.collector import Collector
 from tests.workers import one_rank
 
 

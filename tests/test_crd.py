@@ -15,7 +15,7 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.rules import RULES
 from ckptbench.operator.spec.status_schema import BenchmarkStatus, Operation, wire_name
 from ckptbench.operator.sweep import crd as sweep_crd
-from ckptbench.workload.contract import settings
+from ckptbench.workload.contract import settings, storage_settings
 from ckptbench.workload.contract.choices import Backend
 from tests.crd_validation import cel_failures, openapi_schema, schema_errors
 from tests.k8s_schemas import validate
@@ -132,7 +132,7 @@ def test_enums_bounds_and_patterns_come_through() -> None:
         1,
         settings.MAX_WORLD_SIZE,
     )
-    assert props["checkpointPath"]["pattern"] == settings.CHECKPOINT_PATH_PATTERN
+    assert props["checkpointPath"]["pattern"] == storage_settings.CHECKPOINT_PATH_PATTERN
     assert props["nodeSelector"]["additionalProperties"] == {"type": "string"}
     assert props["affinity"]["x-kubernetes-preserve-unknown-fields"] is True
     # Volumes, mounts and tolerations name their keys, so a hostPath is refused, not kept; what

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from grafana_foundation_sdk.models import units as grafana_units
 
-from ckptbench.workload.contract.sizes import GIB
+from ckptbench.workload.contract.checkpoint.sizes import GIB
 from tests import grafana_schema
 
 ROOT = Path(__file__).resolve().parents[1]

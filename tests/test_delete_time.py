@@ -20,9 +20,9 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status.aggregate import operation
 from ckptbench.operator.status.compute import compute_status
-from ckptbench.workload.contract.figures import summarize
-from ckptbench.workload.contract.results import OpTiming, RankResult
-from ckptbench.workload.local import report
+from ckptbench.workload.contract.results.figures import summarize
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.local import report_rows
 from ckptbench.workload.local.outputs import csvfile
 from ckptbench.workload.rank import loop
 from ckptbench.workload.storage import objects as objectio
@@ -74,7 +74,7 @@ def test_kept_checkpoints_have_no_delete_time(tmp_path: Path) -> None:
     assert result.error is None and result.delete is None
     summary = summarize([result], 1, 1000)
     assert summary.delete is None
-    assert not any(r.label.startswith("delete ") for r in report.rows_for([summary]))
+    assert not any(r.label.startswith("delete ") for r in report_rows.rows_for([summary]))
 
 
 def _timing(seconds: list[float], io_: float) -> OpTiming:
@@ -103,7 +103,7 @@ def test_the_delete_figures_reach_the_csv_table_status_and_metrics() -> None:
     assert float(row["delete_p90_seconds"]) == delete.p90_seconds
     assert row["delete_slowest_rank"] == "1"
 
-    rows = {r.label: r for r in report.rows_for([summary])}
+    rows = {r.label: r for r in report_rows.rows_for([summary])}
     assert rows["delete mean (s)"].value(summary) == delete.mean_seconds
     assert rows["delete I/O slowest rank (s)"].value(summary) == pytest.approx(1.1)
 

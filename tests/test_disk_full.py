@@ -24,8 +24,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.rank.failures import CheckpointFailure
-from ckptbench.workload.storage import file_backend
-from ckptbench.workload.storage.file_backend import DiskFull, ReportingFileSystem
+from ckptbench.workload.storage.file import backend as file_backend
+from ckptbench.workload.storage.file.backend import DiskFull, ReportingFileSystem
 from ckptbench.workload.storage.session import open_session
 from tests import workers
 

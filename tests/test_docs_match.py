@@ -9,8 +9,8 @@ import torch
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.workload.contract.choices import Procedure, UploadScheme
-from ckptbench.workload.contract.figures import mlperf_metrics
-from ckptbench.workload.contract.results import OpSummary
+from ckptbench.workload.contract.results.mlperf_figures import mlperf_metrics
+from ckptbench.workload.contract.results.summaries import OpSummary
 from ckptbench.workload.rank import content, state
 from ckptbench.workload.storage.gcs import multipart, upload
 

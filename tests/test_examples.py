@@ -14,7 +14,7 @@ import yaml
 
 from ckptbench.operator.spec.names import API_VERSION, KIND, validate_name
 from ckptbench.operator.spec.parse import parse_spec
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.checkpoint import sizes
 from tests.k8s_schemas import pod_template_schema, validate, validate_pod_template
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +178,8 @@ def test_smoke_example_is_small_and_needs_no_cloud() -> None:
 
 
 def test_the_mlperf_v3_example_runs_the_four_models_as_v3_does_and_is_closed() -> None:
-    from ckptbench.workload.contract import mlperf_rules, models
+    from ckptbench.workload.contract.checkpoint import models
+    from ckptbench.workload.contract.results import mlperf_rules
 
     specs = [parse_spec(d["spec"]) for d in documents(ROOT / "examples" / "mlperf-v3.yaml")]
     assert {s.model: s.world_size for s in specs} == {

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench.workload.contract import figures
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import OpSummary, OpTiming, RankResult, RunSummary
+from ckptbench.workload.contract.results import figures, mlperf_figures
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.contract.results.summaries import OpSummary, RunSummary
 from ckptbench.workload.local.outputs import csvfile
 
 GIB = 2**30
@@ -163,7 +164,7 @@ def test_the_csvs_mlperf_columns_are_the_summarys() -> None:
     # The spans differ from the collective durations, so a figure of its own would differ.
     assert s.load.span_mean_seconds != pytest.approx(s.load.mean_seconds, abs=1e-3)
     [row] = list(csv.DictReader(io.StringIO(csvfile.to_csv([("gcs", s)]))))
-    assert set(figures.mlperf_keys()) <= set(row)
+    assert set(mlperf_figures.mlperf_keys()) <= set(row)
     for key, value in s.mlperf.items():
         assert float(row[key]) == value, key
 
@@ -175,6 +176,6 @@ def test_every_published_figure_is_defined_in_measurement_md() -> None:
         assert f"`{name}`" in definitions, name
     for name in ("total_bytes", "shard_bytes", "load_shard_bytes", "stored_bytes", "objects"):
         assert f"`{name}`" in definitions, name
-    for key in figures.mlperf_keys():
+    for key in mlperf_figures.mlperf_keys():
         shown = key.replace("load_", "save_").replace("_read_", "_write_")
         assert f"`{shown}`" in definitions, key

@@ -19,7 +19,7 @@ import pytest
 
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.heartbeat import period as heartbeat_period
+from ckptbench.workload.contract.settings import heartbeat_period
 from ckptbench.workload.local.runner import RanksOutcome, run_ranks
 from tests import workers
 
@@ -27,7 +27,7 @@ from tests import workers
 _IDLE = """
 import os, sys, time
 if sys.argv[1] == "beat":
-    from ckptbench.workload.rank import heartbeat
+    from ckptbench.workload.rank.process import heartbeat
     heartbeat.start(os.environ["CKPTBENCH_HEARTBEAT_FILE"], 1.0)
 time.sleep(4)
 """

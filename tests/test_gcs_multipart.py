@@ -328,7 +328,7 @@ def test_a_run_whose_parts_fail_for_good_aborts_its_uploads_and_leaves_nothing(
 
 
 def test_results_record_the_scheme_auto_became(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ckptbench.workload.rank.environment import describe
+    from ckptbench.workload.rank.process.environment import describe
 
     config = workers.small_config("gs://bkt/x", backend="gcs")
     monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)

@@ -9,8 +9,9 @@ import statistics
 
 import pytest
 
-from ckptbench.workload.contract import figures, stats
-from ckptbench.workload.contract.results import Interval, OpSummary, OpTiming, RankResult
+from ckptbench.workload.contract.results import figures, intervals, stats
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.contract.results.summaries import Interval, OpSummary
 from tests.test_figures import LOAD, LOAD_AT, SAVE, SAVE_AT, TOTAL, _spans, _summary
 
 T2 = 4.302653  # t(0.975, 2): three samples
@@ -88,32 +89,34 @@ def _ci(low: float, high: float | None) -> Interval:
 
 def test_best_only_where_intervals_do_not_overlap() -> None:
     # Cell 1 is highest and its interval lies above both others: best.
-    found = figures.best_of(
+    found = intervals.best_of(
         [(0, 1.0, _ci(0.9, 1.1)), (1, 2.0, _ci(1.5, 2.5)), (2, 1.2, _ci(1.0, 1.4))]
     )
-    assert found == figures.Best(1, ())
+    assert found == intervals.Best(1, ())
     # 0.075 vs 0.073 with overlapping intervals: indistinguishable, both named.
-    found = figures.best_of([(0, 0.075, _ci(0.06, 0.09)), (1, 0.073, _ci(0.07, 0.076))])
-    assert found == figures.Best(None, (0, 1))
+    found = intervals.best_of([(0, 0.075, _ci(0.06, 0.09)), (1, 0.073, _ci(0.07, 0.076))])
+    assert found == intervals.Best(None, (0, 1))
     # Only the cells that overlap the top one are tied; a clearly lower cell is not.
-    found = figures.best_of(
+    found = intervals.best_of(
         [(0, 0.5, _ci(0.4, 0.6)), (1, 2.0, _ci(1.5, 2.5)), (2, 1.8, _ci(1.4, 2.2))]
     )
-    assert found == figures.Best(None, (1, 2))
+    assert found == intervals.Best(None, (1, 2))
     # Touching is overlapping.
-    assert figures.best_of([(0, 2.0, _ci(1.5, 2.5)), (1, 1.0, _ci(0.5, 1.5))]) == figures.Best(
+    assert intervals.best_of([(0, 2.0, _ci(1.5, 2.5)), (1, 1.0, _ci(0.5, 1.5))]) == intervals.Best(
         None, (0, 1)
     )
 
 
 def test_best_is_indistinguishable_without_intervals_or_with_an_unbounded_one() -> None:
-    assert figures.best_of([(0, 2.0, None), (1, 1.0, None)]) == figures.Best(None, (0, 1))
-    assert figures.best_of([(0, 2.0, _ci(1.9, 2.1)), (1, 1.0, None)]) == figures.Best(None, (0, 1))
-    assert figures.best_of([(0, 2.0, _ci(1.9, 2.1)), (1, 1.0, _ci(0.5, None))]) == figures.Best(
+    assert intervals.best_of([(0, 2.0, None), (1, 1.0, None)]) == intervals.Best(None, (0, 1))
+    assert intervals.best_of([(0, 2.0, _ci(1.9, 2.1)), (1, 1.0, None)]) == intervals.Best(
         None, (0, 1)
     )
-    assert figures.best_of([(3, 2.0, _ci(1.9, 2.1))]) == figures.Best(3, ())
-    assert figures.best_of([]) is None
+    assert intervals.best_of([(0, 2.0, _ci(1.9, 2.1)), (1, 1.0, _ci(0.5, None))]) == intervals.Best(
+        None, (0, 1)
+    )
+    assert intervals.best_of([(3, 2.0, _ci(1.9, 2.1))]) == intervals.Best(3, ())
+    assert intervals.best_of([]) is None
 
 
 def _op(samples: int, mean: float, stdev: float) -> OpSummary:
@@ -136,24 +139,24 @@ def test_ratio_interval_by_the_delta_method_by_hand() -> None:
     assert stats.t_cdf(t, df) == pytest.approx(0.975, abs=1e-12)
     assert 2.571 < t < 2.776  # between df 5 and df 4 in the table
     half = t * 0.5 * math.sqrt(2) * 0.05
-    ci = figures.mean_ratio_interval(a, b)
+    ci = intervals.mean_ratio_interval(a, b)
     assert ci is not None and ci.high is not None
     assert ci.low == pytest.approx(0.5 - half) and ci.high == pytest.approx(0.5 + half)
     # Throughput B/A at equal bytes is 2: the inverse of the durations' bounds.
-    rate = figures.throughput_ratio_interval(a, 100, b, 100)
+    rate = intervals.throughput_ratio_interval(a, 100, b, 100)
     assert rate is not None and rate.high is not None
     assert rate.low == pytest.approx(1 / (0.5 + half)) and rate.high == pytest.approx(
         1 / (0.5 - half)
     )
     # Twice the bytes in B: twice the ratio.
-    doubled = figures.throughput_ratio_interval(a, 100, b, 200)
+    doubled = intervals.throughput_ratio_interval(a, 100, b, 200)
     assert doubled is not None and doubled.low == pytest.approx(2 * rate.low)
 
 
 def test_ratio_interval_needs_two_samples_on_each_side() -> None:
-    assert figures.mean_ratio_interval(_op(1, 2.0, 0.0), _op(4, 1.0, 0.1)) is None
-    assert figures.mean_ratio_interval(_op(4, 2.0, 0.2), _op(1, 1.0, 0.0)) is None
-    assert figures.throughput_ratio_interval(_op(4, 2.0, 0.2), 100, _op(1, 1.0, 0.0), 100) is None
+    assert intervals.mean_ratio_interval(_op(1, 2.0, 0.0), _op(4, 1.0, 0.1)) is None
+    assert intervals.mean_ratio_interval(_op(4, 2.0, 0.2), _op(1, 1.0, 0.0)) is None
+    assert intervals.throughput_ratio_interval(_op(4, 2.0, 0.2), 100, _op(1, 1.0, 0.0), 100) is None
     # No spread at all: the interval is the ratio itself.
-    same = figures.mean_ratio_interval(_op(3, 2.0, 0.0), _op(3, 1.0, 0.0))
+    same = intervals.mean_ratio_interval(_op(3, 2.0, 0.0), _op(3, 1.0, 0.0))
     assert same == Interval(low=0.5, high=0.5)

@@ -12,7 +12,7 @@ import torch
 from torch.distributed.checkpoint.state_dict_loader import load as real_load
 
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.rank import loop, state
+from ckptbench.workload.rank import loop, operations, state
 from ckptbench.workload.storage import objects as objectio
 from tests.workers import one_rank
 
@@ -138,7 +138,7 @@ def test_every_load_starts_on_a_template_touched_and_marked_outside_its_timing(
         seen.append(f"timed {what}")
         return real_timed(self, what, *args)
 
-    monkeypatch.setattr(loop, "dcp_load", load)
+    monkeypatch.setattr(operations, "dcp_load", load)
     monkeypatch.setattr(state, "mark_unwritten", mark)
     monkeypatch.setattr(loop._Loop, "_timed", timed)
     result = loop.run(config, log=_quiet([]))
@@ -162,7 +162,7 @@ def test_a_load_that_skips_one_element_of_a_reused_template_fails_verification(
         if len(loads) == 2:
             flat[12345] = before  # as if the reader never wrote it
 
-    monkeypatch.setattr(loop, "dcp_load", skipping)
+    monkeypatch.setattr(operations, "dcp_load", skipping)
     result = loop.run(config, log=_quiet([]))
     assert result.verified is False
     assert result.error is not None and "dummy_tensor_1 on rank 0" in result.error

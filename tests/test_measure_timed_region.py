@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results import RunSummary
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.storage import objects as objectio
 from tests import measure_probe, workers
 from tests.measure_probe import Rank

@@ -13,7 +13,8 @@ import pytest
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.local.emulator import free_port
-from ckptbench.workload.rank import environment, memory, worker
+from ckptbench.workload.rank import worker
+from ckptbench.workload.rank.process import environment, memory
 from ckptbench.workload.storage import objects as objectio
 from tests.workers import one_rank
 
@@ -21,7 +22,7 @@ _PROBE = textwrap.dedent(
     """
     import ctypes, json, sys
     from ckptbench.workload.contract.choices import Procedure
-    from ckptbench.workload.rank import memory
+    from ckptbench.workload.rank.process import memory
     if sys.argv[1] == "fixed":
         assert memory.return_big_buffers_to_the_os()
         setting = None

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench.workload.contract import memory_plan
+from ckptbench.workload.contract.checkpoint import memory_plan
+from ckptbench.workload.contract.checkpoint.memory_plan import BASELINE_BYTES, RankLoad
 from ckptbench.workload.contract.choices import Backend, SaveMode
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.memory_plan import BASELINE_BYTES, RankLoad
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.local.emulator import free_port
 from ckptbench.workload.storage.gcs import objects, parts
 from tests import workers

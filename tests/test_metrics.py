@@ -215,8 +215,8 @@ def _async_trained_status() -> dict[str, Any]:
     """A status as the operator writes it, from ranks that saved async beside a training step."""
     from ckptbench.operator.spec.status_schema import BenchmarkStatus, Training, status_body
     from ckptbench.operator.status.aggregate import operation
-    from ckptbench.workload.contract.figures import summarize
-    from ckptbench.workload.contract.results import OpStats, OpTiming, RankResult, TrainTiming
+    from ckptbench.workload.contract.results.figures import summarize
+    from ckptbench.workload.contract.results.rank import OpStats, OpTiming, RankResult, TrainTiming
 
     def rank(n: int, stall: float, overhead: float) -> RankResult:
         save = OpTiming.of([2.0], [1.5], blocked_seconds=[stall], background_seconds=[1.75])

@@ -7,11 +7,11 @@ import pytest
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status.compute import compute_status
-from ckptbench.workload.contract import figures, mlperf_rules
 from ckptbench.workload.contract.choices import CacheMode, Procedure
-from ckptbench.workload.contract.results import OpTiming, RankResources, RankResult
+from ckptbench.workload.contract.results import figures, mlperf_figures, mlperf_rules
+from ckptbench.workload.contract.results.rank import OpTiming, RankResources, RankResult
 from ckptbench.workload.contract.settings import BenchmarkSettings
-from ckptbench.workload.local import report
+from ckptbench.workload.local import report, report_rows
 from ckptbench.workload.local.outputs import csvfile
 from tests.test_status import NOW, jobset, pod
 
@@ -109,7 +109,7 @@ def test_category_and_rule_reach_the_table_csv_and_status() -> None:
     ranks = [_rank(r, "n", 1000, GIB, CacheMode.DROPPED) for r in range(2)]
     summary = figures.summarize(ranks, 2, 2000)
     summary = summary.model_copy(update=figures.category_figures(_settings(threads=16)))
-    labels = {r.label: r.value(summary) for r in report.rows_for([summary])}
+    labels = {r.label: r.value(summary) for r in report_rows.rows_for([summary])}
     assert labels["MLPerf category"] == "OPEN" and labels["3 x RAM rule"] == "met by eviction"
     assert "MLPerf OPEN: threads is 16" in report.format_context([("c", summary)])
     [row] = list(csv.DictReader(io.StringIO(csvfile.to_csv([("c", summary)]))))
@@ -119,7 +119,7 @@ def test_category_and_rule_reach_the_table_csv_and_status() -> None:
     for column in ("Write B/W (GiB/s)", "Write Duration (secs)", "Read B/W (GiB/s)",
                    "Read Duration (secs)"):  # fmt: skip
         assert summary.mlperf is not None
-        key = figures.MLPERF_V3_COLUMNS[column]
+        key = mlperf_figures.MLPERF_V3_COLUMNS[column]
         assert float(row[column]) == summary.mlperf[key], column
 
     spec = CheckpointBenchmarkSpec(

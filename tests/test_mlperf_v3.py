@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench.workload.contract import models
+from ckptbench.workload.contract.checkpoint import models
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -9,10 +9,11 @@ import torch
 from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-from ckptbench.workload.contract import models
+from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV
-from ckptbench.workload.contract.results import RankResult, RunSummary
+from ckptbench.workload.contract.results.rank import RankResult
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.storage import objects as objectio
 from tests import workers

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from ckptbench.workload.contract import models
-from ckptbench.workload.contract.models import DtypeProfile, ModelSpec, Optimizer
-from ckptbench.workload.contract.sizes import GIB
+from ckptbench.workload.contract.checkpoint import models
+from ckptbench.workload.contract.checkpoint.models import DtypeProfile, ModelSpec, Optimizer
+from ckptbench.workload.contract.checkpoint.sizes import GIB
 
 # (dim, layers, heads, kv heads, vocab, ffn) from torchtitan's llama3 args, ffn as published.
 SHAPES = {

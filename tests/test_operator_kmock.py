@@ -13,8 +13,8 @@ import pytest
 from ckptbench.operator.render import jobset as rendering
 from ckptbench.operator.render import labels as render_labels
 from ckptbench.operator.spec import names as spec_names
-from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from harness.kmock_cluster import Client, EmulatorThread
 from harness.operator_process import DEFAULT_IMAGE, Operator, running_operator, wait_for
 

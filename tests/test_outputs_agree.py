@@ -22,9 +22,9 @@ from ckptbench.operator.runtime import metrics
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status import compute as st
-from ckptbench.workload.contract import models
+from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results.rank import RankResult
 from tests.test_status import NOW, jobset, pod
 
 ROOT = Path(__file__).resolve().parent.parent

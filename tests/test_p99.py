@@ -17,9 +17,9 @@ import pytest
 from ckptbench.operator.runtime import metrics
 from ckptbench.operator.spec.status_schema import Operation
 from ckptbench.operator.status.aggregate import operation
-from ckptbench.workload.contract import figures, stats
-from ckptbench.workload.contract.results import OpTiming, RankResult
-from ckptbench.workload.local import report
+from ckptbench.workload.contract.results import figures, stats
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.local import report_rows
 from ckptbench.workload.local.outputs import csvfile
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,10 +93,10 @@ def test_csv_table_status_and_metrics_show_it_only_when_there_is_one() -> None:
     assert float(row_many["save_p99_seconds"]) == many.save.p99_seconds
     assert row_few["save_p99_seconds"] == ""
 
-    labels = [r.label for r in report.rows_for([many])]
+    labels = [r.label for r in report_rows.rows_for([many])]
     assert labels.index("save p99 (s)") == labels.index("save p90 (s)") + 1
     assert "load p99 (s)" in labels
-    assert not any("p99" in r.label for r in report.rows_for([few]))
+    assert not any("p99" in r.label for r in report_rows.rows_for([few]))
 
     status = operation(many.save, {}).model_dump(by_alias=True, exclude_none=True)
     assert status["p99Seconds"] == many.save.p99_seconds

@@ -11,9 +11,9 @@ from torch.distributed.checkpoint.storage import StorageReader
 
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.figures import summarize
-from ckptbench.workload.contract.results import OpTiming, RankResult
-from ckptbench.workload.rank import loop, state
+from ckptbench.workload.contract.results.figures import summarize
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.rank import loop, operations, state
 from ckptbench.workload.storage import timing
 from tests.workers import one_rank
 
@@ -41,7 +41,7 @@ def _trace(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return events
 
 
-def _after_save(events: list[str]) -> loop.AfterSave:
+def _after_save(events: list[str]) -> operations.AfterSave:
     return lambda sample, checkpoint_id: events.append("save " + Path(checkpoint_id).name)
 
 

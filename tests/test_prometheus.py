@@ -24,8 +24,8 @@ import yaml
 from ckptbench.operator.render import jobset as rendering
 from ckptbench.operator.render import labels as render_labels
 from ckptbench.operator.spec import names as spec_names
-from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.results import OpStats, OpTiming, RankResult, TrainTiming
+from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.results.rank import OpStats, OpTiming, RankResult, TrainTiming
 from harness.kmock_cluster import Client, free_port, running_emulator
 from harness.operator_process import (
     DEFAULT_IMAGE,

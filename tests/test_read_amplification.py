@@ -25,8 +25,8 @@ from torch.distributed.checkpoint.metadata import (
 )
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
 
-from ckptbench.workload.contract import figures
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from ckptbench.workload.storage import traffic
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +171,7 @@ def test_the_ratio_reaches_the_csv_table_status_and_metrics() -> None:
     from ckptbench.operator.runtime import metrics
     from ckptbench.operator.spec.status_schema import status_body
     from ckptbench.operator.status.aggregate import operation
-    from ckptbench.workload.local import report
+    from ckptbench.workload.local import report_rows
     from ckptbench.workload.local.outputs import csvfile
 
     t = OpTiming.of([1.0], [0.5])
@@ -187,7 +187,7 @@ def test_the_ratio_reaches_the_csv_table_status_and_metrics() -> None:
     [row] = list(csv.DictReader(io.StringIO(csvfile.to_csv([("c", summary)]))))
     assert float(row["load_read_amplification"]) == summary.load.read_amplification
     assert float(row["load_max_rank_read_amplification"]) == 2.0
-    rows = {r.label: r for r in report.rows_for([summary])}
+    rows = {r.label: r for r in report_rows.rows_for([summary])}
     assert rows["load read amplification"].value(summary) == summary.load.read_amplification
     status = status_body(operation(summary.load, {}))
     assert status["readAmplification"] == summary.load.read_amplification

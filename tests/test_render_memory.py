@@ -9,7 +9,7 @@ import pytest
 from ckptbench.operator.render.jobset import RenderDefaults, render_jobset
 from ckptbench.operator.render.resources import PLAN_HEADROOM
 from ckptbench.operator.spec.parse import SpecError, parse_spec
-from ckptbench.workload.contract.memory_plan import parse_quantity
+from ckptbench.workload.contract.checkpoint.memory_plan import parse_quantity
 
 DEFAULTS = RenderDefaults(image="img:1")
 GIB = 1024**3

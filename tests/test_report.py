@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ckptbench.workload.contract.figures import summarize
-from ckptbench.workload.contract.results import OpTiming, RankResult, RunSummary
+from ckptbench.workload.contract.results.figures import summarize
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local import report
 
 GIB = 1024**3

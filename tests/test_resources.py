@@ -13,9 +13,9 @@ from ckptbench.operator.runtime import metrics
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status.compute import compute_status
-from ckptbench.workload.contract import figures
-from ckptbench.workload.contract.results import OpTiming, RankResources, RankResult
-from ckptbench.workload.local import report
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.rank import OpTiming, RankResources, RankResult
+from ckptbench.workload.local import report_rows
 from ckptbench.workload.local.outputs import csvfile
 from ckptbench.workload.rank import loop, state
 from ckptbench.workload.storage import objects as objectio
@@ -87,7 +87,7 @@ def test_the_resources_reach_the_csv_table_status_and_metrics() -> None:
     assert float(row["rank_max_cpu_user_seconds"]) == 3.0
     assert int(row["rank_sent_bytes"]) == 303
     assert float(row["slowest_rank_cpu_user_seconds"]) == 2.0
-    rows = {r.label: r for r in report.rows_for([summary])}
+    rows = {r.label: r for r in report_rows.rows_for([summary])}
     assert rows["rank CPU user max (s)"].value(summary) == 3.0
     assert rows["rank peak RSS max (MiB)"].value(summary) == 3000
 

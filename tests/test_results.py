@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ckptbench.workload.contract.figures import summarize
-from ckptbench.workload.contract.results import (
+from ckptbench.workload.contract.results.figures import summarize
+from ckptbench.workload.contract.results.rank import (
     TERMINATION_MESSAGE_LIMIT,
     OpStats,
     OpTiming,

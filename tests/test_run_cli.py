@@ -158,7 +158,7 @@ def test_rank_env_is_what_the_worker_parses(tmp_path: Path) -> None:
 FAKE_WORKER = textwrap.dedent(
     """
     import os, sys, time
-    from ckptbench.workload.contract.results import OpTiming, RankResult
+    from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 
     rank = int(os.environ["CKPTBENCH_RANK"])
     mode = os.environ["FAKE_MODE"]

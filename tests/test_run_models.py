@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench.workload.contract.models import DtypeProfile, Optimizer
+from ckptbench.workload.contract.checkpoint.models import DtypeProfile, Optimizer
 from ckptbench.workload.local import cli as run_cli
-from ckptbench.workload.rank import memory
+from ckptbench.workload.rank.process import memory
 
 GIB = 1024**3
 ROOT = Path(__file__).resolve().parent.parent

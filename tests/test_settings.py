@@ -24,7 +24,7 @@ from ckptbench.operator.sweep.cells import axis_fields
 from ckptbench.workload.contract import settings
 from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ENV_PREFIX, ConfigError, WorkloadConfig
-from ckptbench.workload.contract.results import RunSummary
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.contract.settings import Declared
 from ckptbench.workload.local import cli
 from ckptbench.workload.local.options import OPTION_OF, UsageError, build_parser, option

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.sizes import GIB
+from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.checkpoint.sizes import GIB
 
 
 def test_reference_table_sizes() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.rank import content, failures, state
 

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from ckptbench.workload.contract import stats
+from ckptbench.workload.contract.results import stats
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from ckptbench.operator.status import compute as st
 from ckptbench.operator.status.aggregate import LISTED
 from ckptbench.operator.status.phases import with_reconcile_error
 from ckptbench.operator.status.pods import COMPLETION_INDEX, RESTART_ATTEMPT
-from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=3)

@@ -11,12 +11,12 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.storage import session as storage_session
 from ckptbench.workload.storage import torch_seam
+from ckptbench.workload.storage.file.paths import local_path
 from ckptbench.workload.storage.gcs import google_seam
-from ckptbench.workload.storage.paths import local_path
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("quiet_dcp")]
 

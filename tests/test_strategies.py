@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.storage import objects as objectio
 from tests import workers
 from tests.workers import small_config

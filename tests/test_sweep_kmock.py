@@ -12,8 +12,8 @@ import pytest
 from ckptbench.operator.spec import names as spec_names
 from ckptbench.operator.sweep import cells as sc
 from ckptbench.operator.sweep import crd as sweep_crd
-from ckptbench.workload.contract import sizes
-from ckptbench.workload.contract.results import OpTiming, RankResult
+from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from harness.kmock_cluster import Client
 from harness.operator_process import Operator, wait_for
 from tests.test_operator_kmock import ckptbench_object, rank_pod, reference_spec

@@ -11,9 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ckptbench.workload.contract import stats
-from ckptbench.workload.contract.figures import Best, summarize
-from ckptbench.workload.contract.results import OpTiming, RankResult, RunSummary
+from ckptbench.workload.contract.results import stats
+from ckptbench.workload.contract.results.figures import summarize
+from ckptbench.workload.contract.results.intervals import Best
+from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local import report
 from ckptbench.workload.local.outputs import compare, csvfile, document, plot
 from ckptbench.workload.local.progress import Progress
@@ -594,7 +596,7 @@ def test_runner_hands_every_rank_line_to_the_watcher() -> None:
 def test_report_draws_what_checkpoints_cost_training_when_a_cell_measured_it(
     tmp_path: Path,
 ) -> None:
-    from ckptbench.workload.contract.results import RankSpread, TrainSummary
+    from ckptbench.workload.contract.results.summaries import RankSpread, TrainSummary
 
     def spread(slowest: float) -> RankSpread:
         return RankSpread(

@@ -16,7 +16,8 @@ from ckptbench.operator.render.jobset import RenderDefaults, intra_op_threads, r
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.workload.contract.quantity import cpu_threads
 from ckptbench.workload.local.emulator import free_port
-from ckptbench.workload.rank import cpus, worker
+from ckptbench.workload.rank import worker
+from ckptbench.workload.rank.process import cpus
 from ckptbench.workload.storage import objects as objectio
 from tests.k8s_schemas import validate
 from tests.workers import one_rank

@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.planner import LoadPlan
 from torch.distributed.checkpoint.storage import StorageReader
 
 from ckptbench.workload.contract.choices import CacheMode
-from ckptbench.workload.contract.figures import summarize
+from ckptbench.workload.contract.results.figures import summarize
 from ckptbench.workload.rank import loop, state
 from ckptbench.workload.storage import timing
 from tests import workers

@@ -8,7 +8,7 @@ import pytest
 
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV
-from ckptbench.workload.contract.results import RunSummary
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.storage import objects as objectio
 from tests import workers

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.rank import memory, worker
+from ckptbench.workload.rank import worker
+from ckptbench.workload.rank.process import memory
 from tests import workers
 
 GIB = 1024**3

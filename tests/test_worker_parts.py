@@ -16,9 +16,11 @@ from google.api_core import exceptions
 
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV
-from ckptbench.workload.contract.results import RankResult, RunSummary
+from ckptbench.workload.contract.results.rank import RankResult
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local.emulator import GcsEmulator, free_port
-from ckptbench.workload.rank import environment, loop, rendezvous, worker
+from ckptbench.workload.rank import loop, rendezvous, worker
+from ckptbench.workload.rank.process import environment
 from ckptbench.workload.storage import objects as objectio
 from ckptbench.workload.storage.retry import GcsError, RetryPolicy, call_with_retry
 from tests.workers import one_rank

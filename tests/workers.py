@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptbench.workload.contract.config import ENV_PREFIX, WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.local.emulator import free_port
 
 if TYPE_CHECKING:

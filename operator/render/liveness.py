@@ -1,6 +1,7 @@
 """The worker container's liveness probe: the rank's heartbeat file, read by the kubelet.
 
-Each rank touches its heartbeat file from a thread of its own (``workload/rank/heartbeat.py``).
+Each rank touches its heartbeat file from a thread of its own
+(``workload/rank/process/heartbeat.py``).
 A frozen rank (stopped, deadlocked with the interpreter held) stops beating; the kubelet then
 kills its container, the pod fails, and the benchmark fails within ``progressTimeoutSeconds``
 instead of holding every other rank until the gloo timeout. A rank that waits for a slow peer
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ckptbench.operator.spec.names import TMP_PATH
-from ckptbench.workload.contract import heartbeat
+from ckptbench.workload.contract.settings import heartbeat_period
 
 HEARTBEAT_FILE = f"{TMP_PATH}/ckptbench-heartbeat"
 
@@ -33,7 +34,7 @@ PROBE_SCRIPT = (
 def liveness_probe(progress_timeout_seconds: float, path: str = HEARTBEAT_FILE) -> dict[str, Any]:
     """A probe that fails once the heartbeat is older than the progress timeout. It checks as
     often as the rank beats, so a freeze is acted on within one beat of the bound."""
-    every = max(1, round(heartbeat.period(progress_timeout_seconds)))
+    every = max(1, round(heartbeat_period(progress_timeout_seconds)))
     return {
         "exec": {"command": ["python", "-c", PROBE_SCRIPT, path, f"{progress_timeout_seconds:g}"]},
         "periodSeconds": every,

@@ -2,8 +2,8 @@
 
 A rank without a memory limit can take a node's memory (a llama3-405b shard on one rank asks for
 terabytes), so every rank gets one: the spec's, or, when the spec gives none, the workload's own
-estimate of a rank's peak (``workload/contract/memory_plan.py``) with headroom. The spec model
-already refused a given limit below that estimate (``resources.limits.memory``).
+estimate of a rank's peak (``workload/contract/checkpoint/memory_plan.py``) with headroom. The spec
+model already refused a given limit below that estimate (``resources.limits.memory``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import copy
 from typing import Any
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
-from ckptbench.workload.contract import memory_plan
+from ckptbench.workload.contract.checkpoint import memory_plan
 
 # The plan is an estimate, measured within a few percent for file and gcs but least predictable
 # for gcsfs (3 to 6 copies of an item measured, 5 counted): a quarter more keeps a rank that

@@ -2,10 +2,11 @@
 
 Per benchmark: labels namespace, name, backend; no rank label (cardinality grows with world size).
 A deleted benchmark's series are removed with :func:`remove_benchmark`. Every value is copied from
-the status, whose figures the workload's contract computed (``workload/contract/figures.py``):
-nothing is computed here, so a series reads what ``kubectl get`` and ``ckptbench run`` show. The
-one exception is a sweep cell's throughput: the sweep's status keeps only GiB/s to four
-significant digits, so that series is converted back from it and is that precise.
+the status, whose figures the workload's contract computed
+(``workload/contract/results/figures.py``): nothing is computed here, so a series reads what
+``kubectl get`` and ``ckptbench run`` show. The one exception is a sweep cell's throughput: the
+sweep's status keeps only GiB/s to four significant digits, so that series is converted back from it
+and is that precise.
 
 Counters and histograms export no ``_created`` series: prometheus_client adds one per child by
 default, a second series per label set that no panel or rule reads (and Prometheus' own

@@ -1,4 +1,6 @@
-"""Cross-field rules of the spec, each twice: the CEL the API server runs and its Python twin.
+"""Cross-field rules of the benchmark's settings, each twice: the CEL the API server runs and its
+Python twin (:class:`~ckptbench.operator.spec.rule.Rule`). :data:`RULES` ends with the pods'
+rules (:mod:`.pod_rules`): every rule the CRD carries, in its order.
 
 The twin runs in the operator and in ``ckptbench render``, which see objects that never went
 through an API server. Each message starts with the field it is about.
@@ -6,120 +8,25 @@ through an API server. Each message starts with the field it is about.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
-
 from ckptbench.operator.spec.names import (
-    CONTROL_PLANE_KEYS,
     JOBSET_CREATED,
     MAX_TOTAL_BYTES,
-    PARENT_STEP,
-    SYSTEM_PRIORITY_PREFIX,
-    TMP_PATH,
-    TMP_VOLUME,
-    VOLUME_SOURCES,
 )
-from ckptbench.workload.contract import memory_plan, models, sizes
+from ckptbench.operator.spec.pod_rules import POD_RULES
+from ckptbench.operator.spec.rule import Rule, Spec
+from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import (
     MLPERF_CHECKPOINTS,
     Backend,
-    Procedure,
     SaveMode,
     Stager,
     Strategy,
 )
-from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.settings import (
     NEEDS_CUDA,
     REFERENCE_LAYER_SIZE,
     REFERENCE_PADDING_SIZE,
 )
-
-
-class Spec(Protocol):
-    """What the rules read of a CheckpointBenchmark spec: its model runs them, so this module
-    names the fields rather than importing the model (which would be an import circle)."""
-
-    @property
-    def model_fields_set(self) -> set[str]: ...
-    @property
-    def world_size(self) -> int: ...
-    @property
-    def layer_size(self) -> int: ...
-    @property
-    def padding_size(self) -> int: ...
-    @property
-    def model(self) -> models.Preset | None: ...
-    @property
-    def layers(self) -> int | None: ...
-    @property
-    def vocab(self) -> int | None: ...
-    @property
-    def load_world_size(self) -> int | None: ...
-    @property
-    def load_shard_offset(self) -> int | None: ...
-    @property
-    def strategy(self) -> Strategy: ...
-    @property
-    def async_save(self) -> bool: ...
-    @property
-    def memory_check(self) -> bool: ...
-    @property
-    def procedure(self) -> Procedure: ...
-    @property
-    def sample_count(self) -> int | None: ...
-    @property
-    def warmup_samples(self) -> int | None: ...
-    @property
-    def save_mode(self) -> SaveMode | None: ...
-    @property
-    def stager(self) -> Stager: ...
-    @property
-    def staging_shared_memory(self) -> bool: ...
-    @property
-    def staging_async(self) -> bool: ...
-    @property
-    def staging_pinned_memory(self) -> bool: ...
-    @property
-    def staging_non_blocking_copy(self) -> bool: ...
-    @property
-    def backend(self) -> Backend: ...
-    @property
-    def checkpoint_path(self) -> str: ...
-    @property
-    def resources(self) -> dict[str, Any] | None: ...
-    @property
-    def queue_name(self) -> str | None: ...
-    @property
-    def workload_priority_class_name(self) -> str | None: ...
-    @property
-    def s3_credentials_secret(self) -> str | None: ...
-    @property
-    def priority_class_name(self) -> str | None: ...
-    @property
-    def node_selector(self) -> dict[str, str] | None: ...
-    @property
-    def tolerations(self) -> list[dict[str, Any]]: ...
-    @property
-    def volumes(self) -> list[dict[str, Any]]: ...
-    @property
-    def volume_mounts(self) -> list[dict[str, Any]]: ...
-    def to_workload_config(self, run_id: str, master_addr: str) -> WorkloadConfig: ...
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One cross-field rule: the CEL the API server runs and the Python twin the operator runs."""
-
-    field: str  # camelCase name of the field the message is about
-    cel: str
-    message: str
-    check: Callable[[Spec], bool]
-
-    def to_crd(self) -> dict[str, str]:
-        return {"rule": self.cel, "message": self.message, "fieldPath": f".{self.field}"}
 
 
 def _under_a_mount(spec: Spec) -> bool:
@@ -131,26 +38,6 @@ def _under_a_mount(spec: Spec) -> bool:
             return True
     return False
 
-
-def _mounts_name_volumes(spec: Spec) -> bool:
-    names = {volume.get("name") for volume in spec.volumes}
-    return all(mount.get("name") in names for mount in spec.volume_mounts)
-
-
-def _volume_names_unique(spec: Spec) -> bool:
-    names = [volume.get("name") for volume in spec.volumes]
-    return len(names) == len(set(names))
-
-
-def _one_source_each(spec: Spec) -> bool:
-    return all(sum(source in v for source in VOLUME_SOURCES) == 1 for v in spec.volumes)
-
-
-def _cel_list(items: tuple[str, ...]) -> str:
-    return "[" + ", ".join(f"'{item}'" for item in items) + "]"
-
-
-_ONE_SOURCE_CEL = " + ".join(f"(has(v.{source}) ? 1 : 0)" for source in VOLUME_SOURCES)
 
 # layerSize and paddingSize have no CRD default (so `has` tells whether a spec set them): CEL
 # reads them through these, with the reference's values when absent.
@@ -327,89 +214,7 @@ RULES: tuple[Rule, ...] = (
         "s3CredentialsSecret is for backends s3 and s3fs",
         lambda s: s.s3_credentials_secret is None or s.backend in (Backend.S3, Backend.S3FS),
     ),
-    Rule(
-        "workloadPriorityClassName",
-        "!has(self.workloadPriorityClassName) || has(self.queueName)",
-        "workloadPriorityClassName requires queueName: only Kueue reads it",
-        lambda s: s.workload_priority_class_name is None or s.queue_name is not None,
-    ),
-    Rule(
-        "volumeMounts",
-        "!has(self.volumeMounts) || size(self.volumeMounts) == 0 || (has(self.volumes) && "
-        "self.volumeMounts.all(m, self.volumes.exists(v, v.name == m.name)))",
-        "volumeMounts entries must each name one of volumes",
-        _mounts_name_volumes,
-    ),
-    Rule(
-        "volumes",
-        "!has(self.volumes) || self.volumes.all(v, self.volumes.exists_one(w, w.name == v.name))",
-        "volumes names must be unique",
-        _volume_names_unique,
-    ),
-    Rule(
-        "volumes",
-        f"!has(self.volumes) || self.volumes.all(v, {_ONE_SOURCE_CEL} == 1)",
-        "volumes must each have exactly one source, of the kinds persistentVolumeClaim, csi, "
-        "emptyDir, configMap, secret",
-        _one_source_each,
-    ),
-    Rule(
-        "volumes",
-        f"!has(self.volumes) || self.volumes.all(v, v.name != '{TMP_VOLUME}')",
-        f"volumes must not be named {TMP_VOLUME}: the operator mounts that emptyDir at {TMP_PATH}",
-        lambda s: all(v.get("name") != TMP_VOLUME for v in s.volumes),
-    ),
-    Rule(
-        "volumeMounts",
-        f"!has(self.volumeMounts) || self.volumeMounts.all(m, m.mountPath != '{TMP_PATH}' && "
-        f"m.mountPath != '{TMP_PATH}/')",
-        f"volumeMounts must not mount over {TMP_PATH}: the operator's emptyDir for temporary files",
-        lambda s: all(
-            m.get("mountPath") not in (TMP_PATH, TMP_PATH + "/") for m in s.volume_mounts
-        ),
-    ),
-    Rule(
-        "volumeMounts",
-        "!has(self.volumeMounts) || self.volumeMounts.all(m, (!has(m.subPath) || "
-        f"!m.subPath.matches('{PARENT_STEP}')) && (!has(m.subPathExpr) || "
-        f"!m.subPathExpr.matches('{PARENT_STEP}')))",
-        "volumeMounts subPath and subPathExpr must be relative paths without '..': a mount may "
-        "not reach outside its volume",
-        lambda s: all(
-            not re.search(PARENT_STEP, str(m.get(key, "")))
-            for m in s.volume_mounts
-            for key in ("subPath", "subPathExpr")
-        ),
-    ),
-    Rule(
-        "tolerations",
-        "!has(self.tolerations) || self.tolerations.all(t, has(t.key) && t.key != '')",
-        "tolerations must each name a taint key: an empty key with operator Exists tolerates "
-        "every taint",
-        lambda s: all(t.get("key") for t in s.tolerations),
-    ),
-    Rule(
-        "tolerations",
-        f"!has(self.tolerations) || self.tolerations.all(t, !has(t.key) || "
-        f"!(t.key in {_cel_list(CONTROL_PLANE_KEYS)}))",
-        "tolerations must not tolerate control-plane taints",
-        lambda s: all(t.get("key") not in CONTROL_PLANE_KEYS for t in s.tolerations),
-    ),
-    Rule(
-        "nodeSelector",
-        "!has(self.nodeSelector) || "
-        f"self.nodeSelector.all(k, !(k in {_cel_list(CONTROL_PLANE_KEYS)}))",
-        "nodeSelector must not select control-plane nodes",
-        lambda s: not set(s.node_selector or {}) & set(CONTROL_PLANE_KEYS),
-    ),
-    Rule(
-        "priorityClassName",
-        f"!has(self.priorityClassName) || "
-        f"!self.priorityClassName.startsWith('{SYSTEM_PRIORITY_PREFIX}')",
-        f"priorityClassName must not be a {SYSTEM_PRIORITY_PREFIX}* class: those keep the "
-        "cluster itself running",
-        lambda s: not (s.priority_class_name or "").startswith(SYSTEM_PRIORITY_PREFIX),
-    ),
+    *POD_RULES,
 )
 
 
@@ -436,7 +241,8 @@ IMMUTABLE_SPEC: dict[str, str] = {
 def memory_problem(spec: Spec) -> str | None:
     """``resources.limits.memory`` below a rank's estimated peak, or None (no limit, forced).
 
-    The estimate is the workload's own (``contract/memory_plan.py``), for the largest rank.
+    The estimate is the workload's own (``contract/checkpoint/memory_plan.py``), for the largest
+    rank.
     """
     if not spec.memory_check or not spec.resources:
         return None

@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict, JsonSchemaExtraCallable
 
-from ckptbench.workload.contract.results import (
+from ckptbench.workload.contract.results.rank import RankResources
+from ckptbench.workload.contract.results.summaries import (
     OpSummary,
     RankError,
-    RankResources,
     RankSpread,
     ResourceSummary,
     TrainSummary,

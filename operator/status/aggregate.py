@@ -15,8 +15,10 @@ from ckptbench.operator.spec.status_schema import (
     spread,
 )
 from ckptbench.operator.status.pods import Reports, excerpt
-from ckptbench.workload.contract import figures, sizes
-from ckptbench.workload.contract.results import OpSummary, RankResult, RunSummary
+from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.rank import RankResult
+from ckptbench.workload.contract.results.summaries import OpSummary, RunSummary
 
 LISTED = 10  # bounded lists: failed pods, unreadable results, rank errors
 

@@ -45,9 +45,10 @@ from ckptbench.operator.status.phases import (
     benchmark_conditions,
 )
 from ckptbench.operator.status.pods import current_attempt, object_name, read_pods
-from ckptbench.workload.contract import figures, sizes
-from ckptbench.workload.contract.figures import summarize
-from ckptbench.workload.contract.results import RunSummary
+from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.figures import summarize
+from ckptbench.workload.contract.results.summaries import RunSummary
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from typing import Any
 from ckptbench.operator.spec.status_schema import PodFailure
 from ckptbench.operator.status.phases import RunSpec
 from ckptbench.operator.status.pods import Reports, excerpt
-from ckptbench.workload.contract.results import RunSummary
+from ckptbench.workload.contract.results.summaries import RunSummary
 
 
 def jobset_conditions(jobset: Mapping[str, Any] | None) -> dict[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ckptbench.operator.spec.status_schema import PodFailure, Unreadable
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results.rank import RankResult
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"

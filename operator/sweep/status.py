@@ -3,7 +3,7 @@
 The status holds one row per cell (at most 64, each of fixed shape: settings, phase, save and load
 seconds and GiB/s with the GiB/s's 95% interval), the best cell for save and for load (highest
 throughput among the cells that succeeded, named only where its interval lies above every other
-succeeded cell's: ``figures.best_of``; otherwise the one-line form says ``indistinguishable``
+succeeded cell's: ``intervals.best_of``; otherwise the one-line form says ``indistinguishable``
 and names the cells), and progress as ``done/total``: a :class:`SweepStatus`, the typed model the
 sweep CRD's status schema is generated from (``kubectl explain ckbs.status``).
 :func:`cells_to_start` decides which cells get their child next: in order, while fewer than
@@ -19,9 +19,9 @@ from pydantic import Field
 
 from ckptbench.operator.spec.status_schema import StatusModel
 from ckptbench.operator.sweep.cells import Cell, child_name
-from ckptbench.workload.contract import figures
-from ckptbench.workload.contract.results import Interval
-from ckptbench.workload.contract.sizes import GIB
+from ckptbench.workload.contract.checkpoint.sizes import GIB
+from ckptbench.workload.contract.results import intervals
+from ckptbench.workload.contract.results.summaries import Interval
 
 PENDING, RUNNING, SUCCEEDED, FAILED = "Pending", "Running", "Succeeded", "Failed"
 TERMINAL = (SUCCEEDED, FAILED)
@@ -173,10 +173,10 @@ def _row(sweep: str, cell: Cell, child: Mapping[str, Any] | None) -> CellRow:
     )
 
 
-def best(rows: Sequence[CellRow], op: Op) -> figures.Best | None:
+def best(rows: Sequence[CellRow], op: Op) -> intervals.Best | None:
     """Among the succeeded rows with a throughput for ``op``: the highest, by cell number, where
     its interval lies above every other's; otherwise the cells that cannot be told apart."""
-    return figures.best_of(
+    return intervals.best_of(
         [
             (r.cell, rate, r.gibps_ci(op))
             for r in rows
@@ -234,7 +234,7 @@ def sweep_status(
 
 
 def _best_cell(
-    found: figures.Best | None, rows: Mapping[int, CellRow], cells: Mapping[int, Cell], op: Op
+    found: intervals.Best | None, rows: Mapping[int, CellRow], cells: Mapping[int, Cell], op: Op
 ) -> BestCell | None:
     if found is None or found.winner is None:
         return None
@@ -246,7 +246,7 @@ def _best_cell(
 
 
 def _one_line(
-    top: BestCell | None, found: figures.Best | None, rows: Mapping[int, CellRow]
+    top: BestCell | None, found: intervals.Best | None, rows: Mapping[int, CellRow]
 ) -> str | None:
     if top is not None:
         return f"{top.name} ({top.settings})"

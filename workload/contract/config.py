@@ -18,7 +18,7 @@ from typing import Any, Self
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
-from ckptbench.workload.contract import memory_plan, models, sizes
+from ckptbench.workload.contract.checkpoint import memory_plan, models, sizes
 from ckptbench.workload.contract.choices import (
     MLPERF_CHECKPOINTS,
     Backend,

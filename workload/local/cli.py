@@ -19,10 +19,11 @@ from collections.abc import Iterator, Sequence
 from types import FrameType
 from typing import Any
 
-from ckptbench.workload.contract import figures, sizes
+from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG, VERBOSE_LOGS_ENV
-from ckptbench.workload.contract.results import RunSummary
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local import preflight, report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
 from ckptbench.workload.local.options import UsageError, build_parser, parse_size
@@ -32,7 +33,7 @@ from ckptbench.workload.local.plan import EMULATOR_BUCKET, Plan, plan
 from ckptbench.workload.local.progress import Progress
 from ckptbench.workload.local.runner import RanksOutcome, run_ranks
 from ckptbench.workload.local.s3_server import S3Server
-from ckptbench.workload.rank import environment
+from ckptbench.workload.rank.process import environment
 
 # Where things moved when the options got their own modules; callers and tests import them here.
 __all__ = ["EMULATOR_BUCKET", "Plan", "UsageError", "build_parser", "main", "parse_size", "plan"]

@@ -14,14 +14,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ckptbench.workload.contract import cells, memory_plan, sizes
+from ckptbench.workload.contract import cells
+from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, UploadScheme
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.settings import s3_bucket_problem
+from ckptbench.workload.contract.storage_settings import s3_bucket_problem
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
 from ckptbench.workload.local.outputs import target
-from ckptbench.workload.rank import memory
-from ckptbench.workload.storage.paths import local_path, why_no_folder
+from ckptbench.workload.rank.process import memory
+from ckptbench.workload.storage.file.paths import local_path, why_no_folder
 
 EMULATOR_BUCKET = "ckptbench"
 EMULATOR_PREFIX = "ckptbench"

@@ -27,10 +27,10 @@ from typing import IO
 from pydantic import ValidationError
 
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.local import orphans
 from ckptbench.workload.local.emulator import free_port
-from ckptbench.workload.rank import environment, heartbeat
+from ckptbench.workload.rank.process import environment, heartbeat
 
 WORKER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "ckptbench.cli", "worker")
 # After the first rank fails, the others get this long to end (and report) on their own: a

@@ -1,6 +1,6 @@
 """``ckptbench sizes``: what a model's checkpoint holds per rank and in all, before any run.
 
-Pure arithmetic from ``contract/models.py`` (no torch imported, instant at any scale):
+Pure arithmetic from ``contract/checkpoint/models.py`` (no torch imported, instant at any scale):
 ``ckptbench sizes --model llama3-70b --world-size 64``. ``--table`` prints the Markdown table that
 ``docs/models.md`` carries (a test regenerates it and fails on drift).
 """
@@ -12,9 +12,9 @@ import json
 import sys
 from collections.abc import Sequence
 
-from ckptbench.workload.contract import memory_plan, models
+from ckptbench.workload.contract.checkpoint import memory_plan, models
+from ckptbench.workload.contract.checkpoint.sizes import GIB, format_bytes
 from ckptbench.workload.contract.choices import Backend
-from ckptbench.workload.contract.sizes import GIB, format_bytes
 
 TABLE_WORLD_SIZES = (8, 64, 512)
 TABLE_PRESETS = ("llama3-8b", "llama3-70b", "mlperf-llama3-70b", "llama3-405b")

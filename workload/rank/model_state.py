@@ -1,10 +1,10 @@
 """A model preset's state on one rank, as FSDP2 leaves it: local rows wrapped as DTensors.
 
 Each rank builds only its own ``Shard(0)`` rows of every tensor listed by
-``contract/models.py`` and wraps them with ``DTensor.from_local`` on a CPU device mesh over the
-gloo group, so DCP plans one shard per (tensor, rank) with its global offset, writes real sharded
-metadata, and loads through its resharding planner. Replicated items (AdamW's ``step`` and the
-pickled ``param_groups`` scalars) are plain values, the same on every rank.
+``contract/checkpoint/models.py`` and wraps them with ``DTensor.from_local`` on a CPU device mesh
+over the gloo group, so DCP plans one shard per (tensor, rank) with its global offset, writes real
+sharded metadata, and loads through its resharding planner. Replicated items (AdamW's ``step`` and
+the pickled ``param_groups`` scalars) are plain values, the same on every rank.
 
 Content is a function of (seed, key, global element index): the global flat index ``g`` holds
 ``base[g % BLOCK] + offset(seed, key, g // BLOCK)``. A rank fills any slice from it with one
@@ -26,7 +26,7 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Shard
 
-from ckptbench.workload.contract import models
+from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.rank.content import BLOCK, splitmix64
 from ckptbench.workload.rank.failures import VerificationError
@@ -53,7 +53,8 @@ PARAM_GROUP_VALUES: dict[str, Any] = {
 }
 
 
-# torchtitan's small items (see contract/models.py): values a run of ``seed`` would have reached.
+# torchtitan's small items (see contract/checkpoint/models.py): values a run of ``seed`` would have
+# reached.
 TOKENS_PER_STEP = 8 * 8192  # ntokens_seen grows by the global batch: 8 sequences of 8,192
 TOKEN_BUFFER = 4096  # tokens a text dataset holds between samples: half a sequence, on average
 VOCAB = 128_256

@@ -37,8 +37,8 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 
 from ckptbench.workload.contract.choices import SaveMode, Stager
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.rank import memory
 from ckptbench.workload.rank.failures import AsyncSaveError
+from ckptbench.workload.rank.process import memory
 from ckptbench.workload.storage import torch_seam
 
 CHECKPOINTERS = {

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ckptbench.workload.contract import sizes
+from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.rank import model_state
 from ckptbench.workload.rank.content import BLOCK, splitmix64

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results import OpStats, TrainTiming
+from ckptbench.workload.contract.results.rank import OpStats, TrainTiming
 from ckptbench.workload.contract.settings import TRAIN_MATRIX_MIN, TRAIN_TARGET_MATRIX_MAX
 
 WARM_STEPS = 3

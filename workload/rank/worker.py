@@ -21,17 +21,19 @@ from typing import NoReturn
 import torch.distributed as dist
 
 from ckptbench.workload.contract import config as config_module
-from ckptbench.workload.contract import memory_plan, sizes
+from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
-from ckptbench.workload.contract.figures import summarize
-from ckptbench.workload.contract.results import RankResult, RunSummary
-from ckptbench.workload.rank import cpus, environment, heartbeat, loop, memory, rendezvous
-from ckptbench.workload.rank.loop import AfterSave
+from ckptbench.workload.contract.results.figures import summarize
+from ckptbench.workload.contract.results.rank import RankResult
+from ckptbench.workload.contract.results.summaries import RunSummary
+from ckptbench.workload.rank import loop, rendezvous
+from ckptbench.workload.rank.operations import AfterSave
+from ckptbench.workload.rank.process import cpus, environment, heartbeat, memory
 from ckptbench.workload.storage import noise
 from ckptbench.workload.storage import objects as objectio
 from ckptbench.workload.storage import session as backends
-from ckptbench.workload.storage.paths import local_path, why_no_folder
+from ckptbench.workload.storage.file.paths import local_path, why_no_folder
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ckptbench.workload.contract.settings import s3_bucket_problem
+from ckptbench.workload.contract.storage_settings import s3_bucket_problem
 from ckptbench.workload.storage import layout, objects
 
 # How long aborting one unfinished multipart upload may take, retries included.

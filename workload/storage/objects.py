@@ -13,8 +13,8 @@ import shutil
 import time
 from typing import Any
 
+from ckptbench.workload.storage.file.paths import local_path
 from ckptbench.workload.storage.outcome import DeleteOutcome
-from ckptbench.workload.storage.paths import local_path
 from ckptbench.workload.storage.retry import DEFAULT_POLICY, RetryPolicy, call_with_retry
 
 ATTEMPTS = DEFAULT_POLICY.attempts

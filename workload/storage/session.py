@@ -25,9 +25,9 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
-from ckptbench.workload.storage import file_backend
+from ckptbench.workload.storage.file import backend as file_backend
+from ckptbench.workload.storage.file.paths import local_path
 from ckptbench.workload.storage.outcome import DeleteOutcome
-from ckptbench.workload.storage.paths import local_path
 from ckptbench.workload.storage.retry import (
     DISCARD_SECONDS,
     RetryPolicy,

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ckptbench.workload.contract import figures
-from ckptbench.workload.contract.results import Interval, OpSummary, RunSummary
-from ckptbench.workload.local import report
+from ckptbench.workload.contract.results import intervals
+from ckptbench.workload.contract.results.summaries import Interval, OpSummary, RunSummary
+from ckptbench.workload.local import report, report_rows
 from ckptbench.workload.local.options import OPTIONS
 from ckptbench.workload.local.outputs import command
 from ckptbench.workload.local.outputs.command import EXIT_FAILED, EXIT_OK, CommandError
@@ -64,12 +64,12 @@ class _Figure:
         if a is None or b is None:
             return None
         if self.rate:
-            return figures.throughput_ratio_interval(a, base.total_bytes, b, other.total_bytes)
-        return figures.mean_ratio_interval(a, b)
+            return intervals.throughput_ratio_interval(a, base.total_bytes, b, other.total_bytes)
+        return intervals.mean_ratio_interval(a, b)
 
 
-def _figures(rate: report.Unit) -> list[_Figure]:
-    per_s = report.fmt_in(rate, 3)
+def _figures(rate: report_rows.Unit) -> list[_Figure]:
+    per_s = report_rows.fmt_in(rate, 3)
     return [
         _Figure(
             f"save throughput ({rate.name}/s)",
@@ -85,8 +85,12 @@ def _figures(rate: report.Unit) -> list[_Figure]:
             per_s,
             rate=True,
         ),
-        _Figure("save mean (s)", "save", lambda o: o.mean_seconds, report.fmt_seconds, rate=False),
-        _Figure("load mean (s)", "load", lambda o: o.mean_seconds, report.fmt_seconds, rate=False),
+        _Figure(
+            "save mean (s)", "save", lambda o: o.mean_seconds, report_rows.fmt_seconds, rate=False
+        ),
+        _Figure(
+            "load mean (s)", "load", lambda o: o.mean_seconds, report_rows.fmt_seconds, rate=False
+        ),
     ]
 
 
@@ -111,7 +115,7 @@ def cell_key(s: RunSummary, varied: Sequence[str]) -> Key:
         value = axes.get(name)
         if value is None:
             recorded = settings.get(FIELD_OF.get(name, name))
-            value = report.MISSING if recorded is None else str(recorded)
+            value = report_rows.MISSING if recorded is None else str(recorded)
         key.append((name, value))
     return tuple(key)
 
@@ -157,7 +161,7 @@ def _ratio(fig: _Figure, base: RunSummary | None, other: RunSummary | None) -> s
     if a is None or b is None or not a:
         return ""
     ci = fig.ratio_interval(base, other)
-    return f"{report.fmt_ratio(b / a)} {report.fmt_interval(ci, lambda x: f'{x:.2f}')}"
+    return f"{report_rows.fmt_ratio(b / a)} {report_rows.fmt_interval(ci, lambda x: f'{x:.2f}')}"
 
 
 def _differences(group: _Group, letters: str) -> list[str]:
@@ -173,7 +177,7 @@ def _differences(group: _Group, letters: str) -> list[str]:
     names = dict.fromkeys(k for _, c in settings for k in c if k not in _NOTED_SETTINGS)
     differ = []
     for name in names:
-        per_file = [(letter, c.get(name, report.MISSING)) for letter, c in settings]
+        per_file = [(letter, c.get(name, report_rows.MISSING)) for letter, c in settings]
         if len({repr(v) for _, v in per_file}) > 1:
             differ.append(f"{name} ({', '.join(f'{letter} {v}' for letter, v in per_file)})")
     if len(present) > 1 and differ:
@@ -187,20 +191,20 @@ def format_comparison(docs: Sequence[Document]) -> str:
     letters = string.ascii_uppercase[: len(docs)]
     groups = match_cells(docs)
     every = [s for d in docs for _, s in d.runs]
-    rate = report.unit_for(
+    rate = report_rows.unit_for(
         [op.throughput_bytes_per_second for s in every for op in (s.save, s.load) if op is not None]
     )
-    header = ["", *letters, *(f"{letter}/A ({report.CI})" for letter in letters[1:])]
+    header = ["", *letters, *(f"{letter}/A ({report_rows.CI})" for letter in letters[1:])]
     lines: list[list[str]] = [header]
     for group in groups:
         cells = group.summaries
         lines.append([group.label] + [""] * (len(header) - 1))
         status = [
-            report.MISSING if s is None else ("ok" if s.succeeded else "FAILED") for s in cells
+            report_rows.MISSING if s is None else ("ok" if s.succeeded else "FAILED") for s in cells
         ]
         for fig in _figures(rate):
             values = [None if s is None else fig.value(s) for s in cells]
-            shown = [report.MISSING if v is None else fig.fmt(v) for v in values]
+            shown = [report_rows.MISSING if v is None else fig.fmt(v) for v in values]
             ratios = [_ratio(fig, cells[0], s) for s in cells[1:]]
             lines.append([f"  {fig.label}", *shown, *ratios])
         lines.append(["  status", *status] + [""] * (len(docs) - 1))

@@ -1,9 +1,9 @@
 """``ckptbench run --csv FILE``: one row per cell, its settings then its figures, for spreadsheets.
 
 Every figure is read from the cell's :class:`RunSummary`, where
-:mod:`ckptbench.workload.contract.figures` computed it; none is computed here (rates are only
-converted to GiB/s, 2^30 bytes). Columns are named as in the JSON, each operation's prefixed with
-``save_`` or ``load_``; see docs/measurement.md for what each means. MLPerf Storage's figures
+:mod:`ckptbench.workload.contract.results.figures` computed it; none is computed here (rates are
+only converted to GiB/s, 2^30 bytes). Columns are named as in the JSON, each operation's prefixed
+with ``save_`` or ``load_``; see docs/measurement.md for what each means. MLPerf Storage's figures
 (MLPerf labels GiB as "GB") are the summary's ``mlperf`` block, under MLPerf's names: filled only
 when the mlperf procedure ran, since only then were they measured MLPerf's way (its order and its
 duration, the span).
@@ -19,15 +19,15 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ckptbench.workload.contract import figures
-from ckptbench.workload.contract.results import (
+from ckptbench.workload.contract.checkpoint.sizes import GIB
+from ckptbench.workload.contract.results import figures, mlperf_figures
+from ckptbench.workload.contract.results.summaries import (
     Interval,
     OpSummary,
     RankSpread,
     RunSummary,
     TrainSummary,
 )
-from ckptbench.workload.contract.sizes import GIB
 
 # Settings that only repeat another column in a form for people.
 _SKIPPED_SETTINGS = {"part_size"}
@@ -118,7 +118,7 @@ def _stored(s: RunSummary) -> dict[str, Any]:
 
 def _mlperf(s: RunSummary) -> dict[str, Any]:
     measured = s.mlperf or {}
-    return {key: measured.get(key) for key in figures.mlperf_keys()}
+    return {key: measured.get(key) for key in mlperf_figures.mlperf_keys()}
 
 
 _RESOURCES = (
@@ -180,7 +180,7 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
     row["verified"] = s.verified
     row.update(_resources(s))
     row.update(_mlperf(s))
-    row.update(figures.mlperf_v3_columns(s.mlperf))
+    row.update(mlperf_figures.mlperf_v3_columns(s.mlperf))
     row["mlperf_category"] = s.mlperf_category
     row["mlperf_open_reasons"] = "; ".join(s.mlperf_open_reasons or []) or None
     row["ram_rule"] = s.ram_rule

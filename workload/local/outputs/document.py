@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ckptbench.workload.contract.results import RunSummary
+from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local.outputs import target
 
 

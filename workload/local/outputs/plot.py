@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ckptbench.workload.contract.results import OpSummary, RunSummary
-from ckptbench.workload.local import report
+from ckptbench.workload.contract.results.summaries import OpSummary, RunSummary
+from ckptbench.workload.local import report, report_rows
 from ckptbench.workload.local.outputs import command, compare
 from ckptbench.workload.local.outputs.command import EXIT_FAILED, EXIT_OK, CommandError
 from ckptbench.workload.local.outputs.document import Document, read_json
@@ -41,14 +41,16 @@ WORLD_SIZE_AXIS = "world-size"
 MAX_FILES = compare.MAX_FILES
 
 
-def _rate(s: RunSummary, op: str, unit: report.Unit) -> float | None:
+def _rate(s: RunSummary, op: str, unit: report_rows.Unit) -> float | None:
     summary: OpSummary | None = getattr(s, op)
     if summary is None or not s.succeeded:
         return None
     return summary.throughput_bytes_per_second / unit.scale
 
 
-def _errors(s: RunSummary, op: str, unit: report.Unit, cap: float) -> tuple[float, float] | None:
+def _errors(
+    s: RunSummary, op: str, unit: report_rows.Unit, cap: float
+) -> tuple[float, float] | None:
     """(below, above) the bar: its throughput interval in ``unit``; unbounded reaches ``cap``."""
     summary: OpSummary | None = getattr(s, op)
     rate = _rate(s, op, unit)
@@ -63,7 +65,7 @@ def _short(label: str, index: int) -> str:
     return f"{index + 1}: {label}"
 
 
-def _per_cell(ax: Axes, doc: Document, unit: report.Unit) -> None:
+def _per_cell(ax: Axes, doc: Document, unit: report_rows.Unit) -> None:
     runs = doc.runs
     best = report.best_cells(runs)
     width = 0.38
@@ -126,11 +128,11 @@ def _per_cell(ax: Axes, doc: Document, unit: report.Unit) -> None:
         for op in ("save", "load")
         if (found := best.get(op)) is not None and found.winner is None and len(runs) > 1
     ]
-    ax.set_title("\n".join([f"Throughput per cell ({report.CI} bars)", *ties]), fontsize=9)
+    ax.set_title("\n".join([f"Throughput per cell ({report_rows.CI} bars)", *ties]), fontsize=9)
     ax.legend()
 
 
-def _save_vs_load(ax: Axes, doc: Document, unit: report.Unit) -> None:
+def _save_vs_load(ax: Axes, doc: Document, unit: report_rows.Unit) -> None:
     top = 0.0
     for i, (_label, s) in enumerate(doc.runs):
         save, load = _rate(s, "save", unit), _rate(s, "load", unit)
@@ -161,7 +163,7 @@ def scaling_groups(
     return {k: sorted(v, key=lambda t: t[0]) for k, v in groups.items()}
 
 
-def _scaling(ax: Axes, doc: Document, unit: report.Unit) -> None:
+def _scaling(ax: Axes, doc: Document, unit: report_rows.Unit) -> None:
     ax.set_title("Scaling with world size")
     ax.set_xlabel("world size (ranks)")
     ax.set_ylabel(f"throughput ({unit.name}/s)")
@@ -278,7 +280,7 @@ def draw(doc: Document) -> Figure:
         raise RuntimeError(
             "ckptbench report needs matplotlib: pip install 'ckptbench[report]'"
         ) from None
-    unit = report.unit_for(
+    unit = report_rows.unit_for(
         [op.throughput_bytes_per_second for _, s in doc.runs for op in (s.save, s.load) if op]
     )
     costs = has_costs(doc)

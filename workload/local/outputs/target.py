@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ckptbench.workload.storage.paths import why_no_folder
+from ckptbench.workload.storage.file.paths import why_no_folder
 
 STDOUT = "-"
 

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from ckptbench.workload.contract.heartbeat import period
+from ckptbench.workload.contract.settings import heartbeat_period
 
 
 def start(path: str | None, progress_timeout_seconds: float) -> threading.Thread | None:
@@ -21,7 +21,7 @@ def start(path: str | None, progress_timeout_seconds: float) -> threading.Thread
     if not path:
         return None
     target = Path(path)
-    every = period(progress_timeout_seconds)
+    every = heartbeat_period(progress_timeout_seconds)
 
     def beat() -> None:
         while True:

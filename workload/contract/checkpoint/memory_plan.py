@@ -39,21 +39,21 @@ this; docs/measurement.md has the figures):
 peak = baseline + slack + training + checkpointer + max(state + save phase, template + load
 phase).
 
-It holds for the allocator setting the rank runs with (``rank/memory.py``): glibc's defaults with
-freed memory trimmed once a saved shard is dropped (ckptbench and mlperf procedures). Without the
-trim, glibc's dynamic mmap threshold keeps freed tensors of up to 32 MiB in the heap, and a rank
-can hold a second shard.
+It holds for the allocator setting the rank runs with (``rank/process/memory.py``): glibc's
+defaults with freed memory trimmed once a saved shard is dropped (ckptbench and mlperf
+procedures). Without the trim, glibc's dynamic mmap threshold keeps freed tensors of up to
+32 MiB in the heap, and a rank can hold a second shard.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ckptbench.workload.contract import models, sizes
+from ckptbench.workload.contract.checkpoint import models, sizes
+from ckptbench.workload.contract.checkpoint.sizes import format_bytes
 from ckptbench.workload.contract.choices import Backend, SaveMode, Strategy
 from ckptbench.workload.contract.quantity import quantity
 from ckptbench.workload.contract.settings import TRAIN_TARGET_MATRIX_MAX, BenchmarkSettings
-from ckptbench.workload.contract.sizes import format_bytes
 
 MIB = 1024**2
 

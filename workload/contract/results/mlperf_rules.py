@@ -21,9 +21,9 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from ckptbench.workload.contract import models
+from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.choices import CacheMode, Procedure, SaveMode
-from ckptbench.workload.contract.results import RankResult
+from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.contract.settings import declared
 
 SUBSET_PROCESSES = 8  # MLPerf's CLOSED subset: 8 processes of any model

@@ -7,9 +7,8 @@ these figures; none computes its own. Each is defined in docs/measurement.md.
   earliest start);
 - per rank: :func:`moved_bytes` and :func:`rank_throughput` (the rank's bytes / its mean I/O);
 - per operation: :func:`summarize_op` (an :class:`OpSummary`), gathered by :func:`summarize`;
-- uncertainty: :func:`mean_interval` (a mean's Student-t interval), :func:`rate_interval` (a
-  rate's, from its duration's), and :func:`best_of` (the best cell only where intervals say so);
-- MLPerf Storage's, under its names: :func:`mlperf_metrics`;
+- uncertainty: the intervals each figure carries, from :mod:`.intervals`;
+- MLPerf Storage's, under its names: from :mod:`.mlperf_figures`;
 - across operations: :func:`slowest_rank`; the checkpoint as stored: :func:`stored_figures`.
 
 Pure: no torch, no storage client. The operator calls these on termination messages.
@@ -17,30 +16,24 @@ Pure: no torch, no storage client. The operator calls these on termination messa
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from ckptbench.workload.contract import mlperf_rules, stats
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import (
+from ckptbench.workload.contract.results import mlperf_rules, stats
+from ckptbench.workload.contract.results.intervals import mean_interval, rate_interval
+from ckptbench.workload.contract.results.mlperf_figures import mlperf_metrics
+from ckptbench.workload.contract.results.rank import ROUND, OpStats, OpTiming, RankResult
+from ckptbench.workload.contract.results.summaries import (
     RANKS_LISTED,
-    ROUND,
-    Interval,
-    OpStats,
     OpSummary,
-    OpTiming,
     RankError,
-    RankResult,
     RankSpread,
     ResourceSummary,
     RunSummary,
     TrainSummary,
 )
-from ckptbench.workload.contract.sizes import GIB
 
-# The level of every confidence interval published: docs/measurement.md#confidence-intervals.
-CONFIDENCE = 0.95
 _MISSING_LISTED = 20
 _ERRORS_LISTED = 10
 
@@ -104,101 +97,6 @@ def span_seconds(timings: Sequence[RankOp]) -> list[float] | None:
     if n == 0:
         return None
     return [round(latest[i] - earliest[i], ROUND) for i in range(n)]
-
-
-# -- uncertainty ---------------------------------------------------------------------------------
-
-
-def mean_interval(summary: OpStats | None) -> Interval | None:
-    """The Student-t :data:`CONFIDENCE` interval of a mean of durations; None below 2 samples.
-
-    A duration is positive, so the lower bound is at least 0."""
-    if summary is None:
-        return None
-    bounds = stats.mean_interval(summary.n, summary.mean, summary.stdev, CONFIDENCE)
-    if bounds is None:
-        return None
-    low, high = bounds
-    return Interval(low=round(max(0.0, low), ROUND), high=round(high, ROUND))
-
-
-def rate_interval(nbytes: int, seconds: Interval | None) -> Interval | None:
-    """The interval of ``nbytes`` / mean seconds: ``nbytes`` over each bound of the mean's.
-
-    A decreasing function of the mean maps its interval onto one of the same level exactly. When
-    the mean's lower bound is 0 the rate is unbounded above (``high`` None)."""
-    if seconds is None or seconds.high is None:
-        return None
-    return Interval(
-        low=stats.throughput(nbytes, seconds.high),
-        high=stats.throughput(nbytes, seconds.low) if seconds.low > 0 else None,
-    )
-
-
-def _welch_df(a: OpSummary, b: OpSummary) -> float:
-    """Welch-Satterthwaite degrees of freedom of two means' difference (or ratio)."""
-    va, vb = a.stdev_seconds**2 / a.samples, b.stdev_seconds**2 / b.samples
-    if va + vb == 0:
-        return float(min(a.samples, b.samples) - 1)
-    return (va + vb) ** 2 / (va**2 / (a.samples - 1) + vb**2 / (b.samples - 1))
-
-
-def mean_ratio_interval(a: OpSummary, b: OpSummary) -> Interval | None:
-    """The :data:`CONFIDENCE` interval of ``b.mean_seconds / a.mean_seconds`` by the delta method:
-    relative standard error sqrt((se_a/m_a)^2 + (se_b/m_b)^2), t at the Welch-Satterthwaite
-    degrees of freedom. None with fewer than two samples on either side, or a mean of 0."""
-    if a.samples < 2 or b.samples < 2 or a.mean_seconds <= 0 or b.mean_seconds <= 0:
-        return None
-    ratio = b.mean_seconds / a.mean_seconds
-    relative = math.hypot(
-        a.stdev_seconds / math.sqrt(a.samples) / a.mean_seconds,
-        b.stdev_seconds / math.sqrt(b.samples) / b.mean_seconds,
-    )
-    half = stats.t_quantile(1.0 - (1.0 - CONFIDENCE) / 2.0, max(1.0, _welch_df(a, b)))
-    return Interval(low=max(0.0, ratio * (1 - half * relative)), high=ratio * (1 + half * relative))
-
-
-def throughput_ratio_interval(
-    a: OpSummary, a_bytes: int, b: OpSummary, b_bytes: int
-) -> Interval | None:
-    """The interval of ``b``'s throughput / ``a``'s: (b_bytes / a_bytes) over each bound of the
-    durations' ratio :func:`mean_ratio_interval`; unbounded above (``high`` None) when its lower
-    bound is 0."""
-    seconds = mean_ratio_interval(a, b)
-    if seconds is None or seconds.high is None or a_bytes <= 0:
-        return None
-    scale = b_bytes / a_bytes
-    return Interval(low=scale / seconds.high, high=scale / seconds.low if seconds.low > 0 else None)
-
-
-class Best(NamedTuple):
-    """The best of several cells for one operation: ``winner`` (its index) when intervals tell it
-    apart from every other (``tied`` empty); otherwise ``winner`` None and ``tied`` the cells that
-    cannot be told from the highest (it included), in index order."""
-
-    winner: int | None
-    tied: tuple[int, ...]
-
-
-def best_of(candidates: Sequence[tuple[int, float, Interval | None]]) -> Best | None:
-    """``(index, rate, its interval)`` of each cell that succeeded: the highest rate is the best
-    only when its interval lies wholly above every other cell's (non-overlapping intervals, a
-    stricter test than one at the same level). A cell without an interval (one sample) cannot be
-    told from any other. None without candidates."""
-    if not candidates:
-        return None
-    # Ties go to the lower index, so the answer does not depend on the order of equal rates.
-    top = max(candidates, key=lambda c: (c[1], -c[0]))
-    rivals = [c for c in candidates if c[0] != top[0]]
-    tied = [c[0] for c in rivals if not _above(top[2], c[2])]
-    if not tied:
-        return Best(top[0], ())
-    return Best(None, tuple(sorted([top[0], *tied])))
-
-
-def _above(a: Interval | None, b: Interval | None) -> bool:
-    """Whether interval ``a`` lies wholly above interval ``b``."""
-    return a is not None and b is not None and b.high is not None and a.low > b.high
 
 
 # -- per operation -------------------------------------------------------------------------------
@@ -442,83 +340,6 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
         mlperf=mlperf_metrics(save, load, total_bytes) if procedure is Procedure.MLPERF else None,
         **ram_rule_figures(ordered),
     )
-
-
-# -- MLPerf Storage's ----------------------------------------------------------------------------
-
-MLPERF_COLUMNS: dict[Operation, str] = {"save": "write", "load": "read"}  # MLPerf times no delete
-
-
-def mlperf_keys() -> list[str]:
-    """Every key :func:`mlperf_metrics` can give, in its order (the CSV's columns)."""
-    keys = ["checkpoint_size_GB"]
-    for name, column in MLPERF_COLUMNS.items():
-        keys += [
-            f"{name}_checkpoint_duration_mean_seconds",
-            f"{name}_checkpoint_io_mean_GB_per_second",
-            f"{name}_checkpoint_io_stdev_GB_per_second",
-            f"checkpoint_{column}_bw_gibps",
-            f"checkpoint_{column}_duration_secs",
-            f"checkpoint_{column}_min_rank_gibps",
-            f"checkpoint_{column}_median_rank_gibps",
-        ]
-    return keys
-
-
-def mlperf_metrics(
-    save: OpSummary | None, load: OpSummary | None, total_bytes: int
-) -> dict[str, float]:
-    """MLPerf Storage's figures under its names (DLIO's summary keys and the report's columns).
-
-    Its duration is the span; its bandwidth total bytes / mean span; per sample, total bytes /
-    that sample's span, summarised as DLIO does (mean and population stdev, numpy's ``std``).
-    MLPerf labels GiB as "GB": every rate and size here is in GiB (2^30 bytes). When some rank's
-    message was too long to carry its sample times, the collective duration stands in for the
-    span.
-    """
-    out: dict[str, float] = {"checkpoint_size_GB": round(total_bytes / GIB, ROUND)}
-    ops: dict[Operation, OpSummary | None] = {"save": save, "load": load}
-    for name, column in MLPERF_COLUMNS.items():
-        op = ops[name]
-        if op is None:
-            continue
-        if op.span_mean_seconds is not None and op.span_throughput_bytes_per_second is not None:
-            duration, rate = op.span_mean_seconds, op.span_throughput_bytes_per_second
-            samples = op.span_seconds or []
-        else:
-            duration, rate = op.mean_seconds, op.throughput_bytes_per_second
-            samples = op.seconds or []
-        per_sample = [stats.throughput(total_bytes, x) / GIB for x in samples]
-        out[f"{name}_checkpoint_duration_mean_seconds"] = round(duration, ROUND)
-        if per_sample:
-            out[f"{name}_checkpoint_io_mean_GB_per_second"] = round(stats.mean(per_sample), ROUND)
-            out[f"{name}_checkpoint_io_stdev_GB_per_second"] = round(
-                stats.pstdev(per_sample), ROUND
-            )
-        out[f"checkpoint_{column}_bw_gibps"] = round(rate / GIB, ROUND)
-        out[f"checkpoint_{column}_duration_secs"] = round(duration, ROUND)
-        out[f"checkpoint_{column}_min_rank_gibps"] = round(
-            op.min_rank_throughput_bytes_per_second / GIB, ROUND
-        )
-        out[f"checkpoint_{column}_median_rank_gibps"] = round(
-            op.median_rank_throughput_bytes_per_second / GIB, ROUND
-        )
-    return out
-
-
-# MLPerf Storage v3.0's published column names, each the figure of ours it reads.
-MLPERF_V3_COLUMNS = {
-    "Write B/W (GiB/s)": "checkpoint_write_bw_gibps",
-    "Write Duration (secs)": "checkpoint_write_duration_secs",
-    "Read B/W (GiB/s)": "checkpoint_read_bw_gibps",
-    "Read Duration (secs)": "checkpoint_read_duration_secs",
-}
-
-
-def mlperf_v3_columns(mlperf: Mapping[str, float] | None) -> dict[str, float | None]:
-    """The mlperf procedure's figures under MLPerf Storage v3.0's published column names."""
-    measured = mlperf or {}
-    return {column: measured.get(key) for column, key in MLPERF_V3_COLUMNS.items()}
 
 
 # -- across operations, and the checkpoint as stored ---------------------------------------------

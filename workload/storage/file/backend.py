@@ -20,8 +20,8 @@ from typing import Any, cast
 
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
 
-from ckptbench.workload.contract.sizes import format_bytes
-from ckptbench.workload.storage.paths import local_path
+from ckptbench.workload.contract.checkpoint.sizes import format_bytes
+from ckptbench.workload.storage.file.paths import local_path
 from ckptbench.workload.storage.torch_seam import use_filesystem
 
 FULL = (errno.ENOSPC, errno.EDQUOT)

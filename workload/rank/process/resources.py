@@ -12,7 +12,7 @@ import os
 import resource
 from dataclasses import dataclass
 
-from ckptbench.workload.contract.results import RankResources
+from ckptbench.workload.contract.results.rank import RankResources
 from ckptbench.workload.storage.traffic import TRAFFIC
 
 

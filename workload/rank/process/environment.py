@@ -68,9 +68,10 @@ def describe(
     allocator: dict[str, object] | None = None,
 ) -> dict[str, Any]:
     """What one rank ran on and with: the machine, the intra-op threads torch used (from
-    ``OMP_NUM_THREADS`` or the CPU quota, see :mod:`~ckptbench.workload.rank.cpus`), the
-    allocator setting it ran (:func:`~ckptbench.workload.rank.memory.configure_allocator`: it
-    changes both the timings and the peak memory) and the settings."""
+    ``OMP_NUM_THREADS`` or the CPU quota, see :mod:`~ckptbench.workload.rank.process.cpus`), the
+    allocator setting it ran
+    (:func:`~ckptbench.workload.rank.process.memory.configure_allocator`: it changes
+    both the timings and the peak memory) and the settings."""
     facts = {**machine(), "settings": config.model_dump(mode="json", exclude={"rank"})}
     if config.backend is Backend.GCS:
         # What ``auto`` became here: the settings keep what was asked for.

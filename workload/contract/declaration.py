@@ -1,0 +1,76 @@
+"""What a setting's declaration carries beside its pydantic field: the :class:`Setting` metadata.
+
+Every declaring class (:class:`~ckptbench.workload.contract.storage_settings.StorageSettings` and
+:class:`~ckptbench.workload.contract.settings.BenchmarkSettings`, which extends it) puts one
+:class:`Setting` in each field's ``Annotated``; ``settings.declared()`` reads them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pydantic import Field
+
+from ckptbench.workload.contract.choices import Backend
+
+
+class Placed(Protocol):
+    """What says where a setting acts: the backend, and the model preset (None: the reference
+    layout). ``BenchmarkSettings`` is one; naming it here would make a cycle of declarations."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def model(self) -> object | None: ...
+
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a setting's pydantic field cannot say: how people reach it and compare with it.
+
+    ``unit``: what a number counts; ``bytes`` also makes the option take sizes (``32MiB``).
+    ``flag``: the ``ckptbench run`` option (default: ``--`` and the name with dashes); a boolean's
+    flag is a switch that sets the opposite of its default. ``local_default``: the default of
+    ``ckptbench run`` where a laptop needs a smaller one than a cluster (the spec's and the
+    rank's default otherwise). ``axis``: a sweep may vary it (``ckptbench run`` with a comma
+    list; a CheckpointBenchmarkSweep's axes and cells). ``runner``: the option is the local
+    runner's own, which sets the field itself (``--storage`` also starts an emulator or not).
+    ``backends`` and ``layout``: where the setting acts (empty: everywhere); a result records a
+    setting only where it acted, so a gcsfs row shows no gcs thread count.
+    """
+
+    unit: str | None = None
+    flag: str | None = None
+    local_default: Any = _UNSET
+    axis: bool = False
+    metavar: str | None = None
+    runner: bool = False
+    backends: tuple[str, ...] = ()
+    layout: str | None = None  # "model" or "reference": acts only with that layout
+
+    def acts_in(self, settings: Placed) -> bool:
+        if self.backends and settings.backend.value not in self.backends:
+            return False
+        if self.layout is not None:
+            return self.layout == ("model" if settings.model is not None else "reference")
+        return True
+
+    def has_local_default(self) -> bool:
+        return self.local_default is not _UNSET
+
+
+def no_crd_default(schema: dict[str, Any]) -> None:
+    """Leave a field's default out of the CRD schema (pydantic still applies it): CEL can then
+    tell a spec that sets the field from one that does not (``has(self.layerSize)``)."""
+    schema.pop("default", None)
+
+
+def choice(default: Any, description: str) -> Any:
+    """A field holding one of an enum's values, or its value as the plain string a manifest or
+    a variable holds (a strict enum would refuse it)."""
+    return Field(default, strict=False, description=description)
