@@ -380,8 +380,11 @@ class Declared:
 
 
 def declared() -> Iterator[Declared]:
-    """The declared settings, in declaration order."""
-    for name, info in BenchmarkSettings.model_fields.items():
+    """The declared settings: the run's own in declaration order, then the storage backends'.
+    Options, recorded settings and sweep axes follow this order (the last axis varies fastest)."""
+    fields = BenchmarkSettings.model_fields
+    for name in _declared_names():
+        info = fields[name]
         setting = next((m for m in info.metadata if isinstance(m, Setting)), None)
         if setting is None:
             raise TypeError(f"{name}: a benchmark setting needs its Setting metadata")
@@ -389,7 +392,10 @@ def declared() -> Iterator[Declared]:
 
 
 def _declared_names() -> list[str]:
-    return list(BenchmarkSettings.model_fields)
+    # pydantic lists a parent's fields first; the run's own settings lead, as they were declared.
+    inherited = set(StorageSettings.model_fields)
+    names = list(BenchmarkSettings.model_fields)
+    return [n for n in names if n not in inherited] + [n for n in names if n in inherited]
 
 
 def axis_names() -> list[str]:
