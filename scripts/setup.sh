@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-# The constraints file pins torch to the CPU build on disk, whoever asks for it.
+# The constraints file pins torch to its CPU build (torch==2.13.0+cpu), whoever asks for it.
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -c constraints.txt -e '.[workload,operator,dev,report]'
 if [ -x scripts/install-helm.sh ]; then
