@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
+# Made from outside the repository: `python -m` puts the current folder first on sys.path, where
+# the project's operator/ would hide the standard library's operator module from venv itself.
+[ -x .venv/bin/python ] || (root=$PWD && cd / && "$PY" -m venv "$root/.venv")
 # The constraints file pins torch to its CPU build (torch==2.13.0+cpu), whoever asks for it.
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -c constraints.txt -e '.[workload,operator,dev,report]'
