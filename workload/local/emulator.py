@@ -16,6 +16,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from ckptbench.workload.local import orphans
@@ -23,6 +24,35 @@ from ckptbench.workload.local import orphans
 
 class EmulatorError(RuntimeError):
     pass
+
+
+def wait_answering(
+    proc: subprocess.Popen[bytes],
+    url: str,
+    probe_path: str,
+    timeout: float,
+    what: str,
+    log_tail: Callable[[], str],
+    stop: Callable[[], None],
+) -> None:
+    """Wait until a server process started on loopback answers ``url + probe_path`` with 200; if it
+    exits or stays silent for ``timeout`` seconds, ``stop`` it and raise :class:`EmulatorError`
+    naming ``what`` (with the tail of its log when it exited)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log_tail()
+            stop()
+            raise EmulatorError(f"{what} exited at start: {tail}")
+        try:
+            with urllib.request.urlopen(url + probe_path, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.05)
+    stop()
+    raise EmulatorError(f"{what} did not answer on {url} within {timeout:.0f}s")
 
 
 def _binary() -> Path:
@@ -116,22 +146,14 @@ class GcsEmulator:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                log = self._log.read_text(errors="replace") if self._log else ""
-                self.stop()
-                raise EmulatorError(f"fake-gcs-server exited at start: {log[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise EmulatorError(f"fake-gcs-server did not answer on {self.url} within {timeout:.0f}s")
+        assert self._proc is not None
+
+        def log_tail() -> str:
+            return self._log.read_text(errors="replace")[-2000:] if self._log else ""
+
+        wait_answering(
+            self._proc, self.url, "/storage/v1/b", timeout, "fake-gcs-server", log_tail, self.stop
+        )
 
     def create_bucket(self, name: str) -> None:
         """Create a bucket; one that already exists counts as success."""

@@ -12,13 +12,10 @@ import contextlib
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from typing import IO, Any
 
 from ckptbench.workload.local import orphans
-from ckptbench.workload.local.emulator import EmulatorError, free_port
+from ckptbench.workload.local.emulator import free_port, wait_answering
 
 # moto accepts any key pair; these say what they are in a log.
 ACCESS_KEY = "ckptbench-embedded"
@@ -70,22 +67,16 @@ class S3Server:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self._proc is not None
-            if self._proc.poll() is not None:
-                err = self._log_tail()
-                self.stop()
-                raise EmulatorError(f"moto's S3 server exited at start: {err}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/moto-api/", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise EmulatorError(f"moto's S3 server did not answer on {self.url} within {timeout:.0f}s")
+        assert self._proc is not None
+        wait_answering(
+            self._proc,
+            self.url,
+            "/moto-api/",
+            timeout,
+            "moto's S3 server",
+            self._log_tail,
+            self.stop,
+        )
 
     def create_bucket(self, name: str) -> None:
         """Create a bucket; one that already exists counts as success."""
