@@ -116,12 +116,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "loadWorldSize",
-        "!has(self.loadWorldSize) || (has(self.model) && self.loadWorldSize <= self.worldSize)",
-        "loadWorldSize needs model and must be at most worldSize: the first loadWorldSize ranks "
-        "reshard the checkpoint the others saved with them",
-        lambda s: (
-            s.load_world_size is None or (s.model is not None and s.load_world_size <= s.world_size)
-        ),
+        "!has(self.loadWorldSize) || has(self.model)",
+        "loadWorldSize needs model: loadWorldSize ranks reshard the checkpoint worldSize ranks "
+        "saved (fewer: the first ones load; more: the run has loadWorldSize pods, the first "
+        "worldSize save)",
+        lambda s: s.load_world_size is None or s.model is not None,
     ),
     Rule(
         "strategy",
@@ -200,13 +199,19 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "checkpointPath",
-        "self.backend != 'file' || self.worldSize == 1 || (has(self.volumeMounts) && "
+        "self.backend != 'file' || (self.worldSize == 1 && (!has(self.loadWorldSize) || "
+        "self.loadWorldSize == 1)) || (has(self.volumeMounts) && "
         "self.volumeMounts.exists(m, self.checkpointPath == m.mountPath || "
         "self.checkpointPath.startsWith(m.mountPath.endsWith('/') ? m.mountPath : "
         "m.mountPath + '/')))",
-        "checkpointPath must lie under one of volumeMounts for backend file with worldSize > 1: "
+        "checkpointPath must lie under one of volumeMounts for backend file with more than one "
+        "rank (worldSize or loadWorldSize > 1): "
         "every rank reads the metadata rank 0 writes, so they need a shared volume",
-        lambda s: s.backend is not Backend.FILE or s.world_size == 1 or _under_a_mount(s),
+        lambda s: (
+            s.backend is not Backend.FILE
+            or max(s.world_size, s.load_world_size or 0) == 1
+            or _under_a_mount(s)
+        ),
     ),
     Rule(
         "s3CredentialsSecret",

@@ -75,8 +75,9 @@ class WorkloadConfig(BenchmarkSettings):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Self:
-        if self.rank >= self.world_size:
-            raise ValueError(f"rank: {self.rank} must be below world_size {self.world_size}")
+        if self.rank >= self.rank_count:
+            # Above world_size only on a restore onto more ranks: those ranks load, never save.
+            raise ValueError(f"rank: {self.rank} must be below {self._ranks_named()}")
         if self.model is not None:
             self._check_model()
         elif self.layers is not None or self.vocab is not None:
@@ -137,7 +138,9 @@ class WorkloadConfig(BenchmarkSettings):
     @property
     def load_rank(self) -> int:
         """The rank whose shard this rank loads: its own, or ``load_shard_offset`` ranks on."""
-        return (self.rank + (self.load_shard_offset or 0)) % self.world_size
+        if self.load_shard_offset is None:
+            return self.rank  # past world_size too, on a rank a restore onto more ranks added
+        return (self.rank + self.load_shard_offset) % self.world_size
 
     def loader(self) -> WorkloadConfig:
         """This config as the rank whose shard this rank loads: its template and checks."""
@@ -169,10 +172,21 @@ class WorkloadConfig(BenchmarkSettings):
                 "ranks hold rows of one DTensor mesh, which has no other rank's rows to load"
             )
         if self.load_world_size is not None and self.load_world_size > self.world_size:
-            raise ValueError(
-                f"load_world_size: {self.load_world_size} must be at most world_size "
-                f"{self.world_size}"
-            )
+            # The ranks past world_size join only the load: there is no save of theirs to make
+            # asynchronous, and no training step beside the saves for them to run.
+            if self.saving.is_async:
+                field = "save_mode" if self.save_mode is not None else "async_save"
+                raise ValueError(
+                    f"{field}: an asynchronous save with load_world_size {self.load_world_size} "
+                    f"above world_size {self.world_size} is not supported; save synchronously "
+                    "(a restore onto more ranks times the load)"
+                )
+            if self.train_every is not None:
+                raise ValueError(
+                    f"train_every: with load_world_size {self.load_world_size} above world_size "
+                    f"{self.world_size} the ranks past world_size would train without a state; "
+                    "unset one of them"
+                )
         both = {"layer_size", "padding_size"} & self.model_fields_set
         if both:
             raise ValueError(
@@ -198,8 +212,21 @@ class WorkloadConfig(BenchmarkSettings):
             )
         return self.padding_size % self.world_size == 0
 
+    def _ranks_named(self) -> str:
+        if self.rank_count == self.world_size:
+            return f"world_size {self.world_size}"
+        return f"load_world_size {self.rank_count}"
+
+    @property
+    def saves(self) -> bool:
+        """Whether this rank saves: all do but the ranks a restore onto more ranks adds."""
+        return self.rank < self.world_size
+
     @property
     def shard_bytes(self) -> int:
+        """Tensor bytes this rank saves (0 on a rank that only loads)."""
+        if not self.saves:
+            return 0
         spec = self.model_spec
         if spec is not None:
             return models.rank_bytes(models.state_tensors(spec), self.world_size, self.rank)
@@ -220,6 +247,13 @@ class WorkloadConfig(BenchmarkSettings):
     def memory_estimate(self) -> memory_plan.MemoryEstimate:
         """Rank 0's peak (the largest rank under either layout's dealing), on this backend."""
         return memory_plan.estimate(memory_plan.rank_load(self))
+
+    def describe_ranks(self) -> str:
+        """``N rank(s)``, and the ranks that load when a reshard changes their number."""
+        text = f"{self.world_size} rank(s)"
+        if self.load_world_size not in (None, self.world_size):
+            text += f", loading on {self.load_world_size}"
+        return text
 
     def describe_state(self) -> str:
         spec = self.model_spec

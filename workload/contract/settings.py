@@ -130,9 +130,11 @@ class BenchmarkSettings(StorageSettings):
         None,
         ge=1,
         le=MAX_WORLD_SIZE,
-        description="With model: load on the first loadWorldSize ranks only (at most "
-        "worldSize), resharding the checkpoint into that many pieces and verifying them (a "
-        "restart on fewer nodes). Default: every rank.",
+        description="With model: load on loadWorldSize ranks, resharding the checkpoint the "
+        "worldSize ranks saved into that many pieces and verifying them: fewer (the first "
+        "loadWorldSize ranks load, a restart on fewer nodes) or more (the run starts "
+        "loadWorldSize ranks, the first worldSize save, all load: a restart on more nodes). "
+        "Default: every rank.",
     )
     strategy: Annotated[Strategy, Setting(axis=True, metavar="NAME")] = choice(
         Strategy.SHARDED,
@@ -335,6 +337,12 @@ class BenchmarkSettings(StorageSettings):
         if self.model is None:
             return None
         return models.ModelSpec(self.model, self.layers, self.vocab, self.optimizer, self.dtype)
+
+    @property
+    def rank_count(self) -> int:
+        """Processes (pods) the run starts: worldSize, or loadWorldSize when the restore is onto
+        more ranks than saved (the first worldSize of them save, all of them load)."""
+        return max(self.world_size, self.load_world_size or 0)
 
     def model_sizes(self) -> models.ModelSizes | None:
         """The model's sizes at this world size, or None for the reference layout."""

@@ -281,9 +281,11 @@ class _Loop(Operations):
             host=socket.gethostname(),
             bytes=self.config.shard_bytes,
             load_bytes=self.load_bytes,
-            save=self.saves.timing(),
+            # A rank that saved nothing (a restore onto more ranks adds ranks that only load)
+            # kept in step through the save and delete brackets but records neither.
+            save=self.saves.timing() if self.config.saves else None,
             load=self.loads.timing(),
-            delete=self.deletes.timing(),
+            delete=self.deletes.timing() if self.config.saves else None,
             train=self.train,
             peak_rss_bytes=memory.peak_rss_bytes(),
             checkpointer_peak_rss_bytes=self.saver.checkpointer_peak_rss if self.saver else None,

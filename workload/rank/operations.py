@@ -133,6 +133,10 @@ class Operations:
 
         def save() -> timing.Phases:
             nonlocal times
+            if not self.config.saves:
+                # A rank a restore onto more ranks added: outside the saving group, it only
+                # waits at the brackets; its save is not recorded (loop._result).
+                return timing.Phases(planning=0.0, io=0.0)
             if self.config.strategy is Strategy.FULL:
                 return full.save(self.config, session, checkpoint_id, shard)
             if self.saver is not None:
@@ -144,7 +148,7 @@ class Operations:
                     # I/O here is the background time, which bounds it from above.
                     return timing.Phases(planning=0.0, io=times.background)
             else:
-                dcp_save(shard, storage_writer=writer)
+                dcp_save(shard, storage_writer=writer, process_group=state.save_group(self.config))
             return writer.phases
 
         try:
@@ -292,7 +296,7 @@ class Operations:
     def _agree(self, error: BaseException | None, what: str) -> None:
         """A barrier that also tells every rank whether any rank failed, and the lowest one."""
         if self.distributed:
-            world = self.config.world_size
+            world = self.config.rank_count
             failed = 1 if error is not None else 0
             flags = torch.tensor([failed, failed * (world - self.config.rank)], dtype=torch.int64)
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
