@@ -248,7 +248,8 @@ def check_memory(cell: Cell, available: int | None) -> None:
     source = f"{sizes.format_bytes(available)} available on this machine / {n} ranks"
     text = memory_plan.refusal(est, budget, source, way_out, "--force")
     where = f" (in cell {cell.label})" if cell.axes else ""
-    raise UsageError(f"--world-size {n}: {text}{where}")
+    option = "--world-size" if n == config.world_size else "--load-world-size"
+    raise UsageError(f"{option} {n}: {text}{where}")
 
 
 def _fits(config: WorkloadConfig, budget: int) -> bool:

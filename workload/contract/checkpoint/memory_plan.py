@@ -176,7 +176,8 @@ def rank_load(config: BenchmarkSettings) -> RankLoad:
         largest, item = sized.largest_rank_bytes, sized.largest_item_bytes
         tensors = model_tensor_sizes(spec, config.world_size)
         if config.load_world_size is not None:
-            # A resharding load gives each of fewer ranks more rows.
+            # A resharding load gives each of fewer ranks more rows, each of more ranks fewer;
+            # rank 0 both saves and loads, so it is planned for the larger of the two.
             loaded = models.model_sizes(spec, config.load_world_size)
             largest = max(largest, loaded.largest_rank_bytes)
             item = max(item, loaded.largest_item_bytes)
