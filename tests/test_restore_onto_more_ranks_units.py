@@ -55,7 +55,9 @@ def test_the_ranks_past_world_size_are_expected_to_report() -> None:
 
 
 def _model(**values: object) -> WorkloadConfig:
-    return WorkloadConfig(model="llama3-8b", backend="file", checkpoint_path="/tmp/x", **values)  # type: ignore[arg-type]
+    return WorkloadConfig.model_validate(
+        {"model": "llama3-8b", "backend": "file", "checkpoint_path": "/tmp/x", **values}
+    )
 
 
 def test_a_rank_that_saves_and_loads_is_planned_for_the_larger_of_the_two() -> None:
