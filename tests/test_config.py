@@ -212,11 +212,6 @@ _GROW = {
             "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): resharding needs a model preset",
         ),
         (
-            {**_GROW, "CKPTBENCH_ASYNC_SAVE": "true"},
-            "CKPTBENCH_ASYNC_SAVE (async_save): an asynchronous save with load_world_size 2 "
-            "above world_size 1 is not supported",
-        ),
-        (
             {**_GROW, "CKPTBENCH_TRAIN_EVERY": "4"},
             "CKPTBENCH_TRAIN_EVERY (train_every): with load_world_size 2 above world_size 1",
         ),

@@ -110,6 +110,19 @@ def test_two_ranks_save_and_four_load_resharded_on_file(tmp_path: Path) -> None:
     assert "4/4" in stdout and "save ranks left out" in stdout
 
 
+def test_an_async_save_runs_in_the_saving_ranks_own_group(tmp_path: Path) -> None:
+    # 2 save in a thread, 3 load: the added rank has no saver, no stall and no save.
+    _stdout, run, _row = _run(
+        tmp_path, "--storage", str(tmp_path / "ckpt"), "--save-mode", "thread",
+        "--load-world-size", "3",
+    )  # fmt: skip
+    assert run["verified"] is True and run["ranks_reported"] == 3
+    save = run["save"]
+    assert save["ranks_left_out"] == 1 and len(save["rank_io_seconds"]) == SAVED
+    stall = save["stall"]
+    assert stall is not None and len(stall["rank_seconds"]) == SAVED
+
+
 def test_two_ranks_save_and_four_load_resharded_on_the_gcs_emulator(tmp_path: Path) -> None:
     _stdout, run, row = _run(tmp_path, "--backend", "gcs")
     _check_summary(run, row)

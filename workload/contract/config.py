@@ -171,22 +171,15 @@ class WorkloadConfig(BenchmarkSettings):
                 "load_shard_offset: needs the reference layout (unset model): a model preset's "
                 "ranks hold rows of one DTensor mesh, which has no other rank's rows to load"
             )
-        if self.load_world_size is not None and self.load_world_size > self.world_size:
-            # The ranks past world_size join only the load: there is no save of theirs to make
-            # asynchronous, and no training step beside the saves for them to run.
-            if self.saving.is_async:
-                field = "save_mode" if self.save_mode is not None else "async_save"
-                raise ValueError(
-                    f"{field}: an asynchronous save with load_world_size {self.load_world_size} "
-                    f"above world_size {self.world_size} is not supported; save synchronously "
-                    "(a restore onto more ranks times the load)"
-                )
-            if self.train_every is not None:
-                raise ValueError(
-                    f"train_every: with load_world_size {self.load_world_size} above world_size "
-                    f"{self.world_size} the ranks past world_size would train without a state; "
-                    "unset one of them"
-                )
+        grows = self.load_world_size is not None and self.load_world_size > self.world_size
+        if grows and self.train_every is not None:
+            # The ranks past world_size join only the load: no training step beside the saves
+            # for them to run.
+            raise ValueError(
+                f"train_every: with load_world_size {self.load_world_size} above world_size "
+                f"{self.world_size} the ranks past world_size would train without a state; "
+                "unset one of them"
+            )
         both = {"layer_size", "padding_size"} & self.model_fields_set
         if both:
             raise ValueError(
