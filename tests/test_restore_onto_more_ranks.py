@@ -21,6 +21,8 @@ import pytest
 
 from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.results.rank import RankResult
+from tests import workers
+from tests.workers import small_config
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -126,3 +128,21 @@ def test_an_async_save_runs_in_the_saving_ranks_own_group(tmp_path: Path) -> Non
 def test_two_ranks_save_and_four_load_resharded_on_the_gcs_emulator(tmp_path: Path) -> None:
     _stdout, run, row = _run(tmp_path, "--backend", "gcs")
     _check_summary(run, row)
+
+
+def test_a_rank_past_world_size_that_loads_a_wrong_row_fails_verification(tmp_path: Path) -> None:
+    # One rank saves, two load: a bit flipped in the saved chunk's second half lies in the rows
+    # rank 1, which saved nothing, loads; it must notice.
+    fqn = "layers.0.feed_forward.w1.weight"
+    config = small_config(
+        str(tmp_path / "ckpt"), model="llama3-debug", layers=1, optimizer="none", world_size=1,
+        load_world_size=2, sample_count=1, warmup_samples=0, collective_timeout_seconds=120,
+    )  # fmt: skip
+    command = [*workers.WORKER[:1], "-m", "tests.workers", "corrupt", "0", fqn]
+    ranks = workers.run(config, tmp_path, command=command, timeout=180)
+    assert [w.rank for w in ranks] == [0, 1]
+    results = {w.rank: w.result for w in ranks}
+    bad = results[1]
+    assert bad.verified is False and bad.error is not None, workers.logs(ranks)
+    assert bad.error.startswith(f"VerificationError: {fqn} on rank 1: {fqn}: "), bad.error
+    assert results[0].verified is not False, workers.logs(ranks)
