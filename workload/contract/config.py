@@ -241,9 +241,9 @@ class WorkloadConfig(BenchmarkSettings):
         """Rank 0's peak (the largest rank under either layout's dealing), on this backend."""
         return memory_plan.estimate(memory_plan.rank_load(self))
 
-    def describe_ranks(self) -> str:
+    def describe_ranks(self, noun: str = "rank(s)") -> str:
         """``N rank(s)``, and the ranks that load when a reshard changes their number."""
-        text = f"{self.world_size} rank(s)"
+        text = f"{self.world_size} {noun}"
         if self.load_world_size not in (None, self.world_size):
             text += f", loading on {self.load_world_size}"
         return text
