@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from ckptbench.workload.contract.choices import Backend, S3PrefixStrategy, S3Reader, UploadScheme
 from ckptbench.workload.contract.declaration import Setting, choice
+from ckptbench.workload.contract.rule import Rule
 
 MIB = 1024**2
 # S3's bucket names: 3 to 63 lowercase letters, digits, dots and dashes, starting and ending with
@@ -234,3 +235,22 @@ class StorageSettings(BaseModel):
             "must be gs://bucket/prefix, s3://bucket/prefix, file:///path or an absolute path, "
             "without whitespace"
         )
+
+
+def _scheme_rule(scheme: str) -> Rule[StorageSettings]:
+    """The backends that take ``scheme`` take no other path (Backend.scheme says which)."""
+    backends = tuple(b for b in Backend if b.scheme == scheme)
+    listed = ", ".join(f"'{b.value}'" for b in backends)
+    return Rule(
+        "checkpoint_path",
+        f"!(self.backend in [{listed}]) || self.checkpointPath.startsWith('{scheme}')",
+        f"must be {scheme}bucket/prefix for {{backend}} " + " or ".join(b.value for b in backends),
+        lambda s: s.backend not in backends or s.checkpoint_path.startswith(scheme),
+    )
+
+
+# The rules that span the storage's settings (rule.py says how a rule is read); settings.py's
+# SETTINGS_RULES holds them with the others.
+STORAGE_RULES: tuple[Rule[StorageSettings], ...] = tuple(
+    _scheme_rule(scheme) for scheme in dict.fromkeys(b.scheme for b in Backend) if scheme
+)
