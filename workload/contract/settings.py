@@ -5,12 +5,22 @@ and its ``CKPTBENCH_*`` variables (``WorkloadConfig`` extends it), the CR field 
 (the spec extends it), the ``ckptbench run`` option (:func:`declared`), the sweep axes, and the
 record of settings in every result (:meth:`BenchmarkSettings.record`).
 
-Where the checkpoints go and each storage backend's knobs are declared the same way in
-:class:`~ckptbench.workload.contract.storage_settings.StorageSettings`, which
-:class:`BenchmarkSettings` extends; the :class:`Setting` metadata is in ``declaration.py``.
+The settings are declared in three rooms, by meaning, one class extending the next: where the
+checkpoints go and each storage backend's knobs
+(:class:`~ckptbench.workload.contract.storage_settings.StorageSettings`), the state the ranks
+hold (:class:`~ckptbench.workload.contract.state_settings.StateSettings`), and, here, how samples
+run. The :class:`Setting` metadata is in ``declaration.py``.
 
-Adding a setting: declare it here (or, a storage knob, in ``storage_settings.py``), use it where it
-acts, document it. Nothing else names it.
+A rule that spans settings is declared once too, right after the class whose fields it reads
+(``STORAGE_RULES``, ``STATE_RULES``, and here ``_RUN_RULES``; all of them are
+:data:`SETTINGS_RULES`): a :class:`~ckptbench.workload.contract.rule.Rule` holds its CEL, one
+message and one Python check over the settings. The rank's config runs every one
+(``WorkloadConfig``, naming the field in snake_case), and the CRD carries every one as CEL with
+the spec model running the same check (naming it in camelCase).
+
+Adding a setting: declare it, with any rule it needs, in the room it belongs to (this module,
+``state_settings.py`` or ``storage_settings.py``); an enum of named choices goes in
+``choices.py``; use it where it acts; document it. Nothing else names it.
 """
 
 from __future__ import annotations
