@@ -18,9 +18,10 @@ from pydantic.alias_generators import to_camel
 from ckptbench.operator.spec import names as spec_names
 from ckptbench.operator.spec.model import RULES, CheckpointBenchmarkSpec
 from ckptbench.operator.spec.rules import RULES_OF_THE_CR
-from ckptbench.workload.contract.config import WorkloadConfig, field_errors
+from ckptbench.workload.contract.config import ENV_PREFIX, ConfigError, WorkloadConfig, field_errors
 from ckptbench.workload.contract.rule import Rule
 from ckptbench.workload.contract.settings import SETTINGS_RULES, BenchmarkSettings
+from ckptbench.workload.local.options import OPTION_OF, explain
 from tests.crd_validation import cel_failures, openapi_schema, schema_errors
 
 BASE: dict[str, Any] = {"checkpoint_path": "gs://bucket/ckpt", "world_size": 4}
@@ -95,6 +96,18 @@ def test_a_violation_is_refused_by_the_config_naming_its_field(
     # The one message, in snake_case, with the values the config has.
     assert problem.reason.startswith(rule.text(str) + " (got "), problem.reason
     assert f"{field}=" in problem.reason
+    # ... and each audience of the config names it its own way: the variable, the option.
+    assert explain(info.value).startswith(f"{OPTION_OF[field]}: {rule.text(str)}")
+    env = {
+        ENV_PREFIX + name.upper(): _env_value(value) for name, value in {**BASE, **values}.items()
+    }
+    with pytest.raises(ConfigError) as refused:
+        WorkloadConfig.from_env(env)
+    assert f"{ENV_PREFIX}{field.upper()} ({field}): {rule.text(str)}" in str(refused.value)
+
+
+def _env_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 @pytest.mark.parametrize(("field", "values"), VIOLATIONS, ids=IDS)
