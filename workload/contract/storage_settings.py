@@ -2,8 +2,10 @@
 
 :class:`StorageSettings` holds the backend, the checkpoint path and every backend's own knob (gcs,
 gcsfs, s3, s3fs, file), with S3's bucket-name rules that the path and ``ckptbench clean`` share.
-:class:`~ckptbench.workload.contract.settings.BenchmarkSettings` extends it: the declarations are
-read the same way (``settings.declared()``) wherever a field is declared.
+:class:`~ckptbench.workload.contract.state_settings.StateSettings` extends it (and
+:class:`~ckptbench.workload.contract.settings.BenchmarkSettings` that): the declarations are read
+the same way (``settings.declared()``) wherever a field is declared. The rule that a backend's path
+takes its URL scheme follows the class (:data:`STORAGE_RULES`).
 """
 
 from __future__ import annotations
