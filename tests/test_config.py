@@ -194,14 +194,19 @@ def test_model_settings_round_trip_through_the_environment() -> None:
         ({"CKPTBENCH_MODEL": "gpt2"}, "CKPTBENCH_MODEL (model): Input should be 'llama3-debug'"),
         (
             {"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYER_SIZE": "10"},
-            "CKPTBENCH_MODEL (model): a model preset and layer_size are exclusive",
+            "CKPTBENCH_MODEL (model): is exclusive with layer_size and padding_size",
         ),
-        ({"CKPTBENCH_LAYERS": "2"}, "CKPTBENCH_LAYERS (layers): overrides need a model preset"),
+        (
+            {"CKPTBENCH_LAYERS": "2"},
+            "CKPTBENCH_LAYERS (layers): needs model: it overrides a model preset's number of "
+            "layers",
+        ),
         ({"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_DTYPE": "fp8"}, "CKPTBENCH_DTYPE (dtype)"),
         ({"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYERS": "0"}, "CKPTBENCH_LAYERS (layers)"),
         (
             {"CKPTBENCH_LOAD_WORLD_SIZE": "1"},
-            "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): resharding needs a model preset",
+            "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): needs model and must be at most "
+            "world_size",
         ),
         (
             {
@@ -209,7 +214,7 @@ def test_model_settings_round_trip_through_the_environment() -> None:
                 "CKPTBENCH_WORLD_SIZE": "1",
                 "CKPTBENCH_LOAD_WORLD_SIZE": "2",
             },
-            "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): 2 must be at most world_size 1",
+            "(got load_world_size=2, model=llama3-8b, world_size=1)",
         ),
     ],
 )
