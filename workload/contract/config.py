@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 from ckptbench.workload.contract.checkpoint import memory_plan, models, sizes
 from ckptbench.workload.contract.choices import Backend, CacheMode, Strategy
 from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV, VERBOSE_LOGS_ENV
+from ckptbench.workload.contract.rule import Broken
 from ckptbench.workload.contract.settings import SETTINGS_RULES, BenchmarkSettings
 
 ENV_PREFIX = "CKPTBENCH_"
@@ -73,7 +74,7 @@ class WorkloadConfig(BenchmarkSettings):
         # The rules on the settings, the same the CRD carries as CEL (settings.SETTINGS_RULES).
         for rule in SETTINGS_RULES:
             if not rule.check(self):
-                raise ValueError(rule.refusal(self))
+                raise rule.broken(self)
         # The rank's own: what a path must hold beyond its backend's scheme.
         url_scheme, sep, _ = self.checkpoint_path.partition("://")
         if self.backend is Backend.FILE and sep and url_scheme != "file":
@@ -277,6 +278,7 @@ class FieldError:
     reason: str
     value: Any
     has_value: bool
+    broken: Broken | None = None  # a cross-field rule: its fields can be named another way
 
 
 def field_errors(exc: ValidationError) -> list[FieldError]:
@@ -290,7 +292,9 @@ def field_errors(exc: ValidationError) -> list[FieldError]:
         field = str(err["loc"][0]) if err["loc"] else ""
         if not field and ": " in reason:
             field, reason = reason.split(": ", 1)
-        problems.append(FieldError(field, reason, err.get("input"), bool(err["loc"])))
+        error = (err.get("ctx") or {}).get("error")
+        broken = error if isinstance(error, Broken) else None
+        problems.append(FieldError(field, reason, err.get("input"), bool(err["loc"]), broken))
     return problems
 
 

@@ -15,7 +15,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from string import Formatter
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from pydantic.alias_generators import to_camel
 
@@ -66,8 +66,25 @@ class Rule(Generic[Checked]):
     def refusal(self, values: object) -> str:
         """The message as the rank's config says it: ``field: reason`` in snake_case, with the
         values of the fields it names (read from ``values``)."""
-        got = ", ".join(f"{name}={_shown(getattr(values, name))}" for name in self.named)
-        return f"{self.field}: {self.text(str)} (got {got})"
+        return self.broken(values).say(str)
+
+    def broken(self, values: object) -> Broken:
+        """The error a validator raises when ``values`` break this rule: it keeps the rule, so
+        whoever reports it can name the fields its own way (``ckptbench run``: its options)."""
+        return Broken(self, {name: getattr(values, name) for name in self.named})
+
+
+class Broken(ValueError):
+    """A :class:`Rule` broken by some values; its text is the snake_case :meth:`Rule.refusal`."""
+
+    def __init__(self, rule: Rule[Any], values: dict[str, object]) -> None:
+        self.rule, self.values = rule, values
+        super().__init__(self.say(str))
+
+    def say(self, name: Callable[[str], str]) -> str:
+        """``field: reason (got field=value, ...)``, every field named by ``name``."""
+        got = ", ".join(f"{name(field)}={_shown(value)}" for field, value in self.values.items())
+        return f"{name(self.rule.field)}: {self.rule.text(name)} (got {got})"
 
 
 def _shown(value: object) -> str:
