@@ -202,14 +202,19 @@ _GROW = {
         ({"CKPTBENCH_MODEL": "gpt2"}, "CKPTBENCH_MODEL (model): Input should be 'llama3-debug'"),
         (
             {"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYER_SIZE": "10"},
-            "CKPTBENCH_MODEL (model): a model preset and layer_size are exclusive",
+            "CKPTBENCH_MODEL (model): is exclusive with layer_size and padding_size",
         ),
-        ({"CKPTBENCH_LAYERS": "2"}, "CKPTBENCH_LAYERS (layers): overrides need a model preset"),
+        (
+            {"CKPTBENCH_LAYERS": "2"},
+            "CKPTBENCH_LAYERS (layers): needs model: it overrides a model preset's number of "
+            "layers",
+        ),
         ({"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_DTYPE": "fp8"}, "CKPTBENCH_DTYPE (dtype)"),
         ({"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYERS": "0"}, "CKPTBENCH_LAYERS (layers)"),
         (
             {"CKPTBENCH_LOAD_WORLD_SIZE": "1"},
-            "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): resharding needs a model preset",
+            "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): needs model: load_world_size ranks "
+            "reshard the checkpoint world_size ranks saved",
         ),
         (
             {**_GROW, "CKPTBENCH_TRAIN_EVERY": "4"},

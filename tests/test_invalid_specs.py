@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ckptbench.operator.spec import names as spec_names
+from ckptbench.operator.spec.model import RULES
 from ckptbench.operator.spec.parse import SpecError, parse_spec
-from ckptbench.operator.spec.rules import RULES
 from tests.crd_validation import cel_failures, schema_errors
 
 GOOD: dict[str, Any] = {"checkpointPath": "gs://bucket/ckpt", "worldSize": 4}

@@ -308,6 +308,9 @@ def explain(exc: ValidationError, where: Sequence[str] = ()) -> str:
     """Name the option behind each validation error, not the model's field."""
     lines = []
     for problem in field_errors(exc):
+        if problem.broken is not None:  # a cross-field rule: each field it names as its option
+            lines.append(problem.broken.say(lambda field: OPTION_OF.get(field, field)))
+            continue
         flag = OPTION_OF.get(problem.field, problem.field or "options")
         got = f" (got {problem.value!r})" if problem.has_value else ""
         lines.append(f"{flag}: {problem.reason}{got}")
