@@ -7,6 +7,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ckptbench.workload.contract.names import CHECKPOINTER_LOG_ENV  # pure names, no torch
+
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE's, as a shell reports a command killed by it
 
 # subcommand -> (module with a ``main(argv) -> int``, one-line help)
@@ -42,6 +44,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "render": ("ckptbench.operator.render_cli", "print the manifests for a CheckpointBenchmark"),
 }
+
+
+def _in_a_checkpointer_process() -> None:
+    """DCP's process checkpointer is a spawned interpreter that imports this module before it
+    configures its logging: when the rank handed a level down, route its lines to the rank's
+    log at that level (workload/rank/process/checkpointer_log.py)."""
+    if __name__ != "__main__" and os.environ.get(CHECKPOINTER_LOG_ENV):
+        module = importlib.import_module("ckptbench.workload.rank.process.checkpointer_log")
+        module.install_from(os.environ)
+
+
+_in_a_checkpointer_process()
 
 
 def usage() -> str:

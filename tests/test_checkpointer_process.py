@@ -4,14 +4,34 @@ times (docs/measurement.md, "Async saves")."""
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
+import textwrap
 import warnings
 from pathlib import Path
 
+import pytest
 import torch
 from torch.distributed.checkpoint import state_dict_saver
 
+from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.storage import timing, traffic
 from ckptbench.workload.storage.file import backend as file_backend
+from tests import workers
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def process_rank(tmp_path_factory: pytest.TempPathFactory) -> workers.Worker:
+    """One rank saving with DCP's process checkpointer on file: a real checkpointer process."""
+    tmp = tmp_path_factory.mktemp("process")
+    config = workers.small_config(
+        str(tmp / "ckpt"), world_size=1, save_mode="process", sample_count=2, warmup_samples=1
+    )
+    (rank,) = workers.run(config, tmp)
+    assert rank.proc.returncode == 0, workers.logs([rank])
+    return rank
 
 
 def test_a_counted_file_writer_pickles_and_its_copy_counts_where_it_writes(
@@ -29,3 +49,34 @@ def test_a_counted_file_writer_pickles_and_its_copy_counts_where_it_writes(
         state_dict_saver.save({"t": torch.ones(1000)}, storage_writer=copy, no_dist=True)
     assert traffic.TRAFFIC.sent - before >= 4000
     assert (tmp_path / "c" / ".metadata").exists()
+
+
+def test_the_checkpointer_process_logs_at_the_ranks_level_in_the_ranks_format() -> None:
+    # What the checkpointer process runs first, after the rank's main module handed a level down.
+    script = textwrap.dedent(
+        """
+        import logging
+        from ckptbench.workload.rank.process import checkpointer_log
+        assert checkpointer_log.install_from({"CKPTBENCH_CHECKPOINTER_LOG_LEVEL": "WARNING"})
+        from torch.distributed.checkpoint import _async_process_executor as executor
+        executor._init_logger(3)
+        executor.logger.info("Waiting for checkpoint save request...")
+        executor.logger.warning("a warning the rank must see")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        "[rank 3] checkpointer process: WARNING root: a warning the rank must see\n"
+    )
+
+
+def test_a_process_save_prints_none_of_dcps_info_lines(process_rank: workers.Worker) -> None:
+    result = RankResult.from_termination_message(process_rank.termination_path.read_text())
+    assert result.error is None and result.checkpointer_peak_rss_bytes
+    stderr = process_rank.stderr
+    assert "save 2/2" in stderr
+    # torch's own format ("[0] <time> - root - INFO - ...") and DCP's serving loop's lines.
+    assert " - INFO - " not in stderr and "checkpoint save request" not in stderr, stderr

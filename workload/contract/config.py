@@ -28,7 +28,11 @@ from ckptbench.workload.contract.choices import (
     Stager,
     Strategy,
 )
-from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV, VERBOSE_LOGS_ENV
+from ckptbench.workload.contract.names import (
+    CHECKPOINTER_LOG_ENV,
+    COMPLETION_INDEX_ENV,
+    VERBOSE_LOGS_ENV,
+)
 from ckptbench.workload.contract.settings import BenchmarkSettings
 
 ENV_PREFIX = "CKPTBENCH_"
@@ -322,7 +326,7 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
 
 
 # Read by a rank but no setting of the benchmark.
-RANK_VARIABLES = frozenset({VERBOSE_LOGS_ENV})
+RANK_VARIABLES = frozenset({VERBOSE_LOGS_ENV, CHECKPOINTER_LOG_ENV})
 
 
 # The operator's own settings share the prefix; a shell that runs both may carry them.

@@ -21,6 +21,7 @@ training step runs in between) still gets when the upload ended, not when it loo
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -38,7 +39,7 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from ckptbench.workload.contract.choices import SaveMode, Stager
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.rank.failures import AsyncSaveError
-from ckptbench.workload.rank.process import memory
+from ckptbench.workload.rank.process import checkpointer_log, memory
 from ckptbench.workload.storage import torch_seam
 
 CHECKPOINTERS = {
@@ -128,6 +129,10 @@ class Saver:
         self.checkpointer_peak_rss: int | None = None  # read as the checkpointer is stopped
         if self.mode.is_async and config.stager is Stager.DEFAULT:
             self.stager = DefaultStager(staging_options(config))
+        if self.mode is SaveMode.PROCESS:
+            # Inherited by the checkpointer process, started on the first save: it logs into
+            # the rank's log at the rank's level, not DCP's INFO lines.
+            checkpointer_log.hand_down(os.environ)
 
     def start(self, shard: Any, writer: Any) -> InFlight:
         """Call dcp.async_save; the stall is taken as it returns, before any wait."""
