@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import subprocess
 import sys
+import tempfile
 import textwrap
 import warnings
 from pathlib import Path
@@ -24,10 +25,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def process_rank(tmp_path_factory: pytest.TempPathFactory) -> workers.Worker:
-    """One rank saving with DCP's process checkpointer on file: a real checkpointer process."""
+    """One rank saving with DCP's process checkpointer on file, its timed samples then saves
+    beside a training step: a real checkpointer process."""
     tmp = tmp_path_factory.mktemp("process")
     config = workers.small_config(
-        str(tmp / "ckpt"), world_size=1, save_mode="process", sample_count=2, warmup_samples=1
+        str(tmp / "ckpt"),
+        world_size=1,
+        save_mode="process",
+        sample_count=2,
+        warmup_samples=1,
+        train_every=1,
+        train_matrix=32,
     )
     (rank,) = workers.run(config, tmp)
     assert rank.proc.returncode == 0, workers.logs([rank])
@@ -80,3 +88,63 @@ def test_a_process_save_prints_none_of_dcps_info_lines(process_rank: workers.Wor
     assert "save 2/2" in stderr
     # torch's own format ("[0] <time> - root - INFO - ...") and DCP's serving loop's lines.
     assert " - INFO - " not in stderr and "checkpoint save request" not in stderr, stderr
+
+
+def _save_no_dist(writer: object, state: dict[str, torch.Tensor]) -> None:
+    with warnings.catch_warnings():  # "torch.distributed is disabled": one process here
+        warnings.simplefilter("ignore", UserWarning)
+        state_dict_saver.save(state, storage_writer=writer, no_dist=True)
+
+
+def test_the_copy_a_checkpointer_writes_with_reports_its_timing_to_the_rank(
+    tmp_path: Path,
+) -> None:
+    writer = timing.timed_writer(
+        traffic.count_traffic(file_backend.writer(str(tmp_path / "c"), 40_000, 40_000))
+    )
+    copy = pickle.loads(pickle.dumps(writer))  # as DCP sends it to its checkpointer process
+    _save_no_dist(copy, {"t": torch.ones(10_000)})
+    sent_before = traffic.TRAFFIC.sent
+    phases = writer.checkpointer_phases()
+    assert phases == copy.phases  # what the copy measured, not the rank's (untouched) clock
+    assert phases.io is not None and phases.io > 0 and phases.finish > 0
+    assert phases.planning is not None and phases.planning > 0
+    # Its bytes are the rank's: the payload and the coordinator's .metadata.
+    assert traffic.TRAFFIC.sent - sent_before >= 40_000
+    assert writer._report_path is not None and not writer._report_path.exists()
+
+
+def test_a_durable_process_save_without_its_timing_fails(tmp_path: Path) -> None:
+    writer = timing.timed_writer(file_backend.writer(str(tmp_path / "c"), 4000, 4000))
+    pickle.dumps(writer)  # sent, but the copy never wrote (a checkpointer that timed nothing)
+    with pytest.raises(timing.CheckpointerReportMissing, match="left no timing of this save"):
+        writer.checkpointer_phases()
+
+
+def test_a_process_saves_io_is_timed_in_the_checkpointer_not_its_background_time(
+    process_rank: workers.Worker,
+) -> None:
+    result = RankResult.from_termination_message(process_rank.termination_path.read_text())
+    save = result.save
+    assert save is not None and save.io_seconds and save.background_seconds
+    assert save.planning_seconds and save.finish_seconds
+    for io, finish, background, planning in zip(
+        save.io_seconds,
+        save.finish_seconds,
+        save.background_seconds,
+        save.planning_seconds,
+        strict=True,
+    ):
+        # The background time spans sending the staged copy, planning, the writes and the
+        # .metadata: the checkpointer's own I/O is a part of it, not the whole.
+        assert 0 < io + finish < background
+        assert planning > 0 and finish > 0  # rank 0 coordinates: it writes .metadata
+    # The bytes the checkpointer sent count as the rank's: every sample's shard at least.
+    assert result.resources is not None
+    assert result.resources.sent_bytes >= len(save.io_seconds) * result.bytes
+    # Every report read and removed, the training saves' too (their timing is not used).
+    assert result.train is not None and result.train.stall.n == 2
+    left = list(
+        Path(tempfile.gettempdir()).glob(f"ckptbench-save-timing-{process_rank.proc.pid}-*")
+    )
+    assert left == []
