@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import os
 import sys
 from collections.abc import Sequence
@@ -50,7 +51,10 @@ def _in_a_checkpointer_process() -> None:
     """DCP's process checkpointer is a spawned interpreter that imports this module before it
     configures its logging: when the rank handed a level down, route its lines to the rank's
     log at that level (workload/rank/process/checkpointer_log.py)."""
-    if __name__ != "__main__" and os.environ.get(CHECKPOINTER_LOG_ENV):
+    # A spawned child is named by multiprocessing before it imports this module (SpawnProcess-N):
+    # the variable left in a main process (a shell, the runner, the operator) does nothing.
+    child = multiprocessing.current_process().name != "MainProcess"
+    if child and __name__ != "__main__" and os.environ.get(CHECKPOINTER_LOG_ENV):
         module = importlib.import_module("ckptbench.workload.rank.process.checkpointer_log")
         module.install_from(os.environ)
 

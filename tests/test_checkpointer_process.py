@@ -3,6 +3,7 @@ times (docs/measurement.md, "Async saves")."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -148,3 +149,20 @@ def test_a_process_saves_io_is_timed_in_the_checkpointer_not_its_background_time
         Path(tempfile.gettempdir()).glob(f"ckptbench-save-timing-{process_rank.proc.pid}-*")
     )
     assert left == []
+
+
+def test_the_level_variable_does_nothing_in_a_main_process() -> None:
+    # Left in a shell, the runner's or the operator's environment (whose image has no torch),
+    # it must not make ckptbench.cli import torch or touch logging.
+    script = "import sys, ckptbench.cli; print('torch' in sys.modules)"
+    env = {**os.environ, "CKPTBENCH_CHECKPOINTER_LOG_LEVEL": "WARNING"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
