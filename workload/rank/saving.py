@@ -91,6 +91,7 @@ class InFlight:
         self.called_at = called_at
         # The writer whose copy in the checkpointer process reports its timing (process saves).
         self.reporter = reporter
+        self._reported: timing.Phases | None = None
         self.returned_at = returned_at  # taken before anything waits: the stall ends here
         # dcp.async_save returns the upload future, or an AsyncSaveResponse with a staging future
         # too when the stager copies apart from the call.
@@ -120,7 +121,9 @@ class InFlight:
             raise
         if self.reporter is None:
             return times
-        return dataclasses.replace(times, checkpointer=self.reporter.checkpointer_phases())
+        if self._reported is None:  # the report is read (and removed) once
+            self._reported = self.reporter.checkpointer_phases()
+        return dataclasses.replace(times, checkpointer=self._reported)
 
     def _durable(self, timeout: float) -> SaveTimes:
         try:
