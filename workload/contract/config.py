@@ -21,7 +21,11 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ckptbench.workload.contract.checkpoint import memory_plan, models, sizes
 from ckptbench.workload.contract.choices import Backend, CacheMode, Strategy
-from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV, VERBOSE_LOGS_ENV
+from ckptbench.workload.contract.names import (
+    CHECKPOINTER_LOG_ENV,
+    COMPLETION_INDEX_ENV,
+    VERBOSE_LOGS_ENV,
+)
 from ckptbench.workload.contract.rule import Broken
 from ckptbench.workload.contract.settings import SETTINGS_RULES, BenchmarkSettings
 
@@ -273,7 +277,7 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
 
 
 # Read by a rank but no setting of the benchmark.
-RANK_VARIABLES = frozenset({VERBOSE_LOGS_ENV})
+RANK_VARIABLES = frozenset({VERBOSE_LOGS_ENV, CHECKPOINTER_LOG_ENV})
 
 
 # The operator's own settings share the prefix; a shell that runs both may carry them.
