@@ -103,7 +103,9 @@ def test_a_stager_option_without_its_stager_is_refused_by_name(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert sizes_cli.main(["--save-mode", "process", "--staging-shared-memory"]) == 2
-    assert "--staging-shared-memory: an option of DCP's DefaultStager" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--stager: must be default with --staging-shared-memory" in err, err
+    assert "options of DCP's DefaultStager" in err, err
 
 
 def test_the_training_step_counts_in_sizes(capsys: pytest.CaptureFixture[str]) -> None:
