@@ -1,4 +1,5 @@
-"""Save mode ``process`` on the S3 backends: DCP pickles the writer into its checkpointer process.
+"""Save mode ``process`` on the backends whose writers count their bytes (s3, s3fs, file): DCP
+pickles the writer into its checkpointer process.
 
 The writer's file system counts its bytes into the rank's traffic counter, which holds a lock: it
 could not be pickled, so a process save failed on every backend whose writer counts that way (s3,
@@ -50,3 +51,18 @@ def test_process_saves_on_two_ranks_verify_and_leave_only_results(
         assert result.checkpointer_peak_rss_bytes, workers.logs(ranks)
     assert objects.list_names(f"s3://{s3_bucket}/process/run/checkpoints") == []
     assert objects.unfinished_uploads(f"s3://{s3_bucket}/process") == []
+
+
+def test_process_saves_on_files_verify(tmp_path: Path) -> None:
+    config = workers.small_config(
+        str(tmp_path / "ckpt"),
+        sample_count=2,
+        warmup_samples=0,
+        save_mode="process",
+        stager="default",
+    )
+    ranks = workers.run(config, tmp_path)
+    for w in ranks:
+        assert w.proc.returncode == 0, workers.logs(ranks)
+        assert w.result.error is None and w.result.verified is True, workers.logs(ranks)
+        assert w.result.checkpointer_peak_rss_bytes, workers.logs(ranks)
