@@ -80,7 +80,12 @@ FAULTS = [
         id="s3-reset-mid-download",
     ),
     pytest.param(
-        "s3fs", slow_down(), {}, {}, (S3FS_RETRIED, "HTTP 503"), id="s3fs-20pct-503-slowdown"
+        "s3fs",
+        slow_down(),
+        {},
+        {},
+        (S3FS_RETRIED, "HTTP 503 SlowDown"),
+        id="s3fs-20pct-503-slowdown",
     ),
     pytest.param(
         "s3fs", Rule("reset_request", "PUT", ".distcp"), {}, {}, None, id="s3fs-reset-mid-upload"

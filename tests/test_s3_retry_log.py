@@ -99,25 +99,14 @@ class _Everything(logging.Handler):
 def test_s3fs_retries_are_counted_and_debug_records_reach_no_handler() -> None:
     root = _Everything()
     logging.getLogger().addHandler(root)
-    botocore = logging.getLogger("botocore.retryhandler")
     s3fs = logging.getLogger("s3fs")
-    before = (botocore.level, s3fs.level, botocore.filters[:], s3fs.filters[:])
+    before = (s3fs.level, s3fs.filters[:])
     causes = RetryCauses()
     uninstall = s3fs_log.install(causes)
     try:
-        botocore.debug(
-            "retry needed: matching HTTP status and error code seen: %s, %s", 503, "SlowDown"
-        )
-        botocore.debug("retry needed: retryable HTTP status code received: %s", 500)
-        botocore.debug(
-            "retry needed, retryable exception caught: %s",
-            ConnectionResetError(104, "Connection reset by peer"),
-        )
-        botocore.debug("No retry needed.")
-        s3fs.debug(
-            "Retryable error: %s",
-            OSError("Response payload is not completed. ConnectionResetError(104)"),
-        )
+        reset = OSError("Response payload is not completed. ConnectionResetError(104)")
+        s3fs.debug("Retryable error: %s", reset)
+        s3fs.debug("Retryable error: %s", TimeoutError("read timed out"))
         s3fs.debug(
             "Client error (maybe retryable): %s", RuntimeError("An error occurred (SlowDown)")
         )
@@ -130,14 +119,54 @@ def test_s3fs_retries_are_counted_and_debug_records_reach_no_handler() -> None:
         uninstall()
         logging.getLogger().removeHandler(root)
     assert causes.drain() == {
-        "HTTP 503 SlowDown": 1,
-        "HTTP 500": 1,
-        "ConnectionResetError (connection reset)": 1,
         "OSError (connection reset)": 1,
+        "TimeoutError": 1,
         "s3fs: SlowDown": 1,
     }
     assert [r.getMessage() for r in root.records] == ["a warning still goes through"]
-    assert (botocore.level, s3fs.level, botocore.filters, s3fs.filters) == before
+    assert (s3fs.level, s3fs.filters) == before
+
+
+class _Http:
+    def __init__(self, status_code: int) -> None:
+        self.status_code = status_code
+
+
+def _answer(status: int, code: str = "") -> tuple[_Http, dict[str, object]]:
+    parsed: dict[str, object] = {"ResponseMetadata": {"HTTPStatusCode": status}}
+    if code:
+        parsed["Error"] = {"Code": code, "Message": "..."}
+    return _Http(status), parsed
+
+
+def test_botocore_attempts_name_status_and_s3_error_code() -> None:
+    cause = s3fs_log.attempt_cause
+    assert cause(_answer(503, "SlowDown"), None) == "HTTP 503 SlowDown"
+    assert cause(_answer(503, "503"), None) == "HTTP 503"  # a HEAD: no body, no code
+    assert cause(_answer(500, "InternalError"), None) == "HTTP 500 InternalError"
+    assert cause(_answer(400, "RequestTimeout"), None) == "HTTP 400 RequestTimeout"
+    assert cause(None, ConnectionResetError(104, "Connection reset by peer")) == (
+        "ConnectionResetError (connection reset)"
+    )
+    assert cause(_answer(200), None) is None
+    assert cause(_answer(404, "NoSuchKey"), None) is None
+
+
+def test_a_watched_client_counts_its_failed_attempts_and_leaves_the_decision_to_botocore() -> None:
+    from types import SimpleNamespace
+
+    from botocore.hooks import HierarchicalEmitter
+
+    events = HierarchicalEmitter()
+    client = SimpleNamespace(meta=SimpleNamespace(events=events))
+    causes = RetryCauses()
+    s3fs_log.watch_client(client, causes)
+    for response in (_answer(503, "SlowDown"), _answer(200), _answer(503, "SlowDown")):
+        answers = events.emit(
+            "needs-retry.s3.PutObject", response=response, attempts=1, caught_exception=None
+        )
+        assert [answer for _, answer in answers] == [None]  # botocore's handler decides
+    assert causes.drain() == {"HTTP 503 SlowDown": 2}
 
 
 def test_a_report_is_one_warning_with_a_bounded_list_of_causes(

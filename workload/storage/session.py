@@ -87,6 +87,7 @@ class StorageSession:
             self._retry_client = s3fs_log.CLIENT
             self._gcsfs_options = s3fs_options(config)
             self._gcsfs = _s3fs_filesystem(config, self._gcsfs_options)
+            s3fs_log.watch_client(self._gcsfs.s3, self.retries)
         self.setup_seconds = time.perf_counter() - t0
 
     def writer(self, checkpoint_id: str) -> StorageWriter:
