@@ -65,6 +65,7 @@ def test_start_points_the_library_at_a_private_folder_before_it_is_imported() ->
         assert log.directory.is_dir()
     finally:
         log.close()
+    assert env == {} and not log.directory.exists()  # no later process inherits a gone folder
     # Too late once imported: the library read its settings then.
     env = {}
     assert crt_log.start(env, imported=True) is None and env == {}

@@ -58,11 +58,19 @@ def cause_of(line: str) -> str | None:
 
 class CrtRetryLog:
     """The CRT log's folder, read from where it was left each time; ``owned`` folders (made by
-    :func:`start`) are removed by :meth:`close`."""
+    :func:`start`) are removed by :meth:`close`, and the variables that named them with it (a
+    process started later must not inherit a folder that is gone)."""
 
-    def __init__(self, directory: Path, *, owned: bool) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        owned: bool,
+        environ: MutableMapping[str, str] | None = None,
+    ) -> None:
         self.directory = directory
         self.owned = owned
+        self._environ = environ
         self._offsets: dict[str, int] = {}
         if not owned:  # a user's folder: what is in it already is not this run's
             for path in self._files():
@@ -93,8 +101,13 @@ class CrtRetryLog:
                     into.note(cause)
 
     def close(self) -> None:
-        if self.owned:
-            shutil.rmtree(self.directory, ignore_errors=True)
+        if not self.owned:
+            return
+        shutil.rmtree(self.directory, ignore_errors=True)
+        if self._environ is not None and self._environ.get(LOGS_DIR) == str(self.directory):
+            self._environ.pop(LOGS_DIR, None)
+            if self._environ.get(DEBUG_LOGS) == FILTER:
+                self._environ.pop(DEBUG_LOGS, None)
 
 
 def start(
@@ -123,4 +136,4 @@ def start(
         return None
     env[DEBUG_LOGS] = FILTER
     env[LOGS_DIR] = str(directory)
-    return CrtRetryLog(directory, owned=True)
+    return CrtRetryLog(directory, owned=True, environ=env)
