@@ -18,6 +18,7 @@ from ckptbench.workload.local.s3_server import S3Server
 from ckptbench.workload.storage import traffic
 from ckptbench.workload.storage.s3 import objects
 from tests import workers
+from tests.fault_proxy import FaultProxy, Rule
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -66,3 +67,35 @@ def test_process_saves_on_files_verify(tmp_path: Path) -> None:
         assert w.proc.returncode == 0, workers.logs(ranks)
         assert w.result.error is None and w.result.verified is True, workers.logs(ranks)
         assert w.result.checkpointer_peak_rss_bytes, workers.logs(ranks)
+
+
+def test_the_checkpointer_process_retries_are_counted_in_the_ranks_log(
+    s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    # The checkpointer process inherits the rank's CRT log folder (s3/crt_log.py): its retries
+    # of 503 SlowDown are reported by the rank, after the save they belong to.
+    config = workers.small_config(
+        f"s3://{s3_bucket}/process",
+        backend="s3",
+        layer_size=300,
+        padding_size=4,
+        sample_count=1,
+        warmup_samples=0,
+        save_mode="process",
+        stager="default",
+    )
+    rule = Rule("status", "POST", times=2, statuses=(503,), s3_code="SlowDown")
+    proxy = FaultProxy(s3_server.url, [rule], seed=7)
+    with proxy.running():
+        env = {**s3_server.env(), "AWS_ENDPOINT_URL": proxy.url}
+        ranks = workers.run(config, tmp_path, extra_env=env, timeout=200)
+    assert rule.fired == 2, (proxy.fired, workers.logs(ranks))
+    for w in ranks:
+        assert w.proc.returncode == 0 and w.result.verified is True, workers.logs(ranks)
+    saves = [
+        line
+        for w in ranks
+        for line in w.stderr.splitlines()
+        if "] save of s3://" in line and "HTTP 503: Response code indicates throttling" in line
+    ]
+    assert sum(int(line.split(": ")[1].split()[0]) for line in saves) == 2, workers.logs(ranks)
