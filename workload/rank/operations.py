@@ -205,10 +205,17 @@ class Operations:
             except Exception as exc:
                 error = exc
         ended_at = time.time()
-        self._agree(error, what)
-        return Op(
-            time.perf_counter() - t0, phases, started_at, ended_at, gc_seconds=collected.seconds
-        )
+        try:
+            self._agree(error, what)
+            seconds = time.perf_counter() - t0
+        finally:  # after the bracket; a failed operation's retries explain it too
+            self._report_retries(what, where)
+        return Op(seconds, phases, started_at, ended_at, gc_seconds=collected.seconds)
+
+    def _report_retries(self, what: str, where: str) -> None:
+        if self.session is not None:
+            with contextlib.suppress(Exception):  # a report must not fail the operation
+                self.session.report_retries(f"[rank {self.config.rank}] {what} of {where}")
 
     def _session(self) -> backends.StorageSession:
         if self.session is None:

@@ -34,6 +34,7 @@ from ckptbench.workload.storage.retry import (
     call_with_retry,
     discard_policy,
 )
+from ckptbench.workload.storage.retry_causes import RetryCauses, report
 from ckptbench.workload.storage.traffic import (
     TRAFFIC,
     CountingFileSystem,
@@ -48,6 +49,7 @@ class StorageSession:
     ``setup_seconds`` is how long making the client and authenticating took (the gcs backend
     fetches the bucket's metadata, gcsfs lists the bucket: either needs a token and opens a
     connection). ``read_paths`` counts, for the gcs backend, which path each loaded item took.
+    The S3 backends' clients retry by themselves; :meth:`report_retries` says how often and why.
     """
 
     def __init__(self, config: WorkloadConfig) -> None:
@@ -56,6 +58,10 @@ class StorageSession:
         self._gcsfs_options: dict[str, Any] = {}
         self._gcsfs: Any = None
         self._s3: Any = None
+        self.retries = RetryCauses()
+        self._retry_client = ""
+        self._crt_log: Any = None
+        self._uninstall_s3fs_log: Any = None
         t0 = time.perf_counter()
         if config.backend is Backend.GCS:
             self._gcs = _gcs_filesystem(config)
@@ -68,10 +74,20 @@ class StorageSession:
 
             objects.shared_client(config.project)
         elif config.backend is Backend.S3:
+            from ckptbench.workload.storage.s3 import crt_log
+
+            # Before s3torchconnector is imported: it reads its log settings then.
+            self._crt_log = crt_log.start()
+            self._retry_client = crt_log.CLIENT
             self._s3 = _s3_backend(config)
         elif config.backend is Backend.S3FS:
+            from ckptbench.workload.storage.s3 import s3fs_log
+
+            self._uninstall_s3fs_log = s3fs_log.install(self.retries)
+            self._retry_client = s3fs_log.CLIENT
             self._gcsfs_options = s3fs_options(config)
             self._gcsfs = _s3fs_filesystem(config, self._gcsfs_options)
+            s3fs_log.watch_client(self._gcsfs.s3, self.retries)
         self.setup_seconds = time.perf_counter() - t0
 
     def writer(self, checkpoint_id: str) -> StorageWriter:
@@ -211,10 +227,25 @@ class StorageSession:
             url, name_prefix=name_prefix, project=self.config.project, client=client
         )
 
+    def report_retries(self, what: str) -> str | None:
+        """Log, as one warning, the request attempts that failed and that the S3 client retried
+        by itself since the last report (``what`` names the operation); returns the message."""
+        if self._crt_log is not None:
+            self._crt_log.collect(self.retries)
+        return report(what, self._retry_client, self.retries.drain())
+
     def close(self) -> None:
         if self._gcs is not None:
             self._gcs.client.close()
         self._gcs = None
+        with contextlib.suppress(Exception):  # what came after the last timed operation
+            self.report_retries(f"[rank {self.config.rank}] outside the timed operations")
+        if self._crt_log is not None:
+            self._crt_log.close()
+            self._crt_log = None
+        if self._uninstall_s3fs_log is not None:
+            self._uninstall_s3fs_log()
+            self._uninstall_s3fs_log = None
 
 
 def open_session(config: WorkloadConfig) -> StorageSession:

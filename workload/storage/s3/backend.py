@@ -2,7 +2,8 @@
 client per rank that carries the endpoint, region and addressing (see :mod:`.s3torch_seam`).
 
 The CRT client under it retries throttling (503 SlowDown), server errors and broken connections
-itself (``max_attempts``); what it cannot survive reaches DCP as an ``S3Exception``.
+itself (``max_attempts``); what it cannot survive reaches DCP as an ``S3Exception``. It says why
+it retried only in its own log, which :mod:`.crt_log` reads to count the causes per operation.
 """
 
 from __future__ import annotations
