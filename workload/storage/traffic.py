@@ -42,20 +42,9 @@ class Traffic:
         with self._lock:
             self.received += n
 
-    def __reduce__(self) -> tuple[Any, tuple[()]]:
-        # A writer sent to DCP's checkpointer process (save mode process) takes its counting
-        # file system along: there it counts into that process's own counter, out of the rank's
-        # sight, as the rest of that process's storage calls are (the rank's I/O then is the
-        # background time). A lock cannot be pickled, and these counts must not travel back.
-        return (_this_process_traffic, ())
-
 
 TRAFFIC = Traffic()
 """This process's (one rank's) traffic with storage, every backend."""
-
-
-def _this_process_traffic() -> Traffic:
-    return TRAFFIC
 
 
 class CountingStream:
