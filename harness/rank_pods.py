@@ -66,7 +66,6 @@ def rank_result(
             needed_bytes=shard_bytes * samples,
         ),
         delete=_op(rng, rank, 0.05 + rng.random() / 20, samples, 6.0),
-        peak_rss_bytes=int(GIB * (0.5 + rng.random())),
         verified=True,
         resources=RankResources(
             cpu_user_seconds=round(20 + rng.random() * 10, 6),

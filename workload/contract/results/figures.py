@@ -214,12 +214,14 @@ def resource_summary(results: Sequence[RankResult]) -> ResourceSummary | None:
     if not reported:
         return None
     own = [x for _, x in reported]
+    # The run's one peak-memory figure (docs/measurement.md, "Peak memory").
+    peaks = [x.peak_rss_bytes for x in own if x.peak_rss_bytes is not None]
     slowest = slowest_rank(results)
     return ResourceSummary(
         ranks=len(own),
         max_cpu_user_seconds=max(x.cpu_user_seconds for x in own),
         max_cpu_system_seconds=max(x.cpu_system_seconds for x in own),
-        max_peak_rss_bytes=max(x.peak_rss_bytes for x in own),
+        max_peak_rss_bytes=max(peaks) if peaks else None,
         max_sent_bytes=max(x.sent_bytes for x in own),
         max_received_bytes=max(x.received_bytes for x in own),
         sent_bytes=sum(x.sent_bytes for x in own),
@@ -317,13 +319,13 @@ def summarize_train(results: Sequence[RankResult]) -> TrainSummary | None:
     )
 
 
-def peak_rss(results: Sequence[RankResult]) -> tuple[int | None, int | None]:
-    """The largest peak resident memory of a rank's process, and of its checkpointer process."""
-    ranks = [r.peak_rss_bytes for r in results if r.peak_rss_bytes is not None]
-    checkpointers = [
+def checkpointer_peak_rss(results: Sequence[RankResult]) -> int | None:
+    """The largest peak resident memory of a rank's checkpointer process (save mode process).
+    The rank's own process's is the resources' (:func:`resource_summary`)."""
+    peaks = [
         r.checkpointer_peak_rss_bytes for r in results if r.checkpointer_peak_rss_bytes is not None
     ]
-    return (max(ranks) if ranks else None, max(checkpointers) if checkpointers else None)
+    return max(peaks) if peaks else None
 
 
 def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) -> RunSummary:
@@ -345,7 +347,6 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
     load = with_parity_figures(summarize_op(loads, total_bytes), loads)
     delete = summarize_op(rank_ops(ordered, "delete"), total_bytes)
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
-    rss, checkpointer_rss = peak_rss(ordered)
     return RunSummary(
         world_size=world_size,
         ranks_reported=len(ordered),
@@ -360,8 +361,7 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
         verified=verified,
         resources=resource_summary(ordered),
         train=summarize_train(ordered),
-        peak_rss_bytes=rss,
-        checkpointer_peak_rss_bytes=checkpointer_rss,
+        checkpointer_peak_rss_bytes=checkpointer_peak_rss(ordered),
         errors=errors[:_ERRORS_LISTED],
         error_count=len(errors),
         procedure=procedure,
