@@ -2,9 +2,10 @@
 
 For the status bench and the status tests: each rank's :class:`RankResult` has what
 ``workload/rank/loop.py`` reports (save, load and delete with their per-sample lists and wall-clock
-times, rank 0's ``finish``, read and needed bytes on load, resources, peak RSS, setup time, read
-paths, rank 0's checkpoint facts), with values drawn per rank so no two ranks tie, and the pods
-come in name order, as the API server lists them (``...-10`` before ``...-2``).
+times, rank 0's ``finish`` on save and delete, read and needed bytes on load, resources with the
+peak RSS, setup time, read paths, rank 0's checkpoint facts), with values drawn per rank so no two
+ranks tie, and the pods come in name order, as the API server lists them (``...-10`` before
+``...-2``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ GIB = 1 << 30
 
 
 def _op(
-    rng: random.Random, rank: int, base: float, samples: int, offset: float, **extra: Any
+    rng: random.Random,
+    rank: int,
+    base: float,
+    samples: int,
+    offset: float,
+    *,
+    finish: bool = True,
+    **extra: Any,
 ) -> OpTiming:
     seconds = [base * (1 + rng.random() / 5) for _ in range(samples)]
     io = [s * (0.80 + rng.random() / 10) for s in seconds]
@@ -30,8 +38,9 @@ def _op(
         seconds,
         io,
         [s * (0.02 + rng.random() / 50) for s in seconds],
-        finish_seconds=[s / 50 for s in seconds] if rank == 0 else None,
-        gc_seconds=[rng.random() / 1000 if i % 3 == 0 else 0.0 for i in range(samples)],
+        # Rank 0's .metadata write (save) and its sweep of what is left (delete); no collection
+        # inside the operations: garbage collection is manual by default.
+        finish_seconds=[s / 50 for s in seconds] if rank == 0 and finish else None,
         started_at=started,
         ended_at=[t + s for t, s in zip(started, seconds, strict=True)],
         **extra,
@@ -62,6 +71,7 @@ def rank_result(
             0.8 + rng.random(),
             samples,
             3.0,
+            finish=False,
             read_bytes=read,
             needed_bytes=shard_bytes * samples,
         ),

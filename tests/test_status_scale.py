@@ -153,7 +153,7 @@ def test_the_status_does_not_depend_on_the_order_pods_are_listed_in() -> None:
     by_name = st.compute_status(spec, jobset, rank_pods.listed(pods), None, NOW)
     assert by_name == by_rank
     assert by_rank.phase == "Succeeded" and by_rank.ranks_reported == world
-    # What the operator read: rank 0's message (finish times, checkpoint facts) drops its samples.
+    # What the operator read: the messages, as the workers wrote them (rounded, samples listed).
     sent = [r.to_termination_message() for r in results(5, world)]
     read = [RankResult.from_termination_message(text) for text in sent]
     summary = figures.summarize(read, world, spec.total_bytes)
@@ -161,6 +161,9 @@ def test_the_status_does_not_depend_on_the_order_pods_are_listed_in() -> None:
     assert by_rank.save is not None and summary.save is not None
     assert by_rank.save.slowest_rank == summary.save.slowest_rank
     assert by_rank.save.mean_seconds == summary.save.mean_seconds
+    # Every message kept its samples (rank 0's too, the longest): per-sample figures, as a run has.
+    assert max(len(text) for text in sent) == len(sent[0]) < 4096
+    assert by_rank.save.seconds == summary.save.seconds and summary.save.seconds is not None
 
 
 def test_the_container_that_carries_the_message_is_read() -> None:
