@@ -67,6 +67,11 @@ class WorldSpec:
     total_bytes: int
     max_restarts: int = 0
     queue_name: str | None = None
+    load_world_size: int | None = None
+
+    @property
+    def rank_count(self) -> int:
+        return max(self.world_size, self.load_world_size or 0)
 
 
 def bench_status(ranks: int, repeats: int) -> None:

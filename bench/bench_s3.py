@@ -16,7 +16,8 @@ Prints, in one run, with the systems interleaved (A B A B ...) over ``--rounds``
 moto keeps objects in its own memory and serves them from Python: it, the model's proxy and the
 ranks share this machine's cores. The figures compare the clients under a model; they are not S3's.
 
-Run: ``.venv/bin/python bench/bench_s3.py`` (about 5-8 minutes on a quiet 2-core machine).
+Run: ``.venv/bin/python bench/bench_s3.py`` (about 15 minutes on a 2-core machine; ``--padding-size
+4`` for the 33 MB checkpoint of the earlier figures, about 6).
 """
 
 from __future__ import annotations
@@ -151,7 +152,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--layer-size", type=int, default=2048, help="rows: 8.2 MB tensors")
-    p.add_argument("--padding-size", type=int, default=4, help="tensors in all")
+    p.add_argument(
+        "--padding-size", type=int, default=16, help="tensors in all: 131 MB, 8-16 parts a rank"
+    )
     p.add_argument("--samples", type=int, default=1)
     p.add_argument("--rate", type=float, default=5e6, help="model: bytes/s per connection")
     p.add_argument("--rtt", type=float, default=0.02, help="model: seconds added per request")

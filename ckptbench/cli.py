@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import os
 import sys
 from collections.abc import Sequence
+
+from ckptbench.workload.contract.names import CHECKPOINTER_LOG_ENV  # pure names, no torch
 
 EXIT_BROKEN_PIPE = 128 + 13  # SIGPIPE's, as a shell reports a command killed by it
 
@@ -42,6 +45,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "render": ("ckptbench.operator.render_cli", "print the manifests for a CheckpointBenchmark"),
 }
+
+
+def _in_a_checkpointer_process() -> None:
+    """DCP's process checkpointer is a spawned interpreter that imports this module before it
+    configures its logging: when the rank handed a level down, route its lines to the rank's
+    log at that level (workload/rank/process/checkpointer_log.py)."""
+    # A spawned child is named by multiprocessing before it imports this module (SpawnProcess-N):
+    # the variable left in a main process (a shell, the runner, the operator) does nothing.
+    child = multiprocessing.current_process().name != "MainProcess"
+    if child and __name__ != "__main__" and os.environ.get(CHECKPOINTER_LOG_ENV):
+        module = importlib.import_module("ckptbench.workload.rank.process.checkpointer_log")
+        module.install_from(os.environ)
+
+
+_in_a_checkpointer_process()
 
 
 def usage() -> str:

@@ -188,28 +188,41 @@ def test_model_settings_round_trip_through_the_environment() -> None:
     assert WorkloadConfig.from_env({**env, "CKPTBENCH_WORLD_SIZE": "512"}).world_size == 512
 
 
+# A restore onto more ranks: one rank saves, two load.
+_GROW = {
+    "CKPTBENCH_MODEL": "llama3-8b",
+    "CKPTBENCH_WORLD_SIZE": "1",
+    "CKPTBENCH_LOAD_WORLD_SIZE": "2",
+}
+
+
 @pytest.mark.parametrize(
     ("env", "message"),
     [
         ({"CKPTBENCH_MODEL": "gpt2"}, "CKPTBENCH_MODEL (model): Input should be 'llama3-debug'"),
         (
             {"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYER_SIZE": "10"},
-            "CKPTBENCH_MODEL (model): a model preset and layer_size are exclusive",
+            "CKPTBENCH_MODEL (model): is exclusive with layer_size and padding_size",
         ),
-        ({"CKPTBENCH_LAYERS": "2"}, "CKPTBENCH_LAYERS (layers): overrides need a model preset"),
+        (
+            {"CKPTBENCH_LAYERS": "2"},
+            "CKPTBENCH_LAYERS (layers): needs model: it overrides a model preset's number of "
+            "layers",
+        ),
         ({"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_DTYPE": "fp8"}, "CKPTBENCH_DTYPE (dtype)"),
         ({"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYERS": "0"}, "CKPTBENCH_LAYERS (layers)"),
         (
             {"CKPTBENCH_LOAD_WORLD_SIZE": "1"},
-            "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): resharding needs a model preset",
+            "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): needs model: load_world_size ranks "
+            "reshard the checkpoint world_size ranks saved",
         ),
         (
-            {
-                "CKPTBENCH_MODEL": "llama3-8b",
-                "CKPTBENCH_WORLD_SIZE": "1",
-                "CKPTBENCH_LOAD_WORLD_SIZE": "2",
-            },
-            "CKPTBENCH_LOAD_WORLD_SIZE (load_world_size): 2 must be at most world_size 1",
+            {**_GROW, "CKPTBENCH_TRAIN_EVERY": "4"},
+            "CKPTBENCH_TRAIN_EVERY (train_every): with load_world_size 2 above world_size 1",
+        ),
+        (
+            {**_GROW, "CKPTBENCH_RANK": "2"},
+            "CKPTBENCH_RANK (rank): 2 must be below load_world_size 2",
         ),
     ],
 )
@@ -218,6 +231,18 @@ def test_bad_model_settings_name_their_variable(env: dict[str, str], message: st
     with pytest.raises(ConfigError) as info:
         WorkloadConfig.from_env({**base, **env})
     assert message in str(info.value)
+
+
+def test_a_restore_onto_more_ranks_adds_ranks_that_load_only() -> None:
+    base = {"CKPTBENCH_CHECKPOINT_PATH": "/tmp/x", "CKPTBENCH_BACKEND": "file"}
+    saver = WorkloadConfig.from_env({**base, **_GROW, "CKPTBENCH_RANK": "0"})
+    loader = WorkloadConfig.from_env({**base, **_GROW, "CKPTBENCH_RANK": "1"})
+    assert saver.rank_count == loader.rank_count == 2
+    assert saver.saves and saver.shard_bytes > 0
+    # Rank 1 saves nothing, and loads its own rows of the 2-rank mesh (not rank 1 mod 1's).
+    assert not loader.saves and loader.shard_bytes == 0
+    assert loader.load_rank == 1 and loader.loader() is loader
+    assert loader.describe_ranks() == "1 rank(s), loading on 2"
 
 
 def test_model_sizes_of_a_rank_follow_torch_chunk() -> None:

@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic.alias_generators import to_camel
 
 from ckptbench.operator.spec import crd
 from ckptbench.operator.spec import names as spec_names
 from ckptbench.operator.spec.crd import SchemaConversionError, build_crd, structural
-from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
-from ckptbench.operator.spec.rules import RULES
+from ckptbench.operator.spec.model import RULES, CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import BenchmarkStatus, Operation, wire_name
 from ckptbench.operator.sweep import crd as sweep_crd
-from ckptbench.workload.contract import settings, storage_settings
+from ckptbench.workload.contract import state_settings, storage_settings
 from ckptbench.workload.contract.choices import Backend
 from tests.crd_validation import cel_failures, openapi_schema, schema_errors
 from tests.k8s_schemas import validate
@@ -130,7 +130,7 @@ def test_enums_bounds_and_patterns_come_through() -> None:
     assert props["imagePullPolicy"]["enum"] == ["Always", "IfNotPresent", "Never"]
     assert (props["worldSize"]["minimum"], props["worldSize"]["maximum"]) == (
         1,
-        settings.MAX_WORLD_SIZE,
+        state_settings.MAX_WORLD_SIZE,
     )
     assert props["checkpointPath"]["pattern"] == storage_settings.CHECKPOINT_PATH_PATTERN
     assert props["nodeSelector"]["additionalProperties"] == {"type": "string"}
@@ -211,8 +211,9 @@ def test_status_schema_is_the_models() -> None:
 def test_cel_rules_are_the_models_rules() -> None:
     rules = openapi_schema()["properties"]["spec"]["x-kubernetes-validations"]
     assert [(r["rule"], r["message"]) for r in rules] == [(r.cel, r.message) for r in RULES]
-    for rule in RULES:
-        assert rule.message.startswith(rule.field), rule.message
+    for rule, crd_rule in zip(RULES, rules, strict=True):
+        assert rule.message.startswith(to_camel(rule.field) + " "), rule.message
+        assert crd_rule["fieldPath"] == "." + to_camel(rule.field)
 
 
 def _benchmark(name: str = "demo", **spec_fields: Any) -> dict[str, Any]:

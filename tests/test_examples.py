@@ -197,3 +197,10 @@ def test_the_gcsfs_8b_strategies_sweep_compares_the_three_at_8b_weights() -> Non
     template = sweep["spec"]["template"]
     parameters = template["layerSize"] * 1000 * template["paddingSize"]
     assert parameters == pytest.approx(8_030_261_248, rel=0.01)  # Llama 3.1 8B's
+
+
+def test_the_restore_example_runs_gcsfs_two_topology_changes_on_8_pods() -> None:
+    path = ROOT / "examples" / "llama3-8b-restore-gcs.yaml"
+    specs = [parse_spec(d["spec"]) for d in documents(path)]
+    assert [(s.world_size, s.load_world_size) for s in specs] == [(8, 4), (4, 8)]
+    assert [s.rank_count for s in specs] == [8, 8]

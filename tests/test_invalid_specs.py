@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ckptbench.operator.spec import names as spec_names
+from ckptbench.operator.spec.model import RULES
 from ckptbench.operator.spec.parse import SpecError, parse_spec
-from ckptbench.operator.spec.rules import RULES
 from tests.crd_validation import cel_failures, schema_errors
 
 GOOD: dict[str, Any] = {"checkpointPath": "gs://bucket/ckpt", "worldSize": 4}
@@ -114,10 +114,16 @@ CASES = [
     ),
     Case("load-world-size-without-model", _with(loadWorldSize=2), "loadWorldSize", "cel"),
     Case(
-        "load-world-size-above-world-size",
-        _with(model="llama3-debug", loadWorldSize=5),
+        "load-world-size-above-the-max",
+        _with(model="llama3-debug", loadWorldSize=10_001),
         "loadWorldSize",
-        "cel",
+        "schema",
+    ),
+    Case(
+        "load-world-size-zero",
+        _with(model="llama3-debug", loadWorldSize=0),
+        "loadWorldSize",
+        "schema",
     ),
     Case(
         "load-shard-offset-with-model",
@@ -204,6 +210,19 @@ CASES = [
     Case(
         "file-without-shared-volume",
         _with(backend="file", checkpointPath="/data/ckpt"),
+        "checkpointPath",
+        "cel",
+    ),
+    Case(
+        # One rank saves, two load: the loading pods read what the saving one wrote.
+        "file-restore-onto-more-ranks-without-shared-volume",
+        _with(
+            backend="file",
+            worldSize=1,
+            model="llama3-debug",
+            loadWorldSize=2,
+            checkpointPath="/data/ckpt",
+        ),
         "checkpointPath",
         "cel",
     ),

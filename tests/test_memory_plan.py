@@ -258,3 +258,30 @@ def test_a_rank_whose_staging_copy_cannot_fit_is_refused_before_it_allocates(
     result = RankResult.from_termination_message(w.termination_path.read_text())
     assert result.error is not None and result.error.startswith("MemoryRefused: a rank needs")
     assert "async staging copy" in result.error and "rendezvous" not in w.stderr.lower()
+
+
+_READ: set[str] = set()
+
+
+class _Recording(WorkloadConfig):
+    """A config that notes every field read: what the memory plan depends on."""
+
+    def __getattribute__(self, name: str) -> object:
+        if name in WorkloadConfig.model_fields:
+            _READ.add(name)
+        return super().__getattribute__(name)
+
+
+def test_the_plan_reads_exactly_the_settings_it_lists() -> None:
+    # ckptbench sizes takes READS as its options: a setting read but not listed would be one the
+    # estimate it prints cannot vary; one listed but never read, an option that changes nothing.
+    read: set[str] = set()
+    for settings in (
+        {"backend": "file", "checkpoint_path": "/tmp/x"},
+        {"model": "llama3-debug", "load_world_size": 1, "train_every": 2, "stager": "default"},
+    ):
+        config = _Recording.model_validate({"checkpoint_path": "gs://bkt/p", **settings})
+        _READ.clear()  # not what validating it read
+        memory_plan.rank_load(config)
+        read |= _READ
+    assert read == set(memory_plan.READS)

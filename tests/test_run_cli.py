@@ -110,7 +110,7 @@ def test_gs_storage_without_emulator_is_real_gcs() -> None:
         (["--storage", "gs:///x"], ["--storage", "no bucket"]),
         (["--layer-size", "0"], ["--layer-size"]),
         (["--samples", "0"], ["--samples"]),
-        (["--world-size", "4", "--padding-size", "2"], ["--padding-size", "world_size 4"]),
+        (["--world-size", "4", "--padding-size", "2"], ["--padding-size", "--world-size=4"]),
         (["--part-size", "64KiB"], ["--part-size"]),
         (["--threads", "0"], ["--threads"]),
         (["--rendezvous-timeout", "0"], ["--rendezvous-timeout"]),

@@ -50,8 +50,8 @@ def test_models_as_a_comma_list_are_cells(tmp_path: Path, memory_of_machine: lis
     ("argv", "names"),
     [
         (["--model", "gpt2"], ["--model", "unknown model 'gpt2'", "llama3-debug"]),
-        (["--model", "llama3-8b", "--layer-size", "10"], ["--model", "layer_size", "exclusive"]),
-        (["--layers", "2"], ["--layers", "need a model preset"]),
+        (["--model", "llama3-8b", "--layer-size", "10"], ["--model", "--layer-size", "exclusive"]),
+        (["--layers", "2"], ["--layers", "needs --model"]),
         (["--model", "llama3-8b", "--dtype", "fp8"], ["--dtype", "'fp8'"]),
         (["--model", "llama3-8b", "--optimizer", "sgd"], ["--optimizer", "'sgd'"]),
     ],

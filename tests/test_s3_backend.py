@@ -134,9 +134,13 @@ def test_bucket_names_break_s3_rules_are_refused_by_field(path: str, why: str) -
 
 
 def test_a_backend_and_its_scheme_must_agree() -> None:
-    with pytest.raises(ValidationError, match="must start with s3:// for backend s3fs"):
+    with pytest.raises(
+        ValidationError, match=r"must be s3://bucket/prefix for backend s3 or s3fs .*backend=s3fs"
+    ):
         config("unused", checkpoint_path="gs://bucket/x", backend="s3fs")
-    with pytest.raises(ValidationError, match="must start with gs:// for backend gcs"):
+    with pytest.raises(
+        ValidationError, match=r"must be gs://bucket/prefix for backend gcs or gcsfs .*backend=gcs"
+    ):
         config("bucket", backend="gcs")
     with pytest.raises(ValidationError, match=r"backend file takes .* not a s3:// URL"):
         config("bucket", backend="file")

@@ -132,6 +132,8 @@ def test_async_save_still_means_the_thread_checkpointer(tmp_path: Path) -> None:
 
 
 def test_staging_options_need_the_default_stager(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match="staging_async: an option of DCP's DefaultStager"):
+    with pytest.raises(
+        ValidationError, match=r"stager: must be default with .*staging_async.*got stager=blocking"
+    ):
         one_rank(tmp_path, save_mode="thread", staging_async=True)
     assert one_rank(tmp_path, save_mode="process", stager="default").stager is Stager.DEFAULT

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ckptbench import cli
+from ckptbench.workload.contract.checkpoint import models
+from ckptbench.workload.contract.checkpoint.memory_plan import BASELINE_BYTES
+from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.local import sizes_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +47,70 @@ def test_sizes_json_for_several_world_sizes(capsys: pytest.CaptureFixture[str]) 
 
 def test_sizes_rejects_a_bad_override_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert sizes_cli.main(["--model", "llama3-8b", "--layers", "0"]) == 2
-    assert "--layers: must be at least 1" in capsys.readouterr().err
+    # Validated as ckptbench run validates it, in the same words.
+    assert "--layers: Input should be greater than or equal to 1 (got 0)" in capsys.readouterr().err
+
+
+def _rows(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, Any]]:
+    assert sizes_cli.main([*argv, "--json"]) == 0, capsys.readouterr().err
+    rows: list[dict[str, Any]] = json.loads(capsys.readouterr().out)
+    return rows
+
+
+def test_the_process_checkpointer_and_its_staging_copy_raise_the_estimate(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ("--model", "llama3-8b", "--backend", "file", "--world-size", "8")
+    sync, thread, process = _rows(capsys, *argv, "--save-mode", "sync,thread,process")
+    assert [r["memory_settings"]["save_mode"] for r in (sync, thread, process)] == [
+        "sync",
+        "thread",
+        "process",
+    ]
+    shard = sync["largest_rank_bytes"]
+    assert sync["memory_staging_bytes_estimate"] == 0
+    assert sync["memory_checkpointer_bytes_estimate"] == 0
+    # The thread checkpointer stages a copy of the shard; the process one besides moves each
+    # staged tensor into shared memory (one more item) and runs a second interpreter (file: no
+    # write buffers).
+    assert thread["memory_staging_bytes_estimate"] == shard
+    assert thread["memory_checkpointer_bytes_estimate"] == 0
+    item = models.model_sizes(models.ModelSpec("llama3-8b"), 8).largest_item_bytes
+    assert process["memory_staging_bytes_estimate"] == shard + item
+    assert process["memory_checkpointer_bytes_estimate"] == BASELINE_BYTES[Backend.FILE]
+    # llama3-8b's save phase is the larger: the peak moves by the plan's figures.
+    assert process["memory_peak_bytes_estimate"] - thread["memory_peak_bytes_estimate"] == (
+        item + BASELINE_BYTES[Backend.FILE]
+    )
+    assert thread["memory_peak_bytes_estimate"] > sync["memory_peak_bytes_estimate"] + shard
+
+
+def test_sizes_prints_the_staging_copy_and_the_checkpointer(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["--model", "llama3-debug", "--world-size", "2", "--save-mode", "process"]
+    assert sizes_cli.main([*argv, "--stager", "default", "--staging-shared-memory"]) == 0
+    out = capsys.readouterr().out
+    assert "save mode        process, stager default into shared memory" in out
+    assert "checkpointer     3" in out and "a second process per rank" in out
+    assert "+ checkpointer process " in out
+    shared = _rows(capsys, *argv, "--stager", "default", "--staging-shared-memory")[0]
+    # Staged into shared memory: the checkpointer receives those pages, no further copy.
+    assert shared["memory_staging_bytes_estimate"] == shared["largest_rank_bytes"]
+
+
+def test_a_stager_option_without_its_stager_is_refused_by_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert sizes_cli.main(["--save-mode", "process", "--staging-shared-memory"]) == 2
+    assert "--staging-shared-memory: an option of DCP's DefaultStager" in capsys.readouterr().err
+
+
+def test_the_training_step_counts_in_sizes(capsys: pytest.CaptureFixture[str]) -> None:
+    (row,) = _rows(
+        capsys, "--model", "llama3-debug", "--train-every", "10", "--train-matrix", "512"
+    )
+    assert row["memory_train_bytes_estimate"] == 3 * 512 * 512 * 4
 
 
 def test_the_docs_table_is_what_the_code_computes() -> None:

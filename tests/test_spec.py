@@ -18,7 +18,7 @@ from ckptbench.operator.spec.names import (
 from ckptbench.operator.spec.parse import SpecError, parse_spec
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.settings import MAX_WORLD_SIZE
+from ckptbench.workload.contract.state_settings import MAX_WORLD_SIZE
 
 BASE: dict[str, Any] = {"checkpointPath": "gs://bucket/ckpt"}
 LONGEST_NAME = "b" * MAX_NAME_LENGTH

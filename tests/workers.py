@@ -135,7 +135,7 @@ def spawn(
 ) -> list[Worker]:
     """Start one process per rank, last rank first, so rank 0 is the one that starts last."""
     workers = []
-    for rank in reversed(ranks if ranks is not None else range(config.world_size)):
+    for rank in reversed(ranks if ranks is not None else range(config.rank_count)):
         stderr_path = tmp_path / f"rank-{rank}.stderr"
         termination = tmp_path / f"rank-{rank}.termination-log"
         env = base_env(emulator_url)

@@ -114,8 +114,9 @@ def render_jobset(
 
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
-        "parallelism": spec.world_size,
-        "completions": spec.world_size,
+        # One pod per rank: worldSize, or loadWorldSize when the restore is onto more ranks.
+        "parallelism": spec.rank_count,
+        "completions": spec.rank_count,
         # A rank that fails fails the attempt; JobSet's maxRestarts decides about another one,
         # restarting all ranks together (a lone restarted rank could not rejoin the collective).
         "backoffLimit": 0,

@@ -66,7 +66,8 @@ CHECKPOINT_BYTES = Gauge(
 )
 RANKS = Gauge(
     "ckptbench_benchmark_ranks",
-    "Ranks of the benchmark: expected (world size) and reported (results read).",
+    "Ranks of the benchmark: expected (world size, or load world size when larger) and reported "
+    "(results read).",
     (*_LABELS, "state"),
     registry=REGISTRY,
 )

@@ -7,11 +7,12 @@ field, its bounds and its description come from the one place the rank's variabl
 (image, resources, volumes, scheduling) and the run (restarts, deadline).
 
 The CRD in ``crds/`` is generated from this model (``ckptbench crd``), so the descriptions here are
-what ``kubectl explain`` shows. Rules that span several fields exist twice, on purpose: as CEL
-(``x-kubernetes-validations``, enforced by the API server) and as the Python twin in
-:meth:`CheckpointBenchmarkSpec._cross_field_rules` (enforced by the operator and ``ckptbench
-render``, which see objects that never went through an API server). Both come from
-:data:`~ckptbench.operator.spec.rules.RULES`.
+what ``kubectl explain`` shows. Each rule that spans several fields is enforced twice, from one
+declaration: as CEL (``x-kubernetes-validations``, enforced by the API server) and as its Python
+twin in :meth:`CheckpointBenchmarkSpec._cross_field_rules` (enforced by the operator and
+``ckptbench render``, which see objects that never went through an API server). :data:`RULES`
+holds them: the settings' (declared beside the settings, which the rank's config runs too), then
+the CR's own (:data:`~ckptbench.operator.spec.rules.RULES_OF_THE_CR`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pydantic.alias_generators import to_camel
 from ckptbench.operator.spec.names import MAX_LIST_ITEMS, ImagePullPolicy
 from ckptbench.operator.spec.objects import ITEM_CHECKS, object_list, optional_name
 from ckptbench.operator.spec.policy import CONTEXT_KEY, Policy
-from ckptbench.operator.spec.rules import RULES, memory_problem
+from ckptbench.operator.spec.rules import RULES_OF_THE_CR, memory_problem
 from ckptbench.operator.spec.schemas import (
     FREE_OBJECT,
     RESOURCES_SCHEMA,
@@ -43,8 +44,11 @@ from ckptbench.operator.spec.schemas import (
 )
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.quantity import cpu_threads
-from ckptbench.workload.contract.settings import BenchmarkSettings
+from ckptbench.workload.contract.rule import Rule
+from ckptbench.workload.contract.settings import SETTINGS_RULES, BenchmarkSettings
 
+# Every rule the CRD carries, in its order, each with its Python twin.
+RULES: tuple[Rule[CheckpointBenchmarkSpec], ...] = (*SETTINGS_RULES, *RULES_OF_THE_CR)
 _CRD_RULES: list[JsonValue] = [cast("JsonValue", rule.to_crd()) for rule in RULES]
 _RESOURCE_KEYS = frozenset({"limits", "requests", "claims"})
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from ckptbench.workload.contract.settings import MAX_WORLD_SIZE
+from ckptbench.workload.contract.state_settings import MAX_WORLD_SIZE
 
 GROUP = "ckptbench.dev"
 VERSION = "v1alpha1"

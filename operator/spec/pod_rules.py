@@ -1,5 +1,6 @@
 """Cross-field rules of where a benchmark's pods run and what they mount: volumes and their
-mounts, tolerations, node selection, priority classes. Each message starts with its field.
+mounts, tolerations, node selection, priority classes (rules of the CR alone: the settings' own
+are declared beside the settings).
 
 Kept from the cluster's own: no toleration or node selector reaches the control plane, no
 system priority class, no mount reaches outside its volume or over the operator's temporary
@@ -18,7 +19,8 @@ from ckptbench.operator.spec.names import (
     TMP_VOLUME,
     VOLUME_SOURCES,
 )
-from ckptbench.operator.spec.rule import Rule, Spec
+from ckptbench.operator.spec.rule import Spec
+from ckptbench.workload.contract.rule import Rule
 
 
 def _mounts_name_volumes(spec: Spec) -> bool:
@@ -42,54 +44,54 @@ def _cel_list(items: tuple[str, ...]) -> str:
 _ONE_SOURCE_CEL = " + ".join(f"(has(v.{source}) ? 1 : 0)" for source in VOLUME_SOURCES)
 
 
-POD_RULES: tuple[Rule, ...] = (
+POD_RULES: tuple[Rule[Spec], ...] = (
     Rule(
-        "workloadPriorityClassName",
+        "workload_priority_class_name",
         "!has(self.workloadPriorityClassName) || has(self.queueName)",
-        "workloadPriorityClassName requires queueName: only Kueue reads it",
+        "requires {queue_name}: only Kueue reads it",
         lambda s: s.workload_priority_class_name is None or s.queue_name is not None,
     ),
     Rule(
-        "volumeMounts",
+        "volume_mounts",
         "!has(self.volumeMounts) || size(self.volumeMounts) == 0 || (has(self.volumes) && "
         "self.volumeMounts.all(m, self.volumes.exists(v, v.name == m.name)))",
-        "volumeMounts entries must each name one of volumes",
+        "entries must each name one of {volumes}",
         _mounts_name_volumes,
     ),
     Rule(
         "volumes",
         "!has(self.volumes) || self.volumes.all(v, self.volumes.exists_one(w, w.name == v.name))",
-        "volumes names must be unique",
+        "names must be unique",
         _volume_names_unique,
     ),
     Rule(
         "volumes",
         f"!has(self.volumes) || self.volumes.all(v, {_ONE_SOURCE_CEL} == 1)",
-        "volumes must each have exactly one source, of the kinds persistentVolumeClaim, csi, "
+        "must each have exactly one source, of the kinds persistentVolumeClaim, csi, "
         "emptyDir, configMap, secret",
         _one_source_each,
     ),
     Rule(
         "volumes",
         f"!has(self.volumes) || self.volumes.all(v, v.name != '{TMP_VOLUME}')",
-        f"volumes must not be named {TMP_VOLUME}: the operator mounts that emptyDir at {TMP_PATH}",
+        f"must not be named {TMP_VOLUME}: the operator mounts that emptyDir at {TMP_PATH}",
         lambda s: all(v.get("name") != TMP_VOLUME for v in s.volumes),
     ),
     Rule(
-        "volumeMounts",
+        "volume_mounts",
         f"!has(self.volumeMounts) || self.volumeMounts.all(m, m.mountPath != '{TMP_PATH}' && "
         f"m.mountPath != '{TMP_PATH}/')",
-        f"volumeMounts must not mount over {TMP_PATH}: the operator's emptyDir for temporary files",
+        f"must not mount over {TMP_PATH}: the operator's emptyDir for temporary files",
         lambda s: all(
             m.get("mountPath") not in (TMP_PATH, TMP_PATH + "/") for m in s.volume_mounts
         ),
     ),
     Rule(
-        "volumeMounts",
+        "volume_mounts",
         "!has(self.volumeMounts) || self.volumeMounts.all(m, (!has(m.subPath) || "
         f"!m.subPath.matches('{PARENT_STEP}')) && (!has(m.subPathExpr) || "
         f"!m.subPathExpr.matches('{PARENT_STEP}')))",
-        "volumeMounts subPath and subPathExpr must be relative paths without '..': a mount may "
+        "subPath and subPathExpr must be relative paths without '..': a mount may "
         "not reach outside its volume",
         lambda s: all(
             not re.search(PARENT_STEP, str(m.get(key, "")))
@@ -100,30 +102,28 @@ POD_RULES: tuple[Rule, ...] = (
     Rule(
         "tolerations",
         "!has(self.tolerations) || self.tolerations.all(t, has(t.key) && t.key != '')",
-        "tolerations must each name a taint key: an empty key with operator Exists tolerates "
-        "every taint",
+        "must each name a taint key: an empty key with operator Exists tolerates every taint",
         lambda s: all(t.get("key") for t in s.tolerations),
     ),
     Rule(
         "tolerations",
         f"!has(self.tolerations) || self.tolerations.all(t, !has(t.key) || "
         f"!(t.key in {_cel_list(CONTROL_PLANE_KEYS)}))",
-        "tolerations must not tolerate control-plane taints",
+        "must not tolerate control-plane taints",
         lambda s: all(t.get("key") not in CONTROL_PLANE_KEYS for t in s.tolerations),
     ),
     Rule(
-        "nodeSelector",
+        "node_selector",
         "!has(self.nodeSelector) || "
         f"self.nodeSelector.all(k, !(k in {_cel_list(CONTROL_PLANE_KEYS)}))",
-        "nodeSelector must not select control-plane nodes",
+        "must not select control-plane nodes",
         lambda s: not set(s.node_selector or {}) & set(CONTROL_PLANE_KEYS),
     ),
     Rule(
-        "priorityClassName",
+        "priority_class_name",
         f"!has(self.priorityClassName) || "
         f"!self.priorityClassName.startsWith('{SYSTEM_PRIORITY_PREFIX}')",
-        f"priorityClassName must not be a {SYSTEM_PRIORITY_PREFIX}* class: those keep the "
-        "cluster itself running",
+        f"must not be a {SYSTEM_PRIORITY_PREFIX}* class: those keep the cluster itself running",
         lambda s: not (s.priority_class_name or "").startswith(SYSTEM_PRIORITY_PREFIX),
     ),
 )

@@ -1,36 +1,29 @@
-"""A cross-field rule of the spec, and what it reads: the machinery every rule table uses.
+"""What the CR's own rules read of a spec (:class:`Spec`).
 
-Each :class:`Rule` is written twice: the CEL the API server runs and its Python twin, which runs
-in the operator and in ``ckptbench render`` (objects that never went through an API server).
-The tables are :mod:`.rules` (the benchmark's settings) and :mod:`.pod_rules` (where its pods run
-and what they mount).
+A rule is a :class:`~ckptbench.workload.contract.rule.Rule`: its CEL, which the API server runs,
+and its Python twin, which runs in the operator and in ``ckptbench render`` (objects that never
+went through an API server). The rules on the benchmark's settings are declared beside the
+settings (``settings.SETTINGS_RULES``); the CR's own are :mod:`.rules` (paths, sizes, secrets)
+and :mod:`.pod_rules` (where its pods run and what they mount).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ckptbench.workload.contract.checkpoint import models
-from ckptbench.workload.contract.choices import (
-    Backend,
-    Procedure,
-    SaveMode,
-    Stager,
-    Strategy,
-)
+from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 
 
 class Spec(Protocol):
-    """What the rules read of a CheckpointBenchmark spec: its model runs them, so this module
-    names the fields rather than importing the model (which would be an import circle)."""
+    """What the CR's own rules read of a CheckpointBenchmark spec: its model runs them, so this
+    module names the fields rather than importing the model (which would be an import circle)."""
 
     @property
-    def model_fields_set(self) -> set[str]: ...
-    @property
     def world_size(self) -> int: ...
+    @property
+    def load_world_size(self) -> int | None: ...
     @property
     def layer_size(self) -> int: ...
     @property
@@ -38,37 +31,7 @@ class Spec(Protocol):
     @property
     def model(self) -> models.Preset | None: ...
     @property
-    def layers(self) -> int | None: ...
-    @property
-    def vocab(self) -> int | None: ...
-    @property
-    def load_world_size(self) -> int | None: ...
-    @property
-    def load_shard_offset(self) -> int | None: ...
-    @property
-    def strategy(self) -> Strategy: ...
-    @property
-    def async_save(self) -> bool: ...
-    @property
     def memory_check(self) -> bool: ...
-    @property
-    def procedure(self) -> Procedure: ...
-    @property
-    def sample_count(self) -> int | None: ...
-    @property
-    def warmup_samples(self) -> int | None: ...
-    @property
-    def save_mode(self) -> SaveMode | None: ...
-    @property
-    def stager(self) -> Stager: ...
-    @property
-    def staging_shared_memory(self) -> bool: ...
-    @property
-    def staging_async(self) -> bool: ...
-    @property
-    def staging_pinned_memory(self) -> bool: ...
-    @property
-    def staging_non_blocking_copy(self) -> bool: ...
     @property
     def backend(self) -> Backend: ...
     @property
@@ -92,16 +55,3 @@ class Spec(Protocol):
     @property
     def volume_mounts(self) -> list[dict[str, Any]]: ...
     def to_workload_config(self, run_id: str, master_addr: str) -> WorkloadConfig: ...
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One cross-field rule: the CEL the API server runs and the Python twin the operator runs."""
-
-    field: str  # camelCase name of the field the message is about
-    cel: str
-    message: str
-    check: Callable[[Spec], bool]
-
-    def to_crd(self) -> dict[str, str]:
-        return {"rule": self.cel, "message": self.message, "fieldPath": f".{self.field}"}

@@ -1,9 +1,9 @@
-"""Cross-field rules of the benchmark's settings, each twice: the CEL the API server runs and its
-Python twin (:class:`~ckptbench.operator.spec.rule.Rule`). :data:`RULES` ends with the pods'
-rules (:mod:`.pod_rules`): every rule the CRD carries, in its order.
-
-The twin runs in the operator and in ``ckptbench render``, which see objects that never went
-through an API server. Each message starts with the field it is about.
+"""The CR's own cross-field rules (:data:`RULES_OF_THE_CR`): what only a cluster has to say about
+paths, sizes and secrets, then the pods' (:mod:`.pod_rules`). Each is a
+:class:`~ckptbench.workload.contract.rule.Rule`: the CEL the API server runs and its Python twin,
+which runs in the operator and in ``ckptbench render`` (objects that never went through an API
+server). The rules on the benchmark's settings are declared beside them
+(``settings.SETTINGS_RULES``, which the rank's config runs too); the spec's model carries both.
 """
 
 from __future__ import annotations
@@ -13,20 +13,11 @@ from ckptbench.operator.spec.names import (
     MAX_TOTAL_BYTES,
 )
 from ckptbench.operator.spec.pod_rules import POD_RULES
-from ckptbench.operator.spec.rule import Rule, Spec
+from ckptbench.operator.spec.rule import Spec
 from ckptbench.workload.contract.checkpoint import memory_plan, sizes
-from ckptbench.workload.contract.choices import (
-    MLPERF_CHECKPOINTS,
-    Backend,
-    SaveMode,
-    Stager,
-    Strategy,
-)
-from ckptbench.workload.contract.settings import (
-    NEEDS_CUDA,
-    REFERENCE_LAYER_SIZE,
-    REFERENCE_PADDING_SIZE,
-)
+from ckptbench.workload.contract.choices import Backend
+from ckptbench.workload.contract.rule import Rule
+from ckptbench.workload.contract.state_settings import LAYER_SIZE_CEL, PADDING_SIZE_CEL
 
 
 def _under_a_mount(spec: Spec) -> bool:
@@ -39,179 +30,43 @@ def _under_a_mount(spec: Spec) -> bool:
     return False
 
 
-# layerSize and paddingSize have no CRD default (so `has` tells whether a spec set them): CEL
-# reads them through these, with the reference's values when absent.
-_LAYER = f"(has(self.layerSize) ? self.layerSize : {REFERENCE_LAYER_SIZE})"
-_PADDING = f"(has(self.paddingSize) ? self.paddingSize : {REFERENCE_PADDING_SIZE})"
-
-
-def _model_alone(spec: Spec) -> bool:
-    return spec.model is None or not ({"layer_size", "padding_size"} & spec.model_fields_set)
-
-
-RULES: tuple[Rule, ...] = (
+RULES_OF_THE_CR: tuple[Rule[Spec], ...] = (
     Rule(
-        "model",
-        "!has(self.model) || (!has(self.layerSize) && !has(self.paddingSize))",
-        "model is exclusive with layerSize and paddingSize (the reference layout's settings)",
-        _model_alone,
-    ),
-    Rule(
-        "warmupSamples",
-        "!has(self.warmupSamples) || self.warmupSamples == 0 || !has(self.procedure) || "
-        "self.procedure == 'ckptbench'",
-        "warmupSamples must be 0 with procedure reference or mlperf: they run no warm-up",
-        lambda s: not s.warmup_samples or s.procedure.value == "ckptbench",
-    ),
-    Rule(
-        "sampleCount",
-        "!has(self.sampleCount) || !has(self.procedure) || self.procedure != 'mlperf' || "
-        f"self.sampleCount == {MLPERF_CHECKPOINTS}",
-        f"sampleCount must be {MLPERF_CHECKPOINTS} with procedure mlperf: MLPerf Storage runs "
-        f"{MLPERF_CHECKPOINTS} writes then {MLPERF_CHECKPOINTS} reads",
-        lambda s: (
-            s.sample_count is None
-            or s.procedure.value != "mlperf"
-            or s.sample_count == MLPERF_CHECKPOINTS
-        ),
-    ),
-    Rule(
-        "saveMode",
-        "!has(self.saveMode) || self.saveMode != 'sync' || !has(self.asyncSave) || !self.asyncSave",
-        "saveMode sync contradicts asyncSave (an async save): set one of them",
-        lambda s: s.save_mode is not SaveMode.SYNC or not s.async_save,
-    ),
-    Rule(
-        "stager",
-        "(!has(self.stagingSharedMemory) || !self.stagingSharedMemory) && "
-        "(!has(self.stagingAsync) || !self.stagingAsync) || "
-        "(has(self.stager) && self.stager == 'default')",
-        "stager must be default with stagingSharedMemory or stagingAsync: they are options of "
-        "DCP's DefaultStager",
-        lambda s: not (s.staging_shared_memory or s.staging_async) or s.stager is Stager.DEFAULT,
-    ),
-    Rule(
-        "stagingPinnedMemory",
-        "!has(self.stagingPinnedMemory) || !self.stagingPinnedMemory",
-        "stagingPinnedMemory is refused: " + NEEDS_CUDA["staging_pinned_memory"],
-        lambda s: not s.staging_pinned_memory,
-    ),
-    Rule(
-        "stagingNonBlockingCopy",
-        "!has(self.stagingNonBlockingCopy) || !self.stagingNonBlockingCopy",
-        "stagingNonBlockingCopy is refused: " + NEEDS_CUDA["staging_non_blocking_copy"],
-        lambda s: not s.staging_non_blocking_copy,
-    ),
-    Rule(
-        "layers",
-        "!has(self.layers) || has(self.model)",
-        "layers needs model: it overrides a model preset's number of layers",
-        lambda s: s.layers is None or s.model is not None,
-    ),
-    Rule(
-        "vocab",
-        "!has(self.vocab) || has(self.model)",
-        "vocab needs model: it overrides a model preset's vocabulary size",
-        lambda s: s.vocab is None or s.model is not None,
-    ),
-    Rule(
-        "loadWorldSize",
-        "!has(self.loadWorldSize) || (has(self.model) && self.loadWorldSize <= self.worldSize)",
-        "loadWorldSize needs model and must be at most worldSize: the first loadWorldSize ranks "
-        "reshard the checkpoint the others saved with them",
-        lambda s: (
-            s.load_world_size is None or (s.model is not None and s.load_world_size <= s.world_size)
-        ),
-    ),
-    Rule(
-        "strategy",
-        "!has(self.strategy) || self.strategy == 'sharded' || "
-        "(!has(self.model) && !has(self.loadShardOffset))",
-        "strategy full and replicated need the reference layout (no model) and no "
-        "loadShardOffset: a model preset is FSDP2's sharded state, and no rank of theirs has a "
-        "shard of its own to trade",
-        lambda s: (
-            s.strategy is Strategy.SHARDED or (s.model is None and s.load_shard_offset is None)
-        ),
-    ),
-    Rule(
-        "asyncSave",
-        "!has(self.strategy) || self.strategy != 'full' || !has(self.asyncSave) || !self.asyncSave",
-        "asyncSave cannot be true with strategy full: torch.save into a stream has no "
-        "asynchronous form",
-        lambda s: not (s.strategy is Strategy.FULL and s.async_save),
-    ),
-    Rule(
-        "saveMode",
-        "!has(self.strategy) || self.strategy != 'full' || !has(self.saveMode) || "
-        "self.saveMode == 'sync'",
-        "saveMode must be sync with strategy full: torch.save into a stream has no "
-        "asynchronous form",
-        lambda s: not (s.strategy is Strategy.FULL and s.save_mode not in (None, SaveMode.SYNC)),
-    ),
-    Rule(
-        "loadShardOffset",
-        "!has(self.loadShardOffset) || "
-        "(!has(self.model) && self.loadShardOffset % self.worldSize != 0)",
-        "loadShardOffset needs the reference layout (no model) and must not be a multiple of "
-        "worldSize: each rank loads the shard of rank (rank + loadShardOffset) mod worldSize",
-        lambda s: (
-            s.load_shard_offset is None
-            or (s.model is None and s.load_shard_offset % s.world_size != 0)
-        ),
-    ),
-    Rule(
-        "paddingSize",
-        f"has(self.model) || {_PADDING} >= self.worldSize",
-        "paddingSize must be at least worldSize: every rank owns at least one tensor",
-        lambda s: s.model is not None or s.padding_size >= s.world_size,
-    ),
-    Rule(
-        "layerSize",
-        f"has(self.model) || {_LAYER} * {_PADDING} * {sizes.COLUMNS * sizes.FLOAT32_BYTES} "
-        f"<= {MAX_TOTAL_BYTES}",
-        "layerSize * paddingSize * 4000 bytes (the whole checkpoint) must be at most 64 TiB",
+        "layer_size",
+        f"has(self.model) || {LAYER_SIZE_CEL} * {PADDING_SIZE_CEL} * "
+        f"{sizes.COLUMNS * sizes.FLOAT32_BYTES} <= {MAX_TOTAL_BYTES}",
+        "* {padding_size} * 4000 bytes (the whole checkpoint) must be at most 64 TiB",
         lambda s: (
             s.model is not None
             or sizes.total_bytes(s.layer_size, s.padding_size) <= MAX_TOTAL_BYTES
         ),
     ),
     Rule(
-        "checkpointPath",
+        "checkpoint_path",
         "self.backend != 'file' || self.checkpointPath.startsWith('/')",
-        "checkpointPath must be an absolute path for backend file",
+        "must be an absolute path for {backend} file",
         lambda s: s.backend is not Backend.FILE or s.checkpoint_path.startswith("/"),
     ),
     Rule(
-        "checkpointPath",
-        "!(self.backend in ['gcs', 'gcsfs']) || self.checkpointPath.startsWith('gs://')",
-        "checkpointPath must be a gs://bucket/prefix URL for backends gcs and gcsfs",
-        lambda s: (
-            s.backend not in (Backend.GCS, Backend.GCSFS) or s.checkpoint_path.startswith("gs://")
-        ),
-    ),
-    Rule(
-        "checkpointPath",
-        "!(self.backend in ['s3', 's3fs']) || self.checkpointPath.startsWith('s3://')",
-        "checkpointPath must be an s3://bucket/prefix URL for backends s3 and s3fs",
-        lambda s: (
-            s.backend not in (Backend.S3, Backend.S3FS) or s.checkpoint_path.startswith("s3://")
-        ),
-    ),
-    Rule(
-        "checkpointPath",
-        "self.backend != 'file' || self.worldSize == 1 || (has(self.volumeMounts) && "
+        "checkpoint_path",
+        "self.backend != 'file' || (self.worldSize == 1 && (!has(self.loadWorldSize) || "
+        "self.loadWorldSize == 1)) || (has(self.volumeMounts) && "
         "self.volumeMounts.exists(m, self.checkpointPath == m.mountPath || "
         "self.checkpointPath.startsWith(m.mountPath.endsWith('/') ? m.mountPath : "
         "m.mountPath + '/')))",
-        "checkpointPath must lie under one of volumeMounts for backend file with worldSize > 1: "
-        "every rank reads the metadata rank 0 writes, so they need a shared volume",
-        lambda s: s.backend is not Backend.FILE or s.world_size == 1 or _under_a_mount(s),
+        "must lie under one of {volume_mounts} for {backend} file with more than one rank "
+        "({world_size} or {load_world_size} > 1): every rank reads the metadata rank 0 writes, "
+        "so they need a shared volume",
+        lambda s: (
+            s.backend is not Backend.FILE
+            or max(s.world_size, s.load_world_size or 0) == 1
+            or _under_a_mount(s)
+        ),
     ),
     Rule(
-        "s3CredentialsSecret",
+        "s3_credentials_secret",
         "!has(self.s3CredentialsSecret) || self.backend in ['s3', 's3fs']",
-        "s3CredentialsSecret is for backends s3 and s3fs",
+        "is for backends s3 and s3fs",
         lambda s: s.s3_credentials_secret is None or s.backend in (Backend.S3, Backend.S3FS),
     ),
     *POD_RULES,

@@ -206,7 +206,9 @@ class BenchmarkStatus(StatusModel):
     failure_reason: str | None = Field(None, description="When Failed: the message again.")
     observed_generation: int | None = Field(None, description="The spec generation observed.")
     job_set_name: str | None = Field(None, description="The benchmark's JobSet.")
-    ranks_expected: int | None = Field(None, description="worldSize.")
+    ranks_expected: int | None = Field(
+        None, description="worldSize, or loadWorldSize when larger: the pods that run."
+    )
     ranks_reported: int | None = Field(None, description="Ranks whose result was read.")
     ranks_summary: str | None = Field(None, description="reported/expected.")
     missing_rank_count: int | None = Field(None, description="Ranks without a result.")

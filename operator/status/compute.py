@@ -104,7 +104,7 @@ def compute_status(
     previous = previous or {}
     total = spec.total_bytes
     reports = read_pods(current_attempt(pods))
-    summary = summarize(reports.results, spec.world_size, total)
+    summary = summarize(reports.results, spec.world_size, total, spec.load_world_size)
     slowest = slowest_rank(reports.results)
     suspended = bool(jobset is not None and (jobset.get("spec") or {}).get("suspend"))
 
@@ -117,7 +117,7 @@ def compute_status(
         phase, reason, message = FAILED, failure[0], failure[1]
     elif summary.succeeded:
         phase, reason = SUCCEEDED, "AllRanksSucceeded"
-        message = f"{summary.ranks_reported}/{spec.world_size} ranks reported success"
+        message = f"{summary.ranks_reported}/{spec.rank_count} ranks reported success"
     elif suspended:
         queue = spec.queue_name or "(none)"
         phase, reason = QUEUED, "WaitingForAdmission"
@@ -129,7 +129,7 @@ def compute_status(
         phase, reason = RUNNING, "RanksRunning"
         message = (
             f"{reports.running} rank pods running, "
-            f"{summary.ranks_reported}/{spec.world_size} ranks reported"
+            f"{summary.ranks_reported}/{spec.rank_count} ranks reported"
         )
     else:
         phase, reason = PENDING, "PodsPending"
@@ -152,9 +152,9 @@ def compute_status(
         failure_reason=message if phase == FAILED else None,
         observed_generation=generation,
         job_set_name=object_name(jobset) if jobset is not None else None,
-        ranks_expected=spec.world_size,
+        ranks_expected=spec.rank_count,
         ranks_reported=reported,
-        ranks_summary=f"{reported}/{spec.world_size}",
+        ranks_summary=f"{reported}/{spec.rank_count}",
         missing_rank_count=summary.missing_rank_count or None,
         missing_ranks=summary.missing_ranks or None,  # the summary lists the first 20
         checkpoint_bytes=total,

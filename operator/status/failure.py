@@ -64,7 +64,7 @@ def failure(
             + (f" (ranks {', '.join(map(str, bad))})" if bad else "")
             + ". Check the storage backend's integrity and retry."
         )
-    if summary.error_count and summary.ranks_reported == spec.world_size:
+    if summary.error_count and summary.ranks_reported == spec.rank_count:
         first_error = summary.errors[0]
         return "RankError", f"rank {first_error.rank} reported: {excerpt(first_error.error)}"
     if jobset_conditions(jobset).get("Completed") == "True" and not summary.succeeded:
@@ -79,7 +79,7 @@ def _missing_message(spec: RunSpec, summary: RunSummary, reports: Reports) -> st
         more = summary.missing_rank_count - len(summary.missing_ranks)
         ranks = f"ranks {listed}" + (f" and {more} more" if more else "")
         message = (
-            f"the JobSet completed but {summary.missing_rank_count} of {spec.world_size} ranks "
+            f"the JobSet completed but {summary.missing_rank_count} of {spec.rank_count} ranks "
             f"left no readable result ({ranks})"
         )
     else:

@@ -1,7 +1,8 @@
 """The workload configuration: one pydantic model, read from ``CKPTBENCH_*`` variables.
 
-Its settings are declared in :mod:`~ckptbench.workload.contract.settings`; this module adds where
-a rank runs, the checks that span settings, and the environment round trip. The operator renders
+Its settings, and the rules that span them, are declared in
+:mod:`~ckptbench.workload.contract.settings`; this module adds where a rank runs, runs those rules
+(and the few that are the rank's alone), and makes the environment round trip. The operator renders
 a :class:`WorkloadConfig` into a pod's environment with :meth:`to_env`; the pod parses it back
 with :meth:`WorkloadConfig.from_env`. The reference benchmark's own variable names
 (``WORLD_SIZE``, ``LAYER_SIZE``, ...) are accepted as aliases so its job files run unchanged.
@@ -19,17 +20,14 @@ from typing import Any, Self
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from ckptbench.workload.contract.checkpoint import memory_plan, models, sizes
-from ckptbench.workload.contract.choices import (
-    MLPERF_CHECKPOINTS,
-    Backend,
-    CacheMode,
-    Procedure,
-    SaveMode,
-    Stager,
-    Strategy,
+from ckptbench.workload.contract.choices import Backend, CacheMode, Strategy
+from ckptbench.workload.contract.names import (
+    CHECKPOINTER_LOG_ENV,
+    COMPLETION_INDEX_ENV,
+    VERBOSE_LOGS_ENV,
 )
-from ckptbench.workload.contract.names import COMPLETION_INDEX_ENV, VERBOSE_LOGS_ENV
-from ckptbench.workload.contract.settings import BenchmarkSettings
+from ckptbench.workload.contract.rule import Broken
+from ckptbench.workload.contract.settings import SETTINGS_RULES, BenchmarkSettings
 
 ENV_PREFIX = "CKPTBENCH_"
 
@@ -75,41 +73,14 @@ class WorkloadConfig(BenchmarkSettings):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Self:
-        if self.rank >= self.world_size:
-            raise ValueError(f"rank: {self.rank} must be below world_size {self.world_size}")
-        if self.model is not None:
-            self._check_model()
-        elif self.layers is not None or self.vocab is not None:
-            raise ValueError("layers: overrides need a model preset (set model)")
-        elif self.load_world_size is not None:
-            raise ValueError("load_world_size: resharding needs a model preset (set model)")
-        elif self.load_shard_offset is not None and self.strategy is not Strategy.SHARDED:
-            raise ValueError(
-                f"load_shard_offset: with strategy {self.strategy.value} no rank has a shard of "
-                "its own to trade: it needs strategy sharded"
-            )
-        elif self.load_shard_offset is not None and self.load_shard_offset % self.world_size == 0:
-            raise ValueError(
-                f"load_shard_offset: {self.load_shard_offset} is a multiple of world_size "
-                f"{self.world_size}: every rank would load its own shard"
-            )
-        elif self.padding_size < self.world_size:
-            raise ValueError(
-                f"padding_size: {self.padding_size} must be at least world_size {self.world_size}: "
-                "every rank must own at least one tensor"
-            )
-        if self.strategy is Strategy.FULL and self.saving is not SaveMode.SYNC:
-            field = "save_mode" if self.save_mode is not None else "async_save"
-            raise ValueError(
-                f"{field}: the full strategy saves with torch.save into a stream, which has "
-                "no asynchronous form; use strategy sharded or replicated"
-            )
-        scheme = self.backend.scheme
-        if scheme and not self.checkpoint_path.startswith(scheme):
-            raise ValueError(
-                f"checkpoint_path: must start with {scheme} for backend {self.backend.value}, "
-                f"got {self.checkpoint_path!r}"
-            )
+        if self.rank >= self.rank_count:
+            # Above world_size only on a restore onto more ranks: those ranks load, never save.
+            raise ValueError(f"rank: {self.rank} must be below {self._ranks_named()}")
+        # The rules on the settings, the same the CRD carries as CEL (settings.SETTINGS_RULES).
+        for rule in SETTINGS_RULES:
+            if not rule.check(self):
+                raise rule.broken(self)
+        # The rank's own: what a path must hold beyond its backend's scheme.
         url_scheme, sep, _ = self.checkpoint_path.partition("://")
         if self.backend is Backend.FILE and sep and url_scheme != "file":
             # Each backend names the schemes it takes; a foreign URL would otherwise become a
@@ -118,67 +89,31 @@ class WorkloadConfig(BenchmarkSettings):
                 f"checkpoint_path: backend file takes an absolute path or file:///path, not a "
                 f"{url_scheme}:// URL (got {self.checkpoint_path!r})"
             )
+        scheme = self.backend.scheme
         if scheme and not self.checkpoint_path[len(scheme) :].split("/")[0]:
             raise ValueError(f"checkpoint_path: no bucket in {self.checkpoint_path!r}")
-        self._check_saving()
-        if self.procedure is not Procedure.CKPTBENCH and self.warmups:
+        if self.rank_count > self.world_size and self.train_every is not None:
+            # The ranks past world_size join only the load: no training step beside the saves
+            # for them to run.
             raise ValueError(
-                f"warmup_samples: the {self.procedure.value} procedure runs no warm-up; "
-                f"set it to 0 (got {self.warmup_samples})"
-            )
-        if self.procedure is Procedure.MLPERF and self.samples != MLPERF_CHECKPOINTS:
-            raise ValueError(
-                f"sample_count: the mlperf procedure runs MLPerf Storage's {MLPERF_CHECKPOINTS} "
-                f"writes then {MLPERF_CHECKPOINTS} reads; set it to {MLPERF_CHECKPOINTS} "
-                f"(got {self.samples})"
+                f"train_every: with load_world_size {self.load_world_size} above world_size "
+                f"{self.world_size} the ranks past world_size would train without a state; "
+                "unset one of them"
             )
         return self
 
     @property
     def load_rank(self) -> int:
         """The rank whose shard this rank loads: its own, or ``load_shard_offset`` ranks on."""
-        return (self.rank + (self.load_shard_offset or 0)) % self.world_size
+        if self.load_shard_offset is None:
+            return self.rank  # past world_size too, on a rank a restore onto more ranks added
+        return (self.rank + self.load_shard_offset) % self.world_size
 
     def loader(self) -> WorkloadConfig:
         """This config as the rank whose shard this rank loads: its template and checks."""
         if self.load_rank == self.rank:
             return self
         return self.model_copy(update={"rank": self.load_rank})
-
-    def _check_saving(self) -> None:
-        if self.async_save and self.save_mode is SaveMode.SYNC:
-            raise ValueError(
-                "save_mode: sync contradicts async_save (an async save); set one of them"
-            )
-        options = [n for n in ("staging_shared_memory", "staging_async") if getattr(self, n)]
-        if options and self.stager is not Stager.DEFAULT:
-            raise ValueError(
-                f"{options[0]}: an option of DCP's DefaultStager; set stager to default"
-            )
-
-    def _check_model(self) -> None:
-        if self.strategy is not Strategy.SHARDED:
-            raise ValueError(
-                f"strategy: {self.strategy.value} needs the reference layout (unset model): a "
-                "model preset is FSDP2's sharded state; its full or replicated copy would hold "
-                "the whole model on one rank or on every rank"
-            )
-        if self.load_shard_offset is not None:
-            raise ValueError(
-                "load_shard_offset: needs the reference layout (unset model): a model preset's "
-                "ranks hold rows of one DTensor mesh, which has no other rank's rows to load"
-            )
-        if self.load_world_size is not None and self.load_world_size > self.world_size:
-            raise ValueError(
-                f"load_world_size: {self.load_world_size} must be at most world_size "
-                f"{self.world_size}"
-            )
-        both = {"layer_size", "padding_size"} & self.model_fields_set
-        if both:
-            raise ValueError(
-                f"model: a model preset and {'/'.join(sorted(both))} are exclusive "
-                "(the reference layout's settings)"
-            )
 
     @property
     def cache_mode(self) -> CacheMode | None:
@@ -198,8 +133,21 @@ class WorkloadConfig(BenchmarkSettings):
             )
         return self.padding_size % self.world_size == 0
 
+    def _ranks_named(self) -> str:
+        if self.rank_count == self.world_size:
+            return f"world_size {self.world_size}"
+        return f"load_world_size {self.rank_count}"
+
+    @property
+    def saves(self) -> bool:
+        """Whether this rank saves: all do but the ranks a restore onto more ranks adds."""
+        return self.rank < self.world_size
+
     @property
     def shard_bytes(self) -> int:
+        """Tensor bytes this rank saves (0 on a rank that only loads)."""
+        if not self.saves:
+            return 0
         spec = self.model_spec
         if spec is not None:
             return models.rank_bytes(models.state_tensors(spec), self.world_size, self.rank)
@@ -220,6 +168,13 @@ class WorkloadConfig(BenchmarkSettings):
     def memory_estimate(self) -> memory_plan.MemoryEstimate:
         """Rank 0's peak (the largest rank under either layout's dealing), on this backend."""
         return memory_plan.estimate(memory_plan.rank_load(self))
+
+    def describe_ranks(self, noun: str = "rank(s)") -> str:
+        """``N rank(s)``, and the ranks that load when a reshard changes their number."""
+        text = f"{self.world_size} {noun}"
+        if self.load_world_size not in (None, self.world_size):
+            text += f", loading on {self.load_world_size}"
+        return text
 
     def describe_state(self) -> str:
         spec = self.model_spec
@@ -322,7 +277,7 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
 
 
 # Read by a rank but no setting of the benchmark.
-RANK_VARIABLES = frozenset({VERBOSE_LOGS_ENV})
+RANK_VARIABLES = frozenset({VERBOSE_LOGS_ENV, CHECKPOINTER_LOG_ENV})
 
 
 # The operator's own settings share the prefix; a shell that runs both may carry them.
@@ -358,6 +313,7 @@ class FieldError:
     reason: str
     value: Any
     has_value: bool
+    broken: Broken | None = None  # a cross-field rule: its fields can be named another way
 
 
 def field_errors(exc: ValidationError) -> list[FieldError]:
@@ -371,7 +327,9 @@ def field_errors(exc: ValidationError) -> list[FieldError]:
         field = str(err["loc"][0]) if err["loc"] else ""
         if not field and ": " in reason:
             field, reason = reason.split(": ", 1)
-        problems.append(FieldError(field, reason, err.get("input"), bool(err["loc"])))
+        error = (err.get("ctx") or {}).get("error")
+        broken = error if isinstance(error, Broken) else None
+        problems.append(FieldError(field, reason, err.get("input"), bool(err["loc"]), broken))
     return problems
 
 

@@ -1,8 +1,10 @@
 """What a setting's declaration carries beside its pydantic field: the :class:`Setting` metadata.
 
-Every declaring class (:class:`~ckptbench.workload.contract.storage_settings.StorageSettings` and
-:class:`~ckptbench.workload.contract.settings.BenchmarkSettings`, which extends it) puts one
-:class:`Setting` in each field's ``Annotated``; ``settings.declared()`` reads them all.
+Every declaring class (:class:`~ckptbench.workload.contract.storage_settings.StorageSettings`,
+:class:`~ckptbench.workload.contract.state_settings.StateSettings` which extends it, and
+:class:`~ckptbench.workload.contract.settings.BenchmarkSettings` which extends that) puts one
+:class:`Setting` in each field's ``Annotated``; ``settings.declared()`` reads them all. The rules
+that span fields are declared beside each class (``rule.py``).
 """
 
 from __future__ import annotations

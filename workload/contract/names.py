@@ -15,3 +15,7 @@ COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"
 # Set by `ckptbench run --verbose` for the ranks: they then show the storage libraries' known log
 # noise (ckptbench.workload.storage.noise) instead of hiding it. Read by a rank, not a setting.
 VERBOSE_LOGS_ENV = "CKPTBENCH_VERBOSE_LOGS"
+
+# Set by a rank that saves with DCP's process checkpointer, for that process (which inherits it):
+# the log level it logs at, the rank's own (ckptbench.workload.rank.process.checkpointer_log).
+CHECKPOINTER_LOG_ENV = "CKPTBENCH_CHECKPOINTER_LOG_LEVEL"

@@ -5,12 +5,22 @@ and its ``CKPTBENCH_*`` variables (``WorkloadConfig`` extends it), the CR field 
 (the spec extends it), the ``ckptbench run`` option (:func:`declared`), the sweep axes, and the
 record of settings in every result (:meth:`BenchmarkSettings.record`).
 
-Where the checkpoints go and each storage backend's knobs are declared the same way in
-:class:`~ckptbench.workload.contract.storage_settings.StorageSettings`, which
-:class:`BenchmarkSettings` extends; the :class:`Setting` metadata is in ``declaration.py``.
+The settings are declared in three rooms, by meaning, one class extending the next: where the
+checkpoints go and each storage backend's knobs
+(:class:`~ckptbench.workload.contract.storage_settings.StorageSettings`), the state the ranks
+hold (:class:`~ckptbench.workload.contract.state_settings.StateSettings`), and, here, how samples
+run. The :class:`Setting` metadata is in ``declaration.py``.
 
-Adding a setting: declare it here (or, a storage knob, in ``storage_settings.py``), use it where it
-acts, document it. Nothing else names it.
+A rule that spans settings is declared once too, right after the class whose fields it reads
+(``STORAGE_RULES``, ``STATE_RULES``, and here ``_RUN_RULES``; all of them are
+:data:`SETTINGS_RULES`): a :class:`~ckptbench.workload.contract.rule.Rule` holds its CEL, one
+message and one Python check over the settings. The rank's config runs every one
+(``WorkloadConfig``, naming the field in snake_case), and the CRD carries every one as CEL with
+the spec model running the same check (naming it in camelCase).
+
+Adding a setting: declare it, with any rule it needs, in the room it belongs to (this module,
+``state_settings.py`` or ``storage_settings.py``); an enum of named choices goes in
+``choices.py``; use it where it acts; document it. Nothing else names it.
 """
 
 from __future__ import annotations
@@ -19,10 +29,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field
 from pydantic.fields import FieldInfo
 
-from ckptbench.workload.contract.checkpoint import models, sizes
 from ckptbench.workload.contract.choices import (
     DEFAULT_SAMPLES,
     MLPERF_CHECKPOINTS,
@@ -34,13 +43,12 @@ from ckptbench.workload.contract.choices import (
     default_samples,
     default_warmups,
 )
-from ckptbench.workload.contract.declaration import Setting, choice, no_crd_default
-from ckptbench.workload.contract.storage_settings import StorageSettings
+from ckptbench.workload.contract.declaration import Setting, choice
+from ckptbench.workload.contract.rule import Rule
+from ckptbench.workload.contract.state_settings import STATE_RULES, StateSettings
+from ckptbench.workload.contract.storage_settings import STORAGE_RULES, StorageSettings
 
-MAX_WORLD_SIZE = 10_000  # rank hostnames stay DNS labels (see operator/spec/names.py)
 MAX_CHECKPOINTS_SAMPLES = 1000
-REFERENCE_LAYER_SIZE = 100_000  # the reference's published table
-REFERENCE_PADDING_SIZE = 196
 TRAIN_MATRIX_MIN, TRAIN_MATRIX_MAX = 16, 16_384
 # The largest side a step-time target may choose (3 matrices, 192 MiB): seconds per step on one
 # CPU core already, and what the memory plan counts for a target.
@@ -57,113 +65,10 @@ NEEDS_CUDA = {
 # -- the declarations -----------------------------------------------------------------------------
 
 
-class BenchmarkSettings(StorageSettings):
+class BenchmarkSettings(StateSettings):
     """The settings of one benchmark: the same for every rank, chosen by whoever runs it.
 
     Where the checkpoints go and the storage backends' knobs are :class:`StorageSettings`."""
-
-    # -- the state: the reference's layout, or a model preset ------------------------------------
-    world_size: Annotated[int, Setting(local_default=2, axis=True)] = Field(
-        4,
-        ge=1,
-        le=MAX_WORLD_SIZE,
-        description="Number of ranks: one pod (or local process) each (the reference's "
-        "WORLD_SIZE).",
-    )
-    layer_size: Annotated[
-        int,
-        Setting(layout="reference", unit="rows", local_default=10_000, axis=True, metavar="ROWS"),
-    ] = Field(
-        REFERENCE_LAYER_SIZE,
-        ge=1,
-        le=10_000_000,
-        description="Rows of each (layerSize, 1000) float32 tensor: a tensor is layerSize * 4000 "
-        "bytes (the reference's LAYER_SIZE). Default 100000; not with model.",
-        json_schema_extra=no_crd_default,
-    )
-    padding_size: Annotated[
-        int, Setting(layout="reference", unit="tensors", local_default=8, axis=True)
-    ] = Field(
-        REFERENCE_PADDING_SIZE,
-        ge=1,
-        le=1_000_000,
-        description="Number of tensors, dealt round-robin to the ranks; at least worldSize. Shards "
-        "are even when it is a multiple of worldSize (the reference's PADDING_SIZE). Default 196; "
-        "not with model.",
-        json_schema_extra=no_crd_default,
-    )
-    model: Annotated[models.Preset | None, Setting(axis=True, metavar="PRESET")] = choice(
-        None,
-        "A Llama 3 preset instead of the reference layout (torchtitan's shapes and key names): "
-        "llama3-debug, llama3-8b, llama3-70b, mlperf-llama3-70b (MLPerf Storage's config, 128 "
-        "heads) or llama3-405b. Every rank holds its Shard(0) rows of every parameter (and "
-        "AdamW state) as a DTensor, as FSDP2 does. Exclusive with layerSize and paddingSize.",
-    )
-    layers: Annotated[int | None, Setting(layout="model", axis=True)] = Field(
-        None,
-        ge=1,
-        le=1000,
-        description="With model: override the number of layers (scaled-down runs).",
-    )
-    vocab: Annotated[int | None, Setting(layout="model", axis=True)] = Field(
-        None,
-        ge=1,
-        le=10_000_000,
-        description="With model: override the vocabulary size (scaled-down runs).",
-    )
-    optimizer: Annotated[models.Optimizer, Setting(layout="model", axis=True, metavar="NAME")] = (
-        choice(
-            models.Optimizer.ADAMW,
-            "With model: optimizer state saved beside the weights: adamw (exp_avg, exp_avg_sq, "
-            "step and param_groups, torchtitan's flattened names) or none.",
-        )
-    )
-    dtype: Annotated[models.DtypeProfile, Setting(layout="model", axis=True, metavar="PROFILE")] = (
-        choice(
-            models.DtypeProfile.FP32,
-            "With model: dtype profile: fp32 (12 bytes/parameter with AdamW, torchtitan's), mlperf "
-            "(fp16 weights + fp32 master and moments, 14 bytes/parameter: MLPerf Storage's totals) "
-            "or bf16.",
-        )
-    )
-    load_world_size: Annotated[int | None, Setting(layout="model", axis=True, metavar="M")] = Field(
-        None,
-        ge=1,
-        le=MAX_WORLD_SIZE,
-        description="With model: load on the first loadWorldSize ranks only (at most "
-        "worldSize), resharding the checkpoint into that many pieces and verifying them (a "
-        "restart on fewer nodes). Default: every rank.",
-    )
-    strategy: Annotated[Strategy, Setting(axis=True, metavar="NAME")] = choice(
-        Strategy.SHARDED,
-        "How the state lies across ranks and is checkpointed: sharded (each rank saves its own "
-        "shards through DCP, FSDP's way; the default), full (the whole state gathered to rank 0, "
-        "the gather timed as planning, then saved as one object through the backend's stream as "
-        "torch.save into a writer does, and loaded back by rank 0) or replicated (every rank "
-        "holds the whole state, DDP's way; DCP writes each tensor once, from the rank its "
-        "planner picks, and every rank loads all of it). full and replicated need the "
-        "reference layout.",
-    )
-    load_shard_offset: Annotated[
-        int | None, Setting(layout="reference", axis=True, metavar="K")
-    ] = Field(
-        None,
-        ge=1,
-        le=MAX_WORLD_SIZE,
-        description="Reference layout: each rank loads (and verifies) the shard rank "
-        "(rank + K) mod worldSize saved, not its own: MLPerf Storage's read phase, another host "
-        "taking over. K = ranks per node makes every rank read another node's shard. Default: "
-        "its own shard.",
-    )
-    seed: Annotated[int, Setting(axis=True)] = Field(
-        0, ge=0, le=2**31 - 1, description="Seed of the synthetic tensor content."
-    )
-    memory_check: Annotated[bool, Setting(flag="--force")] = Field(
-        True,
-        description="Refuse, before anything is allocated, a run whose estimated peak per rank "
-        "(docs/models.md) exceeds the memory it may use (the container's limit; on a laptop, the "
-        "available memory shared by the ranks); false runs anyway.",
-    )
 
     # -- how samples run -------------------------------------------------------------------------
     procedure: Annotated[Procedure, Setting(axis=True, metavar="NAME")] = choice(
@@ -296,16 +201,6 @@ class BenchmarkSettings(StorageSettings):
         "heartbeat: a rank that stops beating for this long is killed and the benchmark fails.",
     )
 
-    @field_validator("staging_pinned_memory", "staging_non_blocking_copy")
-    @classmethod
-    def _needs_an_accelerator(cls, value: bool, info: ValidationInfo) -> bool:
-        # Refused up front: DCP's DefaultStager would fail in the first save (non-blocking copy
-        # asserts an accelerator) or pin nothing useful, and a silently dropped option would
-        # make the result say a stager ran that did not.
-        if value:
-            raise ValueError(NEEDS_CUDA[info.field_name or ""])
-        return value
-
     # -- what follows from them ------------------------------------------------------------------
 
     @property
@@ -329,26 +224,6 @@ class BenchmarkSettings(StorageSettings):
             return self.warmup_samples
         return default_warmups(self.procedure)
 
-    @property
-    def model_spec(self) -> models.ModelSpec | None:
-        """The model preset with its overrides, or None for the reference layout."""
-        if self.model is None:
-            return None
-        return models.ModelSpec(self.model, self.layers, self.vocab, self.optimizer, self.dtype)
-
-    def model_sizes(self) -> models.ModelSizes | None:
-        """The model's sizes at this world size, or None for the reference layout."""
-        spec = self.model_spec
-        return None if spec is None else models.model_sizes(spec, self.world_size)
-
-    @property
-    def total_bytes(self) -> int:
-        """The checkpoint's tensor bytes, all ranks: what the run's throughput divides."""
-        sized = self.model_sizes()
-        if sized is not None:
-            return sized.total_bytes
-        return sizes.total_bytes(self.layer_size, self.padding_size)
-
     def record(self) -> dict[str, Any]:
         """Every declared setting as JSON values, as it ran: what a result records.
 
@@ -360,6 +235,78 @@ class BenchmarkSettings(StorageSettings):
         out["warmup_samples"] = self.warmups
         out["save_mode"] = self.saving.value
         return {d.name: out[d.name] for d in declared() if d.setting.acts_in(self)}
+
+
+# The rules that span the settings of how samples run (rule.py says how a rule is read).
+_RUN_RULES: tuple[Rule[BenchmarkSettings], ...] = (
+    Rule(
+        "warmup_samples",
+        "!has(self.warmupSamples) || self.warmupSamples == 0 || !has(self.procedure) || "
+        "self.procedure == 'ckptbench'",
+        "must be 0 with {procedure} reference or mlperf: they run no warm-up",
+        lambda s: not s.warmup_samples or s.procedure is Procedure.CKPTBENCH,
+    ),
+    Rule(
+        "sample_count",
+        "!has(self.sampleCount) || !has(self.procedure) || self.procedure != 'mlperf' || "
+        f"self.sampleCount == {MLPERF_CHECKPOINTS}",
+        f"must be {MLPERF_CHECKPOINTS} with {{procedure}} mlperf: MLPerf Storage runs "
+        f"{MLPERF_CHECKPOINTS} writes then {MLPERF_CHECKPOINTS} reads",
+        lambda s: (
+            s.sample_count is None
+            or s.procedure is not Procedure.MLPERF
+            or s.sample_count == MLPERF_CHECKPOINTS
+        ),
+    ),
+    Rule(
+        "save_mode",
+        "!has(self.saveMode) || self.saveMode != 'sync' || !has(self.asyncSave) || !self.asyncSave",
+        "sync contradicts {async_save} (an async save): set one of them",
+        lambda s: s.save_mode is not SaveMode.SYNC or not s.async_save,
+    ),
+    Rule(
+        "stager",
+        "(!has(self.stagingSharedMemory) || !self.stagingSharedMemory) && "
+        "(!has(self.stagingAsync) || !self.stagingAsync) || "
+        "(has(self.stager) && self.stager == 'default')",
+        "must be default with {staging_shared_memory} or {staging_async}: they are options of "
+        "DCP's DefaultStager",
+        lambda s: not (s.staging_shared_memory or s.staging_async) or s.stager is Stager.DEFAULT,
+    ),
+    # Refused up front: DCP's DefaultStager would fail in the first save (non-blocking copy
+    # asserts an accelerator) or pin nothing useful, and a silently dropped option would make the
+    # result say a stager ran that did not.
+    Rule(
+        "staging_pinned_memory",
+        "!has(self.stagingPinnedMemory) || !self.stagingPinnedMemory",
+        "is refused: " + NEEDS_CUDA["staging_pinned_memory"],
+        lambda s: not s.staging_pinned_memory,
+    ),
+    Rule(
+        "staging_non_blocking_copy",
+        "!has(self.stagingNonBlockingCopy) || !self.stagingNonBlockingCopy",
+        "is refused: " + NEEDS_CUDA["staging_non_blocking_copy"],
+        lambda s: not s.staging_non_blocking_copy,
+    ),
+    Rule(
+        "async_save",
+        "!has(self.strategy) || self.strategy != 'full' || !has(self.asyncSave) || !self.asyncSave",
+        "cannot be true with {strategy} full: torch.save into a stream has no asynchronous form",
+        lambda s: not (s.strategy is Strategy.FULL and s.async_save),
+    ),
+    Rule(
+        "save_mode",
+        "!has(self.strategy) || self.strategy != 'full' || !has(self.saveMode) || "
+        "self.saveMode == 'sync'",
+        "must be sync with {strategy} full: torch.save into a stream has no asynchronous form",
+        lambda s: not (s.strategy is Strategy.FULL and s.save_mode not in (None, SaveMode.SYNC)),
+    ),
+)
+
+# Every rule that spans the benchmark's settings, declared next to the settings it reads: the
+# state's, how samples run, the storage's. The rank's config runs them all (config.py), and the
+# CRD carries them as CEL with the CR's own rules (operator/spec/rules.py).
+SETTINGS_RULES: tuple[Rule[BenchmarkSettings], ...] = (*STATE_RULES, *_RUN_RULES, *STORAGE_RULES)
 
 
 @dataclass(frozen=True)

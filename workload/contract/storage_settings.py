@@ -2,8 +2,10 @@
 
 :class:`StorageSettings` holds the backend, the checkpoint path and every backend's own knob (gcs,
 gcsfs, s3, s3fs, file), with S3's bucket-name rules that the path and ``ckptbench clean`` share.
-:class:`~ckptbench.workload.contract.settings.BenchmarkSettings` extends it: the declarations are
-read the same way (``settings.declared()``) wherever a field is declared.
+:class:`~ckptbench.workload.contract.state_settings.StateSettings` extends it (and
+:class:`~ckptbench.workload.contract.settings.BenchmarkSettings` that): the declarations are read
+the same way (``settings.declared()``) wherever a field is declared. The rule that a backend's path
+takes its URL scheme follows the class (:data:`STORAGE_RULES`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from ckptbench.workload.contract.choices import Backend, S3PrefixStrategy, S3Reader, UploadScheme
 from ckptbench.workload.contract.declaration import Setting, choice
+from ckptbench.workload.contract.rule import Rule
 
 MIB = 1024**2
 # S3's bucket names: 3 to 63 lowercase letters, digits, dots and dashes, starting and ending with
@@ -234,3 +237,22 @@ class StorageSettings(BaseModel):
             "must be gs://bucket/prefix, s3://bucket/prefix, file:///path or an absolute path, "
             "without whitespace"
         )
+
+
+def _scheme_rule(scheme: str) -> Rule[StorageSettings]:
+    """The backends that take ``scheme`` take no other path (Backend.scheme says which)."""
+    backends = tuple(b for b in Backend if b.scheme == scheme)
+    listed = ", ".join(f"'{b.value}'" for b in backends)
+    return Rule(
+        "checkpoint_path",
+        f"!(self.backend in [{listed}]) || self.checkpointPath.startsWith('{scheme}')",
+        f"must be {scheme}bucket/prefix for {{backend}} " + " or ".join(b.value for b in backends),
+        lambda s: s.backend not in backends or s.checkpoint_path.startswith(scheme),
+    )
+
+
+# The rules that span the storage's settings (rule.py says how a rule is read); settings.py's
+# SETTINGS_RULES holds them with the others.
+STORAGE_RULES: tuple[Rule[StorageSettings], ...] = tuple(
+    _scheme_rule(scheme) for scheme in dict.fromkeys(b.scheme for b in Backend) if scheme
+)

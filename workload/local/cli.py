@@ -62,7 +62,9 @@ def summary_of(
     emulator: str | None,
     axes: dict[str, str] | None = None,
 ) -> RunSummary:
-    s = figures.summarize(outcome.results, config.world_size, config.total_bytes)
+    s = figures.summarize(
+        outcome.results, config.world_size, config.total_bytes, config.load_world_size
+    )
     extra: dict[str, Any] = {
         **environment.machine(),
         "settings": settings(config, emulator),
@@ -145,7 +147,7 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
             where = f"emulator {emulator_url}" if emulator_url else config.checkpoint_path
             largest = config.model_copy(update={"rank": 0}).shard_bytes
             print(
-                f"{prefix}{label}: {config.world_size} ranks, {config.describe_state()}, "
+                f"{prefix}{label}: {config.describe_ranks('ranks')}, {config.describe_state()}, "
                 f"{sizes.format_bytes(config.total_bytes)} in all, "
                 f"{sizes.format_bytes(largest)} a shard"
                 f"{'' if config.even_shards else ' (uneven shards)'}, "

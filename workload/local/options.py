@@ -29,6 +29,7 @@ from ckptbench.workload.contract.config import field_errors
 DEFAULT_TIMEOUT_SECONDS = 3600.0
 
 _E = TypeVar("_E", bound=enum.Enum)
+_DECLARED: Any = object()  # from_setting's default: the declaration's own
 
 
 class UsageError(ValueError):
@@ -133,11 +134,10 @@ def _parser_of(d: settings.Declared) -> Callable[[str], Any] | None:
     return str
 
 
-def _help(d: settings.Declared, parse: Callable[[str], Any] | None) -> str:
+def _help(d: settings.Declared, parse: Callable[[str], Any] | None, default: Any) -> str:
     text = (d.field.description or d.name).rstrip(".")
     if parse is None:
         return f"{text} (this switch sets {d.name} to {str(not d.field.default).lower()})"
-    default = _local_default(d)
     if default is not None:
         shown = default.value if isinstance(default, enum.Enum) else default
         unit = f" {d.setting.unit}" if d.setting.unit and d.setting.unit != "bytes" else ""
@@ -151,16 +151,20 @@ def _local_default(d: settings.Declared) -> Any:
     return None if d.field.is_required() else d.field.default
 
 
-def _from_setting(d: settings.Declared) -> Option:
+def from_setting(d: settings.Declared, default: Any = _DECLARED) -> Option:
+    """The option of a declared setting; ``default`` replaces its default (``ckptbench sizes``
+    sizes a model preset at 8 ranks unless told otherwise)."""
     parse = _parser_of(d)
     if parse is None:  # a switch: sets the opposite of the declared default
-        return Option(d.flag, _help(d, None), d.name, const=not d.field.default)
+        return Option(d.flag, _help(d, None, None), d.name, const=not d.field.default)
+    if default is _DECLARED:
+        default = _local_default(d)
     return Option(
         d.flag,
-        _help(d, parse),
+        _help(d, parse, default),
         d.name,
         parse,
-        _local_default(d),
+        default,
         metavar=d.setting.metavar or "N",
         sweep=d.setting.axis,
     )
@@ -223,7 +227,7 @@ _RUNNER: tuple[Option, ...] = (
 
 # Every declared setting is an option (contract/settings.py), then the runner's own.
 OPTIONS: tuple[Option, ...] = (
-    *(_from_setting(d) for d in settings.declared() if not d.setting.runner),
+    *(from_setting(d) for d in settings.declared() if not d.setting.runner),
     *_RUNNER,
 )
 
@@ -274,14 +278,19 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     for o in OPTIONS:
-        if o.is_switch:
-            p.add_argument(o.flag, dest=o.dest, action="store_true", help=o.help)
-        elif o.is_axis:
-            # Kept as text: the plan splits and parses it, naming the option on a bad value.
-            p.add_argument(o.flag, dest=o.dest, metavar=f"{o.metavar}[,...]", help=o.help)
-        else:
-            p.add_argument(o.flag, dest=o.dest, metavar=o.metavar, help=o.help)
+        add_option(p, o)
     return p
+
+
+def add_option(p: argparse.ArgumentParser, o: Option) -> None:
+    """``o`` on parser ``p``: a switch, or text parsed later by :func:`values_of`."""
+    if o.is_switch:
+        p.add_argument(o.flag, dest=o.dest, action="store_true", help=o.help)
+    elif o.is_axis:
+        # Kept as text: the plan splits and parses it, naming the option on a bad value.
+        p.add_argument(o.flag, dest=o.dest, metavar=f"{o.metavar}[,...]", help=o.help)
+    else:
+        p.add_argument(o.flag, dest=o.dest, metavar=o.metavar, help=o.help)
 
 
 def values_of(o: Option, raw: str | None) -> list[tuple[str, Any]]:
@@ -308,6 +317,9 @@ def explain(exc: ValidationError, where: Sequence[str] = ()) -> str:
     """Name the option behind each validation error, not the model's field."""
     lines = []
     for problem in field_errors(exc):
+        if problem.broken is not None:  # a cross-field rule: each field it names as its option
+            lines.append(problem.broken.say(lambda field: OPTION_OF.get(field, field)))
+            continue
         flag = OPTION_OF.get(problem.field, problem.field or "options")
         got = f" (got {problem.value!r})" if problem.has_value else ""
         lines.append(f"{flag}: {problem.reason}{got}")

@@ -215,14 +215,15 @@ def check_emulator_can(cell: Cell) -> None:
 def check_memory(cell: Cell, available: int | None) -> None:
     """Refuse a cell whose ranks cannot fit in this machine's available memory, naming the way out.
 
-    The ranks share the machine, so each gets ``available / world_size``. Fewer ranks need less
+    The ranks share the machine, so each gets ``available / ranks`` (``world_size``, or
+    ``load_world_size`` when a restore is onto more ranks). Fewer ranks need less
     in all (one interpreter and one item buffer fewer each), so the message names the largest
     ``--world-size`` that fits, if any does.
     """
     config = cell.config
     if not config.memory_check or available is None:
         return
-    n = config.world_size
+    n = config.rank_count
     budget = available // n
     est = config.memory_estimate()
     if est.peak_bytes <= budget:
@@ -230,7 +231,10 @@ def check_memory(cell: Cell, available: int | None) -> None:
     fits = [
         k
         for k in range(n - 1, 0, -1)
-        if _fits(config.model_copy(update={"world_size": k, "rank": 0}), available // k)
+        if _fits(
+            config.model_copy(update={"world_size": k, "rank": 0}),
+            available // max(k, config.load_world_size or 0),
+        )
     ]
     if fits:
         way_out = f"--world-size {fits[0]} fits on this machine"
@@ -244,7 +248,8 @@ def check_memory(cell: Cell, available: int | None) -> None:
     source = f"{sizes.format_bytes(available)} available on this machine / {n} ranks"
     text = memory_plan.refusal(est, budget, source, way_out, "--force")
     where = f" (in cell {cell.label})" if cell.axes else ""
-    raise UsageError(f"--world-size {n}: {text}{where}")
+    option = "--world-size" if n == config.world_size else "--load-world-size"
+    raise UsageError(f"{option} {n}: {text}{where}")
 
 
 def _fits(config: WorkloadConfig, budget: int) -> bool:

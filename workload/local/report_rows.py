@@ -342,7 +342,7 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
     )
     rows = [
         Row("world size", lambda s: s.world_size, fmt_int),
-        Row("ranks reported", lambda s: f"{s.ranks_reported}/{s.world_size}", str),
+        Row("ranks reported", lambda s: f"{s.ranks_reported}/{s.rank_count}", str),
         # No rank reported: the shard size is unknown, not zero.
         Row(
             f"shard size ({size.name})",

@@ -231,7 +231,7 @@ def rank_env(
     # N ranks share this machine's cores: without this each would start one intra-op thread per
     # core and they would fight over them (torchrun makes the same choice).
     cpus = environment.cpu_count()
-    env.setdefault("OMP_NUM_THREADS", str(max(1, cpus // config.world_size)))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, cpus // config.rank_count)))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -251,7 +251,8 @@ def run_ranks(
     on_started: Callable[[list[int]], None] | None = None,
     watch: Callable[[int, str], None] | None = None,
 ) -> RanksOutcome:
-    """Run ``config.world_size`` ranks to the end; ``stop`` (set by a signal handler) ends them."""
+    """Run ``config.rank_count`` ranks to the end (``world_size``, or ``load_world_size`` when a
+    restore is onto more ranks); ``stop`` (set by a signal handler) ends them."""
     if timeout <= 0:
         raise ValueError(f"timeout: must be positive, got {timeout}")
     env_base = os.environ if base_env is None else base_env
@@ -263,7 +264,7 @@ def run_ranks(
         ranks: list[_Rank] = []
         die_with_runner = orphans.die_with_this_thread()
         try:
-            for rank in range(config.world_size):
+            for rank in range(config.rank_count):
                 result_file = Path(tmp) / f"rank-{rank}.json"
                 env = rank_env(config, rank, result_file, port, env_base, extra_env or {})
                 proc = subprocess.Popen(

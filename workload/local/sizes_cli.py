@@ -1,48 +1,63 @@
 """``ckptbench sizes``: what a model's checkpoint holds per rank and in all, before any run.
 
 Pure arithmetic from ``contract/checkpoint/models.py`` (no torch imported, instant at any scale):
-``ckptbench sizes --model llama3-70b --world-size 64``. ``--table`` prints the Markdown table that
+``ckptbench sizes --model llama3-70b --world-size 64``. The memory a rank needs is the run's own
+plan (``memory_plan``), for every setting it reads, taken as ``ckptbench run`` takes it
+(``--save-mode process --stager default ...``). ``--table`` prints the Markdown table that
 ``docs/models.md`` carries (a test regenerates it and fails on drift).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+from pydantic import ValidationError
+
+from ckptbench.workload.contract import settings
 from ckptbench.workload.contract.checkpoint import memory_plan, models
 from ckptbench.workload.contract.checkpoint.sizes import GIB, format_bytes
-from ckptbench.workload.contract.choices import Backend
+from ckptbench.workload.contract.choices import Backend, Stager
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.local import options
+from ckptbench.workload.local.options import UsageError, explain, values_of
 
 TABLE_WORLD_SIZES = (8, 64, 512)
 TABLE_PRESETS = ("llama3-8b", "llama3-70b", "mlperf-llama3-70b", "llama3-405b")
 
 
-def _parser() -> argparse.ArgumentParser:
+# Settings whose default here differs from ``ckptbench run``'s: sizes is about a model preset,
+# sized at 8 ranks unless told otherwise.
+SIZES_DEFAULTS: dict[str, object] = {"model": models.Preset("llama3-8b"), "world_size": 8}
+
+
+def plan_options() -> tuple[options.Option, ...]:
+    """Every setting the memory plan reads (``memory_plan.READS``), as ``ckptbench run`` takes
+    it: flag, help, parser and comma list from its declaration. The reference layout's are left
+    out: sizes computes a model preset's checkpoint."""
+    return tuple(
+        options.from_setting(d, SIZES_DEFAULTS[d.name])
+        if d.name in SIZES_DEFAULTS
+        else options.from_setting(d)
+        for d in settings.declared()
+        if d.name in memory_plan.READS and d.setting.layout != "reference"
+    )
+
+
+def _parser(plan: Sequence[options.Option]) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="ckptbench sizes",
-        description="Per-rank and total checkpoint sizes of a model preset, computed, not run.",
+        allow_abbrev=False,
+        description="Per-rank and total checkpoint sizes of a model preset, and the memory a rank "
+        "needs, computed, not run. An option shown with [,...] takes a comma list: one report "
+        "per combination.",
     )
-    p.add_argument("--model", default="llama3-8b", choices=list(models.PRESETS))
-    p.add_argument(
-        "--world-size",
-        default="8",
-        metavar="N[,N...]",
-        help="ranks (FSDP2 Shard(0)); a comma list for several",
-    )
-    p.add_argument("--layers", type=int, default=None, help="override the number of layers")
-    p.add_argument("--vocab", type=int, default=None, help="override the vocabulary size")
-    p.add_argument("--optimizer", default="adamw", choices=[o.value for o in models.Optimizer])
-    p.add_argument("--dtype", default="fp32", choices=[d.value for d in models.DtypeProfile])
-    p.add_argument("--async-save", action="store_true", help="count the async staging copy")
-    p.add_argument(
-        "--backend",
-        default=Backend.GCS.value,
-        choices=[b.value for b in Backend],
-        help="the storage backend the memory estimate is for (default gcs, as 'ckptbench run')",
-    )
+    for o in plan:
+        options.add_option(p, o)
     p.add_argument(
         "--mlperf",
         action="store_true",
@@ -58,46 +73,74 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+# The memory plan reads no path, but a rank's config needs one of the backend's shape.
+_NO_PATH = {
+    "": "/ckptbench-sizes",
+    "gs://": "gs://ckptbench-sizes",
+    "s3://": "s3://ckptbench-sizes",
+}
+
+
+def configs(plan: Sequence[options.Option], args: argparse.Namespace) -> list[WorkloadConfig]:
+    """Rank 0's config for each combination of the options' values, validated as a run's are."""
+    values: list[list[tuple[str, Any]]] = []
+    for o in plan:
+        raw = getattr(args, o.dest)
+        if o.is_switch:
+            values.append([("", o.const)] if raw else [])
+        else:
+            values.append(values_of(o, raw))
+    out = []
+    # An option not given and without a default takes the declaration's own (no value here).
+    for combination in itertools.product(*(v or [("", None)] for v in values)):
+        given: dict[str, Any] = {
+            o.field: value
+            for o, (_, value) in zip(plan, combination, strict=True)
+            if o.field is not None and value is not None
+        }
+        if args.mlperf:
+            given["world_size"] = models.MLPERF_V3[given["model"]].processes
+            given["dtype"] = models.DtypeProfile.MLPERF
+        backend = Backend(given.get("backend", Backend.GCS))
+        try:
+            out.append(WorkloadConfig(rank=0, checkpoint_path=_NO_PATH[backend.scheme], **given))
+        except ValidationError as exc:
+            raise UsageError(explain(exc)) from None
+    return out
+
+
 def main(argv: Sequence[str]) -> int:
-    parser = _parser()
+    plan = plan_options()
+    parser = _parser(plan)
     args = parser.parse_args(list(argv))
     if args.table:
         print(markdown_table())
         return 0
-    try:
-        worlds = [int(w) for w in str(args.world_size).split(",")]
-    except ValueError:
-        parser.error(f"--world-size: not a comma list of integers: {args.world_size!r}")
     if args.mlperf:
+        args.model = args.model or str(SIZES_DEFAULTS["model"])
         if args.model not in models.MLPERF_V3:
             parser.error(
                 f"--mlperf: {args.model} is none of MLPerf Storage v3.0's checkpointing models "
                 f"({', '.join(models.MLPERF_V3)})"
             )
-        worlds = [models.MLPERF_V3[args.model].processes]
-        args.dtype = models.DtypeProfile.MLPERF.value
-    spec = models.ModelSpec(
-        args.model,
-        args.layers,
-        args.vocab,
-        models.Optimizer(args.optimizer),
-        models.DtypeProfile(args.dtype),
-    )
     try:
-        reports = [models.model_sizes(spec, n) for n in worlds]
+        cells = configs(plan, args)
+        reports = [_sized(c) for c in cells]
+    except UsageError as exc:
+        print(f"ckptbench sizes: {exc}", file=sys.stderr)
+        return 2
     except models.ModelError as exc:
         field, _, reason = str(exc).partition(": ")
-        option = "--world-size" if field == "world_size" else f"--{field}"
+        option = options.OPTION_OF.get(field, f"--{field}")
         print(f"ckptbench sizes: {option}: {reason}", file=sys.stderr)
         return 2
-    backend = Backend(args.backend)
     if args.json:
-        out = [as_dict(s, args.async_save, backend) for s in reports]
+        out = [as_dict(s, c) for s, c in zip(reports, cells, strict=True)]
         if args.mlperf:
             out[0]["mlperf_v3"] = mlperf_v3(reports[0])
         print(json.dumps(out, indent=1))
     else:
-        text = "\n\n".join(describe(s, args.async_save, backend) for s in reports)
+        text = "\n\n".join(describe(s, c) for s, c in zip(reports, cells, strict=True))
         if args.mlperf:
             v3 = mlperf_v3(reports[0])
             text += (
@@ -107,6 +150,13 @@ def main(argv: Sequence[str]) -> int:
             )
         print(text)
     return 0
+
+
+def _sized(config: WorkloadConfig) -> models.ModelSizes:
+    sized = config.model_sizes()
+    if sized is None:  # --model has a default here; an empty one is refused by its parser
+        raise UsageError("--model: sizes needs a model preset")
+    return sized
 
 
 def mlperf_v3(s: models.ModelSizes) -> dict[str, float | int]:
@@ -121,29 +171,8 @@ def mlperf_v3(s: models.ModelSizes) -> dict[str, float | int]:
     }
 
 
-def memory_of(
-    s: models.ModelSizes, async_save: bool, backend: Backend = Backend.GCS
-) -> memory_plan.MemoryEstimate:
-    """The memory plan of ``ckptbench run``'s defaults (8 threads, 32 MiB parts) on ``backend``."""
-    tensors = memory_plan.model_tensor_sizes(s.spec, s.world_size)
-    return memory_plan.estimate(
-        memory_plan.RankLoad(
-            backend=backend,
-            shard_bytes=s.largest_rank_bytes,
-            largest_item_bytes=s.largest_item_bytes,
-            async_save=async_save,
-            metadata_bytes=s.metadata_bytes,
-            model=True,
-            copied_bytes=memory_plan.copied_bytes(tensors),
-            heap_bytes=memory_plan.heap_bytes(tensors),
-            heap_item_bytes=memory_plan.largest_heap_item(tensors),
-        )
-    )
-
-
-def as_dict(
-    s: models.ModelSizes, async_save: bool, backend: Backend = Backend.GCS
-) -> dict[str, object]:
+def as_dict(s: models.ModelSizes, config: WorkloadConfig) -> dict[str, object]:
+    mem = config.memory_estimate()
     return {
         "model": s.spec.preset,
         "layers": s.spec.arch.n_layers,
@@ -163,13 +192,18 @@ def as_dict(
         "stored_items": s.stored_items,
         "empty_shards": s.empty_shards,
         "metadata_bytes_estimate": s.metadata_bytes,
-        "memory_backend": backend.value,
-        "memory_peak_bytes_estimate": memory_of(s, async_save, backend).peak_bytes,
+        "memory_backend": config.backend.value,
+        # What the estimate was made for: every setting it reads that acts here.
+        "memory_settings": {k: v for k, v in config.record().items() if k in memory_plan.READS},
+        "memory_peak_bytes_estimate": mem.peak_bytes,
+        "memory_staging_bytes_estimate": mem.staging_bytes,
+        "memory_checkpointer_bytes_estimate": mem.checkpointer_bytes,
+        "memory_train_bytes_estimate": mem.train_bytes,
     }
 
 
-def describe(s: models.ModelSizes, async_save: bool, backend: Backend = Backend.GCS) -> str:
-    mem = memory_of(s, async_save, backend)
+def describe(s: models.ModelSizes, config: WorkloadConfig) -> str:
+    mem = config.memory_estimate()
     rows = [
         ("model", s.spec.describe()),
         ("world size", f"{s.world_size} ranks, Shard(0) by torch.chunk"),
@@ -199,11 +233,39 @@ def describe(s: models.ModelSizes, async_save: bool, backend: Backend = Backend.
         (".metadata", f"about {format_bytes(s.metadata_bytes)} (estimate), read by every rank"),
         (
             "memory per rank",
-            f"about {format_bytes(mem.peak_bytes)} on {backend.value}: {mem.breakdown()}",
+            f"about {format_bytes(mem.peak_bytes)} on {config.backend.value}: {mem.breakdown()}",
         ),
+        *_saving_rows(config, mem),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _saving_rows(config: WorkloadConfig, mem: memory_plan.MemoryEstimate) -> list[tuple[str, str]]:
+    """The save mode's share of the estimate: the staging copy and the checkpointer process."""
+    mode = config.saving
+    stager = f", stager {config.stager.value}" if mode.is_async else ""
+    if config.stager is Stager.DEFAULT and config.staging_shared_memory and mode.is_async:
+        stager += " into shared memory"
+    staging = (
+        f"{format_bytes(mem.staging_bytes)} while a save is staged or uploading"
+        if mem.staging_bytes
+        else "none (a sync save writes from the state itself)"
+    )
+    checkpointer = (
+        f"{format_bytes(mem.checkpointer_bytes)} more, a second process per rank (its own "
+        "interpreter, torch, storage client and write buffers)"
+        if mem.checkpointer_bytes
+        else "none (the upload runs in the rank's process)"
+    )
+    rows = [
+        ("save mode", f"{mode.value}{stager}"),
+        ("staging copy", staging),
+        ("checkpointer", checkpointer),
+    ]
+    if mem.train_bytes:
+        rows.append(("training step", f"{format_bytes(mem.train_bytes)} (three matrices)"))
+    return rows
 
 
 def markdown_table() -> str:

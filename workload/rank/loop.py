@@ -72,10 +72,18 @@ class _Loop(Operations):
                 if self.distributed:
                     # The async save's collectives run on a background thread; its own group
                     # keeps them from ever interleaving with this thread's barriers.
+                    # On a restore onto more ranks, the saving ranks' only (every rank makes
+                    # it: creating a group is collective).
+                    savers = None
+                    if config.rank_count != config.world_size:
+                        savers = list(range(config.world_size))
                     self.save_group = dist.new_group(
-                        backend="gloo", timeout=as_timedelta(config.collective_timeout_seconds)
+                        ranks=savers,
+                        backend="gloo",
+                        timeout=as_timedelta(config.collective_timeout_seconds),
                     )
-                self.saver = saving.Saver(config, self.save_group)
+                if config.saves:
+                    self.saver = saving.Saver(config, self.save_group)
             # One storage client for the whole run, made and authenticated before any timing.
             self.session = self._step("open storage", lambda: backends.open_session(config))
             # The shard is handed over in a one-element list so that no frame of ours keeps the
@@ -281,9 +289,11 @@ class _Loop(Operations):
             host=socket.gethostname(),
             bytes=self.config.shard_bytes,
             load_bytes=self.load_bytes,
-            save=self.saves.timing(),
+            # A rank that saved nothing (a restore onto more ranks adds ranks that only load)
+            # kept in step through the save and delete brackets but records neither.
+            save=self.saves.timing() if self.config.saves else None,
             load=self.loads.timing(),
-            delete=self.deletes.timing(),
+            delete=self.deletes.timing() if self.config.saves else None,
             train=self.train,
             checkpointer_peak_rss_bytes=self.saver.checkpointer_peak_rss if self.saver else None,
             verified=verified if self.config.verify else None,

@@ -82,17 +82,23 @@ def dataloader_state(seed: int, rank: int) -> bytes:
 
 
 def small_items(spec: models.ModelSpec, seed: int, saved_world: int, rank: int) -> dict[str, Any]:
-    """The small items ``rank`` holds, for a checkpoint saved by ``saved_world`` ranks."""
+    """The small items ``rank`` holds, for a checkpoint saved by ``saved_world`` ranks.
+
+    A rank past ``saved_world`` (a restore onto more ranks) has no dataloader state of its own
+    in the checkpoint, as a torchtitan job restarted on more ranks has none for its new ones.
+    """
     if not models.has_small_items(spec):
         return {}
     step = train_step(seed)
-    return {
+    items: dict[str, Any] = {
         "lr_scheduler.last_epoch": step,
         "train_state.step": step,
         "train_state.ntokens_seen": step * TOKENS_PER_STEP,
         "dataloader.world_size": saved_world,
-        models.dataloader_key(rank): dataloader_state(seed, rank),
     }
+    if rank < saved_world:
+        items[models.dataloader_key(rank)] = dataloader_state(seed, rank)
+    return items
 
 
 @functools.lru_cache(maxsize=8)
@@ -136,14 +142,30 @@ def fill_slice(out: torch.Tensor, seed: int, key: str, start: int) -> torch.Tens
 
 
 @functools.lru_cache(maxsize=4)
-def _mesh(size: int, world_size: int) -> DeviceMesh:
-    """A 1-D CPU mesh over the first ``size`` ranks, made once (each one creates gloo groups).
+def _mesh(size: int, ranks: int) -> DeviceMesh:
+    """A 1-D CPU mesh over the first ``size`` of the run's ``ranks`` ranks, made once (each one
+    creates gloo groups).
 
     Every rank must make it, members or not: creating its groups is collective.
     """
-    if size == world_size:
+    if size == ranks:
         return init_device_mesh("cpu", (size,))
     return DeviceMesh("cpu", list(range(size)))
+
+
+def _save_mesh(config: WorkloadConfig) -> DeviceMesh:
+    """The saving ranks' mesh: the first ``world_size`` of the run's ranks."""
+    return _mesh(config.world_size, config.rank_count)
+
+
+def save_group(config: WorkloadConfig) -> Any:
+    """The process group DCP saves with: None (every rank) unless a restore onto more ranks
+    added ranks that do not save; then the saving ranks' own group, which only they may use."""
+    if config.rank_count == config.world_size:
+        return None
+    if not config.saves:
+        raise ValueError(f"rank {config.rank} does not save (world_size {config.world_size})")
+    return _save_mesh(config).get_group()
 
 
 def _load_view(config: WorkloadConfig) -> WorkloadConfig | None:
@@ -151,7 +173,8 @@ def _load_view(config: WorkloadConfig) -> WorkloadConfig | None:
 
     With ``load_world_size`` M < N, the first M ranks reshard the N-rank checkpoint into M pieces
     (DCP reads each saved chunk overlapping a rank's new rows and narrows it); the others take
-    part in the load's collectives with nothing to read.
+    part in the load's collectives with nothing to read. With M > N the run has M ranks: all of
+    them load their rows of the M-rank mesh, the last M - N having saved nothing.
     """
     m = config.load_world_size
     if m is None or m == config.world_size:
@@ -187,20 +210,26 @@ def _step_value(config: WorkloadConfig, key: str) -> torch.Tensor:
 
 
 def build_state(config: WorkloadConfig) -> dict[str, Any]:
-    """This rank's state: its rows of every sharded tensor, every replicated item."""
-    return _state(config, _mesh(config.world_size, config.world_size), fill=True)
+    """This rank's state: its rows of every sharded tensor, every replicated item; nothing on a
+    rank that does not save (a restore onto more ranks), which still makes the saving mesh."""
+    mesh = _save_mesh(config)
+    if not config.saves:
+        return {}
+    return _state(config, mesh, fill=True, saved_world=config.world_size)
 
 
 def empty_template(config: WorkloadConfig) -> dict[str, Any]:
     """The keys and local shapes this rank loads (in the load world), uninitialised."""
     view = _load_view(config)
-    mesh = _mesh(config.load_world_size or config.world_size, config.world_size)
+    mesh = _mesh(config.load_world_size or config.world_size, config.rank_count)
     if view is None:
         return {}
-    return _state(view, mesh, fill=False)
+    return _state(view, mesh, fill=False, saved_world=config.world_size)
 
 
-def _state(config: WorkloadConfig, mesh: DeviceMesh, *, fill: bool) -> dict[str, Any]:
+def _state(
+    config: WorkloadConfig, mesh: DeviceMesh, *, fill: bool, saved_world: int
+) -> dict[str, Any]:
     spec = _spec(config)
     out: dict[str, Any] = {}
     for t in models.state_tensors(spec):
@@ -214,7 +243,7 @@ def _state(config: WorkloadConfig, mesh: DeviceMesh, *, fill: bool) -> dict[str,
             out[t.key] = _step_value(config, t.key) if fill else value
     for key in models.param_group_keys(spec):
         out[key] = PARAM_GROUP_VALUES[key.rsplit(".", 1)[1]] if fill else _UNREAD
-    for key, value in small_items(spec, config.seed, config.world_size, config.rank).items():
+    for key, value in small_items(spec, config.seed, saved_world, config.rank).items():
         out[key] = value if fill else _UNREAD
     return out
 

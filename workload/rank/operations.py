@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.contract.choices import CacheMode, SaveMode, Strategy
+from ckptbench.workload.contract.choices import CacheMode, Strategy
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results.rank import OpTiming, TrainTiming
 from ckptbench.workload.rank import full, saving, state
@@ -133,18 +133,21 @@ class Operations:
 
         def save() -> timing.Phases:
             nonlocal times
+            if not self.config.saves:
+                # A rank a restore onto more ranks added: outside the saving group, it only
+                # waits at the brackets; its save is not recorded (loop._result).
+                return timing.Phases(planning=0.0, io=0.0)
             if self.config.strategy is Strategy.FULL:
                 return full.save(self.config, session, checkpoint_id, shard)
             if self.saver is not None:
                 in_flight = self.saver.start(shard, writer)
                 times = in_flight.wait(self.config.collective_timeout_seconds)
-                if self.saver.mode is SaveMode.PROCESS:
+                if times.checkpointer is not None:
                     # The upload ran in the checkpointer process, on a pickled copy of the
-                    # writer: its storage calls are timed there, out of this rank's sight. Its
-                    # I/O here is the background time, which bounds it from above.
-                    return timing.Phases(planning=0.0, io=times.background)
+                    # writer, which timed its storage calls there and reported them.
+                    return times.checkpointer
             else:
-                dcp_save(shard, storage_writer=writer)
+                dcp_save(shard, storage_writer=writer, process_group=state.save_group(self.config))
             return writer.phases
 
         try:
@@ -292,7 +295,7 @@ class Operations:
     def _agree(self, error: BaseException | None, what: str) -> None:
         """A barrier that also tells every rank whether any rank failed, and the lowest one."""
         if self.distributed:
-            world = self.config.world_size
+            world = self.config.rank_count
             failed = 1 if error is not None else 0
             flags = torch.tensor([failed, failed * (world - self.config.rank)], dtype=torch.int64)
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)

@@ -83,7 +83,7 @@ def init_process_group(
             store = dist.TCPStore(  # type: ignore[attr-defined]
                 host,
                 port,
-                world_size=config.world_size,
+                world_size=config.rank_count,
                 is_master=is_master,
                 timeout=datetime.timedelta(seconds=remaining),
                 wait_for_workers=True,
@@ -101,7 +101,7 @@ def init_process_group(
         backend="gloo",
         store=store,
         rank=config.rank,
-        world_size=config.world_size,
+        world_size=config.rank_count,
         timeout=datetime.timedelta(seconds=config.collective_timeout_seconds),
     )
 
@@ -132,7 +132,7 @@ def _expired(
 ) -> RendezvousTimeout:
     waited = time.monotonic() - started
     who = (
-        f"not all {config.world_size} ranks reached rank 0's store"
+        f"not all {config.rank_count} ranks reached rank 0's store"
         if config.rank == 0
         else "rank 0 did not answer"
     )

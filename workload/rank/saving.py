@@ -15,12 +15,18 @@ An async save is timed from the caller's side (docs/measurement.md, "Async saves
 - ``background``: from the return until the upload is durable. The upload's result is always
   checked: a failed or missing upload fails the sample, it never passes as a fast save.
 
+A ``process`` save's storage phases (planning, I/O, finish) are those the checkpointer process
+timed in its copy of the writer and reported (:mod:`ckptbench.workload.storage.timing`), read
+here once the upload is durable.
+
 Completion times are taken by callbacks on the futures, so a caller that waits later (the
 training step runs in between) still gets when the upload ended, not when it looked.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -38,8 +44,8 @@ from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_asyn
 from ckptbench.workload.contract.choices import SaveMode, Stager
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.rank.failures import AsyncSaveError
-from ckptbench.workload.rank.process import memory
-from ckptbench.workload.storage import torch_seam
+from ckptbench.workload.rank.process import checkpointer_log, memory
+from ckptbench.workload.storage import timing, torch_seam
 
 CHECKPOINTERS = {
     SaveMode.THREAD: AsyncCheckpointerType.THREAD,
@@ -54,6 +60,9 @@ class SaveTimes:
     stall: float
     staging: float | None
     background: float
+    # save_mode process: the phases the checkpointer process timed in its copy of the writer
+    # (timing.TimedWriter.checkpointer_phases); None for a thread save.
+    checkpointer: timing.Phases | None = None
 
 
 class _Completion:
@@ -72,8 +81,17 @@ class _Completion:
 class InFlight:
     """An async save that has returned to the caller and may still be uploading."""
 
-    def __init__(self, response: Any, called_at: float, returned_at: float) -> None:
+    def __init__(
+        self,
+        response: Any,
+        called_at: float,
+        returned_at: float,
+        reporter: timing.TimedWriter | None = None,
+    ) -> None:
         self.called_at = called_at
+        # The writer whose copy in the checkpointer process reports its timing (process saves).
+        self.reporter = reporter
+        self._reported: timing.Phases | None = None
         self.returned_at = returned_at  # taken before anything waits: the stall ends here
         # dcp.async_save returns the upload future, or an AsyncSaveResponse with a staging future
         # too when the stager copies apart from the call.
@@ -92,7 +110,22 @@ class InFlight:
 
     def wait(self, timeout: float) -> SaveTimes:
         """Wait until durable and check the upload's result; raise :class:`AsyncSaveError` if it
-        failed, returned something other than DCP's Metadata, or did not end within ``timeout``."""
+        failed, returned something other than DCP's Metadata, or did not end within ``timeout``.
+        A process save's timing is then read from the checkpointer process's report (missing:
+        :class:`timing.CheckpointerReportMissing`)."""
+        try:
+            times = self._durable(timeout)
+        except BaseException:
+            if self.reporter is not None:
+                self.reporter.discard_report()
+            raise
+        if self.reporter is None:
+            return times
+        if self._reported is None:  # the report is read (and removed) once
+            self._reported = self.reporter.checkpointer_phases()
+        return dataclasses.replace(times, checkpointer=self._reported)
+
+    def _durable(self, timeout: float) -> SaveTimes:
         try:
             metadata = self.upload.result(timeout=timeout)
         except TimeoutError as exc:
@@ -128,8 +161,12 @@ class Saver:
         self.checkpointer_peak_rss: int | None = None  # read as the checkpointer is stopped
         if self.mode.is_async and config.stager is Stager.DEFAULT:
             self.stager = DefaultStager(staging_options(config))
+        if self.mode is SaveMode.PROCESS:
+            # Inherited by the checkpointer process, started on the first save: it logs into
+            # the rank's log at the rank's level, not DCP's INFO lines.
+            checkpointer_log.hand_down(os.environ)
 
-    def start(self, shard: Any, writer: Any) -> InFlight:
+    def start(self, shard: Any, writer: timing.TimedWriter) -> InFlight:
         """Call dcp.async_save; the stall is taken as it returns, before any wait."""
         called_at = time.perf_counter()
         response = dcp_async_save(
@@ -139,7 +176,9 @@ class Saver:
             async_checkpointer_type=CHECKPOINTERS[self.mode],
             async_stager=self.stager,
         )
-        return InFlight(response, called_at, time.perf_counter())
+        returned_at = time.perf_counter()
+        reporter = writer if self.mode is SaveMode.PROCESS else None
+        return InFlight(response, called_at, returned_at, reporter)
 
     def checkpointer_pid(self) -> int | None:
         """The process checkpointer's process id, once the first process save started it."""

@@ -85,6 +85,14 @@ def build_state(config: WorkloadConfig) -> dict[str, Any]:
     return {tensor_name(i): expected_tensor(config, i) for i in config.held_indices()}
 
 
+def save_group(config: WorkloadConfig) -> Any:
+    """The process group this rank's DCP save runs in: None for every rank of the run, or the
+    saving ranks' own when a restore onto more ranks added ranks that only load."""
+    if config.model is not None:
+        return model_state.save_group(config)
+    return None
+
+
 def empty_template(config: WorkloadConfig) -> dict[str, Any]:
     """Uninitialised tensors of this rank's keys, for DCP to load into in place."""
     if config.model is not None:

@@ -107,7 +107,7 @@ def _run(config: WorkloadConfig, after_save: AfterSave | None) -> int:
         return EXIT_CONFIG
     if config.rank == 0:
         say(
-            f"{config.world_size} rank(s), {config.describe_state()}, "
+            f"{config.describe_ranks()}, {config.describe_state()}, "
             f"backend {config.backend.value}, "
             f"{sizes.format_bytes(config.total_bytes)} in all, "
             f"{sizes.format_bytes(config.shard_bytes)} on rank 0"
@@ -269,7 +269,7 @@ def _gather(
     result: RankResult, config: WorkloadConfig, say: Callable[[str], None]
 ) -> list[RankResult]:
     mine = result.model_dump_json()
-    gathered: list[object] | None = [None] * config.world_size if config.rank == 0 else None
+    gathered: list[object] | None = [None] * config.rank_count if config.rank == 0 else None
     try:
         dist.gather_object(mine, gathered, dst=0)
     except Exception as exc:
@@ -288,7 +288,7 @@ def _write_summary(
     say: Callable[[str], None],
     attempts: int,
 ) -> RunSummary:
-    summary = summarize(results, config.world_size, config.total_bytes)
+    summary = summarize(results, config.world_size, config.total_bytes, config.load_world_size)
     summary = summary.model_copy(update={"extra": env})
     url = f"{config.results_path}/summary.json"
     try:

@@ -11,14 +11,26 @@ wrap any writer or reader and record, for one operation on this rank:
 - ``finish``: ``finish`` (the coordinator's ``.metadata`` write; zero on other ranks).
 
 The loop keeps the collective time (barrier to barrier) around the whole operation.
+
+DCP's process checkpointer (``save_mode`` process) writes from a second process, with a pickled
+copy of the writer: the copy times its calls there and hands them back through a small report
+file (:class:`CheckpointerReport`), with the bytes it sent, which the rank reads once the upload
+is durable (:meth:`TimedWriter.checkpointer_phases`). The report is complete before DCP's save
+returns in that process, so before the rank sees the upload done: data I/O ends in a callback
+DCP waits for, and the coordinator's ``finish`` runs before the save returns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import json
 import os
+import tempfile
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
@@ -109,8 +121,85 @@ class _Timed(Generic[S]):
         return False
 
 
+@dataclass(frozen=True)
+class CheckpointerReport:
+    """What the checkpointer process's copy of a writer measured of one save, in seconds."""
+
+    planning: float
+    io: float
+    finish: float
+    sent_bytes: int  # what that process sent to storage during the save
+
+    def phases(self) -> Phases:
+        return Phases(planning=self.planning, io=self.io, finish=self.finish)
+
+
+class CheckpointerReportMissing(RuntimeError):
+    """The checkpointer process wrote no timing for a save it reported durable."""
+
+
+def _report_folder() -> Path:
+    # Python's temporary folder: a writable emptyDir in a pod (its root filesystem is
+    # read-only), shared by the rank and its checkpointer process, which run in one container.
+    return Path(tempfile.gettempdir())
+
+
 class TimedWriter(_Timed[StorageWriter], StorageWriter):
     """A StorageWriter that times the calls DCP makes on ``inner`` and forwards them unchanged."""
+
+    _report_path: Path | None = None  # set when pickled: where the copy reports its timing
+    _reporting = False  # this is the copy, in the process it was sent to
+    _sent_at_io: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled for DCP's process checkpointer with every process save: the copy reports its
+        # timing to this file, which this writer reads once the save is durable.
+        if self._report_path is None:
+            name = f"ckptbench-save-timing-{os.getpid()}-{uuid.uuid4().hex}.json"
+            self._report_path = _report_folder() / name
+        return {"inner": self.inner, "report_path": self._report_path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.inner = state["inner"]
+        self._clock = _Clock()
+        self._report_path = state["report_path"]
+        self._reporting = True
+
+    def _report(self) -> None:
+        """In the checkpointer process: write what this save measured so far, atomically."""
+        if not self._reporting or self._report_path is None or self.phases.io is None:
+            return
+        sent = traffic.TRAFFIC.sent - (self._sent_at_io or 0)
+        report = CheckpointerReport(
+            self.phases.planning or 0.0, self.phases.io, self.phases.finish, sent
+        )
+        partial = self._report_path.with_suffix(".partial")
+        partial.write_text(json.dumps(asdict(report)))
+        os.replace(partial, self._report_path)
+
+    def checkpointer_phases(self) -> Phases:
+        """In the rank, once a process save is durable: the phases the checkpointer process
+        measured, its bytes sent added to this process's count. The report is then removed."""
+        path = self._report_path
+        if path is None:
+            raise CheckpointerReportMissing(
+                "the writer was never sent to a checkpointer process: nothing was timed there"
+            )
+        try:
+            report = CheckpointerReport(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError) as exc:
+            raise CheckpointerReportMissing(
+                f"the checkpointer process left no timing of this save in {path}: {exc}"
+            ) from exc
+        finally:
+            self.discard_report()
+        traffic.TRAFFIC.add_sent(report.sent_bytes)
+        return report.phases()
+
+    def discard_report(self) -> None:
+        if self._report_path is not None:
+            with contextlib.suppress(OSError):
+                self._report_path.unlink()
 
     def storage_meta(self) -> StorageMeta | None:
         self._clock.touch()
@@ -127,10 +216,19 @@ class TimedWriter(_Timed[StorageWriter], StorageWriter):
         return self.inner.prepare_global_plan(plans)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
+        self._sent_at_io = traffic.TRAFFIC.sent
         started = self._clock.io_started()
         future = self.inner.write_data(plan, planner)
-        future.add_done_callback(lambda _: self._clock.io_done(started))
-        return future
+
+        def done(written: Future[list[WriteResult]]) -> list[WriteResult]:
+            # DCP waits for the future returned here, so the I/O time is taken (and, in the
+            # checkpointer process, reported) before DCP goes on; a failed write still raises.
+            self._clock.io_done(started)
+            self._report()
+            return written.value()
+
+        chained: Future[list[WriteResult]] = future.then(done)
+        return chained
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         started = time.perf_counter()
@@ -138,6 +236,7 @@ class TimedWriter(_Timed[StorageWriter], StorageWriter):
             self.inner.finish(metadata, results)
         finally:
             self.phases.finish = time.perf_counter() - started
+            self._report()
 
 
 class _TimedStagingWriter(TimedWriter, AsyncStager):

@@ -17,7 +17,7 @@ import pickle
 import struct
 import warnings
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
@@ -355,3 +355,26 @@ def stop_checkpoint_process(timeout: float = 10.0) -> None:
         if child.is_alive():
             child.terminate()
             child.join(timeout=timeout)
+
+
+# torch 2.13.0: the checkpointer process's first act (``_checkpointing_subprocess``) is
+# ``_init_logger(rank)`` (torch.distributed.checkpoint.logger): the ROOT logger set to INFO with a
+# handler of its own on stderr, so every INFO record of every library in that process prints, and
+# DCP's own say a dozen lines a save ("Waiting for checkpoint save request...", "Completed
+# checkpoint save request ..."). It takes no argument, reads no variable, and logs on the root
+# logger, not a named one that could be turned down. The executor looks the function up in its
+# module's globals when the process starts, so a replacement set there before is the one it calls.
+
+
+def replace_checkpointer_logger_init(init: Callable[[int], None]) -> None:
+    """Have DCP's checkpointer process call ``init(rank)`` instead of configuring the root logger
+    itself; to take effect, call it in that process before it starts serving (its main module's
+    import, :mod:`ckptbench.workload.rank.process.checkpointer_log`)."""
+    from torch.distributed.checkpoint import _async_process_executor as executor
+
+    if not callable(getattr(executor, "_init_logger", None)):
+        raise RuntimeError(
+            "torch.distributed.checkpoint._async_process_executor has no _init_logger: "
+            "written for torch 2.13.0, see torch_seam.py"
+        )
+    setattr(executor, "_init_logger", init)  # noqa: B010 (a private name, set on purpose)

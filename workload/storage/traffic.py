@@ -127,6 +127,16 @@ class CountingFileSystem:
             raise AttributeError(name)
         return getattr(self.inner, name)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # DCP's process checkpointer receives the writer pickled: the copy counts into the
+        # counter of the process it writes from (a lock does not pickle, and this process's
+        # counter would not see the bytes anyway; timing.py brings them back).
+        return {"inner": self.inner}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.inner = state["inner"]
+        self._traffic = TRAFFIC
+
     @contextmanager
     def create_stream(self, path: Any, mode: str) -> Iterator[CountingStream]:
         with self.inner.create_stream(path, mode) as stream:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 from ckptbench.workload.contract.checkpoint import models, sizes
 from ckptbench.workload.contract.checkpoint.sizes import format_bytes
-from ckptbench.workload.contract.choices import Backend, SaveMode, Strategy
+from ckptbench.workload.contract.choices import Backend, SaveMode, Stager, Strategy
 from ckptbench.workload.contract.quantity import quantity
 from ckptbench.workload.contract.settings import TRAIN_TARGET_MATRIX_MAX, BenchmarkSettings
 
@@ -169,6 +169,32 @@ class MemoryEstimate:
         )
 
 
+# The settings :func:`rank_load` reads (tests/test_memory_plan.py records what it reads and fails
+# when this drifts): ``ckptbench sizes`` takes each as an option, from its declaration.
+READS: tuple[str, ...] = (
+    "backend",
+    "world_size",
+    "layer_size",
+    "padding_size",
+    "model",
+    "layers",
+    "vocab",
+    "optimizer",
+    "dtype",
+    "load_world_size",
+    "strategy",
+    "async_save",
+    "save_mode",
+    "stager",
+    "staging_shared_memory",
+    "train_every",
+    "train_matrix",
+    "train_step_ms",
+    "threads",
+    "part_size_bytes",
+)
+
+
 def rank_load(config: BenchmarkSettings) -> RankLoad:
     """What rank 0 (the largest rank under either layout's dealing) holds, from its config."""
     sized, spec = config.model_sizes(), config.model_spec
@@ -176,7 +202,8 @@ def rank_load(config: BenchmarkSettings) -> RankLoad:
         largest, item = sized.largest_rank_bytes, sized.largest_item_bytes
         tensors = model_tensor_sizes(spec, config.world_size)
         if config.load_world_size is not None:
-            # A resharding load gives each of fewer ranks more rows.
+            # A resharding load gives each of fewer ranks more rows, each of more ranks fewer;
+            # rank 0 both saves and loads, so it is planned for the larger of the two.
             loaded = models.model_sizes(spec, config.load_world_size)
             largest = max(largest, loaded.largest_rank_bytes)
             item = max(item, loaded.largest_item_bytes)
@@ -197,7 +224,8 @@ def rank_load(config: BenchmarkSettings) -> RankLoad:
         largest_item_bytes=item,
         async_save=config.async_save,
         save_mode=config.saving,
-        staged_in_shared_memory=config.staging_shared_memory,
+        # Only DCP's DefaultStager stages into shared memory (the option needs it).
+        staged_in_shared_memory=config.stager is Stager.DEFAULT and config.staging_shared_memory,
         train_bytes=train_bytes(config),
         metadata_bytes=metadata,
         model=spec is not None,

@@ -103,8 +103,9 @@ def span_seconds(timings: Sequence[RankOp]) -> list[float] | None:
 # -- per operation -------------------------------------------------------------------------------
 
 
-def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | None:
-    """One operation across the ranks that timed it."""
+def summarize_op(timings: Sequence[RankOp], total_bytes: int, idle: int = 0) -> OpSummary | None:
+    """One operation across the ranks that timed it; ``idle`` ranks took no part (they are
+    counted among the ranks left out)."""
     if not timings:
         return None
     per_sample = collective_seconds(timings)
@@ -157,7 +158,7 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int) -> OpSummary | Non
         throughput_bytes_per_second_ci=rate_interval(total_bytes, mean_ci),
         min_rank_throughput_bytes_per_second=min(rates),
         median_rank_throughput_bytes_per_second=stats.percentile(rates, 50),
-        ranks_left_out=len(timings) - len(moving),
+        ranks_left_out=len(timings) - len(moving) + idle,
         slowest_rank=slowest.rank,
         slowest_rank_seconds=slowest.timing.io.mean,
         fastest_rank_seconds=fastest.timing.io.mean,
@@ -328,10 +329,23 @@ def checkpointer_peak_rss(results: Sequence[RankResult]) -> int | None:
     return max(peaks) if peaks else None
 
 
-def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) -> RunSummary:
-    """Aggregate the ranks' results into the run's summary."""
-    by_rank = {r.rank: r for r in results if 0 <= r.rank < world_size}
-    missing = [rank for rank in range(world_size) if rank not in by_rank]
+def idle_ranks(results: Sequence[RankResult], op: Operation) -> int:
+    """Ranks that took no part in ``op``: no timing of it, and no bytes to move in it (a restore
+    onto more ranks adds ranks that save, and so delete, nothing)."""
+    return sum(1 for r in results if getattr(r, op) is None and moved_bytes(r, op) == 0)
+
+
+def summarize(
+    results: Sequence[RankResult],
+    world_size: int,
+    total_bytes: int,
+    load_world_size: int | None = None,
+) -> RunSummary:
+    """Aggregate the ranks' results into the run's summary: ``max(world_size,
+    load_world_size)`` ranks are expected (the second when a restore is onto more ranks)."""
+    ranks = max(world_size, load_world_size or 0)
+    by_rank = {r.rank: r for r in results if 0 <= r.rank < ranks}
+    missing = [rank for rank in range(ranks) if rank not in by_rank]
     ordered = [by_rank[rank] for rank in sorted(by_rank)]
     errors = [RankError(rank=r.rank, host=r.host, error=r.error) for r in ordered if r.error]
     verdicts = [r.verified for r in ordered]
@@ -342,13 +356,14 @@ def summarize(results: Sequence[RankResult], world_size: int, total_bytes: int) 
     else:
         verified = None
     procedure = ordered[0].procedure if ordered else Procedure.CKPTBENCH
-    save = summarize_op(rank_ops(ordered, "save"), total_bytes)
+    save = summarize_op(rank_ops(ordered, "save"), total_bytes, idle_ranks(ordered, "save"))
     loads = rank_ops(ordered, "load")
     load = with_parity_figures(summarize_op(loads, total_bytes), loads)
-    delete = summarize_op(rank_ops(ordered, "delete"), total_bytes)
+    delete = summarize_op(rank_ops(ordered, "delete"), total_bytes, idle_ranks(ordered, "delete"))
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
     return RunSummary(
         world_size=world_size,
+        load_world_size=load_world_size,
         ranks_reported=len(ordered),
         missing_ranks=missing[:_MISSING_LISTED],
         missing_rank_count=len(missing),

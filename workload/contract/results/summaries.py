@@ -52,7 +52,8 @@ class OpSummary(BaseModel):
     Every field is computed in :mod:`ckptbench.workload.contract.results.figures` and defined in
     docs/measurement.md. Per-rank figures come from each rank's own I/O time, measured inside the
     storage layer (barrier-to-barrier time is the same on every rank), over the ranks that moved
-    bytes: a resharding load's ranks outside the load world read nothing and are left out.
+    bytes: a resharding load's ranks outside the load world read nothing and are left out, as
+    are the ranks a restore onto more ranks adds from the save and the delete.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -90,8 +91,9 @@ class OpSummary(BaseModel):
         0,
         ge=0,
         description="Ranks that moved no bytes (a resharding load's ranks outside the load "
-        "world), left out of the per-rank figures: min and median per-rank throughput, slowest "
-        "and fastest rank.",
+        "world; on a restore onto more ranks, the save's and delete's ranks past worldSize, "
+        "which record neither), left out of the per-rank figures: min and median per-rank "
+        "throughput, slowest and fastest rank.",
     )
     slowest_rank: int = Field(description="The rank with the largest mean I/O seconds.")
     slowest_rank_seconds: float = Field(description="The slowest rank's mean I/O seconds.")
@@ -237,7 +239,12 @@ class RunSummary(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     v: int = SCHEMA_VERSION
-    world_size: int
+    world_size: int = Field(description="Ranks that saved (worldSize).")
+    load_world_size: int | None = Field(
+        None,
+        description="Ranks that loaded, resharding, when set (loadWorldSize); above world_size "
+        "the run had that many ranks, the last ones saving nothing.",
+    )
     ranks_reported: int
     missing_ranks: list[int] = Field(
         default_factory=list, description="Ranks that did not report (at most the first 20)."
@@ -300,9 +307,14 @@ class RunSummary(BaseModel):
     )
 
     @property
+    def rank_count(self) -> int:
+        """The ranks the run had: world_size, or load_world_size when larger."""
+        return max(self.world_size, self.load_world_size or 0)
+
+    @property
     def succeeded(self) -> bool:
         return (
-            self.ranks_reported == self.world_size
+            self.ranks_reported == self.rank_count
             and self.error_count == 0
             and self.verified is not False
             and self.save is not None
