@@ -3,7 +3,11 @@ latency (CheckpointBenchmark created -> JobSet exists) of the real operator agai
 
 Targets: aggregation < 1 s at every size (100,000 ranks included), status < 256 KiB. One row per
 world size: median, best and worst of the repeats, and the cost per rank, which stays flat when
-the aggregation is linear. The 100,000-rank row holds ~2 GB of pods and takes minutes.
+the aggregation is linear; beside it, the part of it spent reading the termination messages
+(JSON parsed and every number bounded, rank.py). Each rank's message is what a worker writes
+(harness/rank_pods.py: save, load and delete with their samples, resources; ~3.6 KiB), and the
+pods are decoded afresh for each repeat, in name order, as the operator's list call gives them.
+The 100,000-rank row holds ~3 GB of pods and takes minutes.
 
     .venv/bin/python bench/bench_operator.py [--ranks 1000 10000 100000] [--repeats 5]
         [--creations 5] [--status-only]
@@ -31,7 +35,8 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status.compute import compute_status
 from ckptbench.workload.contract.checkpoint import sizes
-from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.contract.results.rank import RankResult
+from harness import rank_pods
 from harness.kmock_cluster import Client, running_emulator, write_kubeconfig
 from harness.operator_process import Operator, wait_for
 
@@ -39,44 +44,18 @@ AGGREGATION_TARGET_SECONDS = 1.0
 STATUS_TARGET_BYTES = 256 * 1024
 
 
-def pods_for(world: int, samples: int) -> list[dict[str, Any]]:
-    pods = []
-    for rank in range(world):
-        seconds = [1.0 + (rank % 7) / 100 + s / 1000 for s in range(samples)]
-        result = RankResult(
-            rank=rank,
-            host=f"node-{rank // 8}",
-            bytes=sizes.shard_bytes(rank, world, 100_000, world),
-            save=OpTiming.of(seconds, [s * 0.9 for s in seconds]),
-            load=OpTiming.of([s / 2 for s in seconds], [s / 2.2 for s in seconds]),
-            verified=True,
+def pods_text(world: int, samples: int) -> str:
+    """The rank pods' list as the API server sends it: JSON, in name order, each pod carrying the
+    termination message its worker writes (every field a successful rank reports, values of its
+    own). Decoded afresh for each reconcile, as the operator's list call does."""
+    shard = sizes.shard_bytes(0, world, 100_000, world)
+    pods = [
+        rank_pods.rank_pod(
+            "bench", rank, rank_pods.rank_result(rank, shard, samples).to_termination_message()
         )
-        pods.append(
-            {
-                "metadata": {
-                    "name": f"bench-rank-0-{rank}-abcde",
-                    "labels": render_labels.benchmark_labels("bench"),
-                    "annotations": {render_labels.COMPLETION_INDEX_ANNOTATION: str(rank)},
-                },
-                "status": {
-                    "phase": "Succeeded",
-                    "startTime": "2025-01-01T00:00:00Z",
-                    "containerStatuses": [
-                        {
-                            "name": "worker",
-                            "state": {
-                                "terminated": {
-                                    "exitCode": 0,
-                                    "finishedAt": "2025-01-01T00:10:00Z",
-                                    "message": result.to_termination_message(),
-                                }
-                            },
-                        }
-                    ],
-                },
-            }
-        )
-    return pods
+        for rank in range(world)
+    ]
+    return json.dumps(rank_pods.listed(pods))
 
 
 @dataclass(frozen=True)
@@ -97,17 +76,28 @@ class WorldSpec:
 
 def bench_status(ranks: int, repeats: int) -> None:
     the_spec = WorldSpec(world_size=ranks, total_bytes=sizes.total_bytes(100_000, ranks))
-    pods = pods_for(ranks, 8)
+    text = pods_text(ranks, 8)
     jobset = {"metadata": {"name": "bench"}, "spec": {}, "status": {}}
     now = datetime.now(UTC)
     times, cpu = [], []
     body: dict[str, Any] = {}
     for _ in range(repeats):
+        pods = json.loads(text)
         t0, c0 = time.perf_counter(), time.process_time()
         body = status_body(compute_status(the_spec, jobset, pods, None, now))
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
     size = len(json.dumps(body).encode())
+    messages = [
+        p["status"]["containerStatuses"][0]["state"]["terminated"]["message"]
+        for p in json.loads(text)
+    ]
+    reading = []
+    for _ in range(repeats):
+        c0 = time.process_time()
+        for message in messages:
+            RankResult.from_termination_message(message)
+        reading.append(time.process_time() - c0)
     median = statistics.median(times)
     # CPU seconds beside wall seconds: on a shared machine the wall clock counts other programs.
     print(
@@ -115,7 +105,9 @@ def bench_status(ranks: int, repeats: int) -> None:
         f"(best {min(times) * 1000:.1f}, worst {max(times) * 1000:.1f}, {repeats} runs), "
         f"CPU median {statistics.median(cpu) * 1000:.1f} ms "
         f"(best {min(cpu) * 1000:.1f}, worst {max(cpu) * 1000:.1f}), "
-        f"{statistics.median(cpu) / ranks * 1e6:.1f} µs CPU a rank "
+        f"{statistics.median(cpu) / ranks * 1e6:.1f} µs CPU a rank, of which reading the "
+        f"messages {statistics.median(reading) / ranks * 1e6:.1f} µs "
+        f"({statistics.median(reading) / statistics.median(cpu):.0%}) "
         f"{'OK' if median < AGGREGATION_TARGET_SECONDS else 'MISSED'}; "
         f"status {size / 1024:.1f} KiB {'OK' if size < STATUS_TARGET_BYTES else 'MISSED'}, "
         f"phase {body['phase']}, ranks {body['ranksSummary']}"

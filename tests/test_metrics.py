@@ -213,10 +213,21 @@ def test_a_scrape_has_no_created_series() -> None:
 
 def _async_trained_status() -> dict[str, Any]:
     """A status as the operator writes it, from ranks that saved async beside a training step."""
-    from ckptbench.operator.spec.status_schema import BenchmarkStatus, Training, status_body
+    from ckptbench.operator.spec.status_schema import (
+        BenchmarkStatus,
+        Resources,
+        Training,
+        status_body,
+    )
     from ckptbench.operator.status.aggregate import operation
     from ckptbench.workload.contract.results.figures import summarize
-    from ckptbench.workload.contract.results.rank import OpStats, OpTiming, RankResult, TrainTiming
+    from ckptbench.workload.contract.results.rank import (
+        OpStats,
+        OpTiming,
+        RankResources,
+        RankResult,
+        TrainTiming,
+    )
 
     def rank(n: int, stall: float, overhead: float) -> RankResult:
         save = OpTiming.of([2.0], [1.5], blocked_seconds=[stall], background_seconds=[1.75])
@@ -227,17 +238,20 @@ def _async_trained_status() -> dict[str, Any]:
         )  # fmt: skip
         load = OpTiming.of([1.0], [1.0])
         return RankResult(
-            rank=n, bytes=10, save=save, load=load, train=train, peak_rss_bytes=1000 + n,
-            checkpointer_peak_rss_bytes=500,
+            rank=n, bytes=10, save=save, load=load, train=train, checkpointer_peak_rss_bytes=500,
+            resources=RankResources(
+                cpu_user_seconds=1, cpu_system_seconds=1, peak_rss_bytes=1000 + n, sent_bytes=0,
+                received_bytes=0,
+            ),
         )  # fmt: skip
 
     s = summarize([rank(0, 0.25, 0.5), rank(1, 0.75, 0.25)], world_size=2, total_bytes=20)
-    assert s.save is not None and s.train is not None
+    assert s.save is not None and s.train is not None and s.resources is not None
     status = BenchmarkStatus(
         phase="Succeeded",
         save=operation(s.save, {}),
         train=Training.of(s.train),
-        peak_rss_bytes=s.peak_rss_bytes,
+        resources=Resources.model_validate(s.resources.model_dump()),
         checkpointer_peak_rss_bytes=s.checkpointer_peak_rss_bytes,
     )
     return status_body(status)

@@ -25,7 +25,13 @@ from ckptbench.operator.render import jobset as rendering
 from ckptbench.operator.render import labels as render_labels
 from ckptbench.operator.spec import names as spec_names
 from ckptbench.workload.contract.checkpoint import sizes
-from ckptbench.workload.contract.results.rank import OpStats, OpTiming, RankResult, TrainTiming
+from ckptbench.workload.contract.results.rank import (
+    OpStats,
+    OpTiming,
+    RankResources,
+    RankResult,
+    TrainTiming,
+)
 from harness.kmock_cluster import Client, free_port, running_emulator
 from harness.operator_process import (
     DEFAULT_IMAGE,
@@ -178,7 +184,13 @@ def rank_pod(rank: int) -> dict[str, Any]:
             stall=OpStats.of([0.2]),
             overhead=OpStats.of([0.05]),
         ),
-        peak_rss_bytes=500_000_000,
+        resources=RankResources(
+            cpu_user_seconds=10,
+            cpu_system_seconds=2,
+            peak_rss_bytes=500_000_000,
+            sent_bytes=1,
+            received_bytes=1,
+        ),
         checkpointer_peak_rss_bytes=400_000_000,
         verified=True,
     )

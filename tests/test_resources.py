@@ -18,6 +18,7 @@ from ckptbench.workload.contract.results.rank import OpTiming, RankResources, Ra
 from ckptbench.workload.local import report_rows
 from ckptbench.workload.local.outputs import csvfile
 from ckptbench.workload.rank import loop, state
+from ckptbench.workload.rank.process import memory, resources
 from ckptbench.workload.storage import objects as objectio
 from tests.test_status import NOW, jobset, pod
 from tests.workers import one_rank
@@ -43,7 +44,7 @@ def test_a_rank_reports_its_cpu_its_peak_and_exactly_the_bytes_it_stored_and_rea
     used = result.resources
     assert used is not None and result.load is not None
     assert used.cpu_user_seconds >= 3 * BURN  # three loads verified, warm-up included
-    assert used.peak_rss_bytes > result.bytes
+    assert used.peak_rss_bytes is not None and used.peak_rss_bytes > result.bytes
     # The saves wrote each checkpoint once (data files and .metadata), and nothing else.
     stored = sum(sum(objectio.list_sizes(config.checkpoint_id(i)).values()) for i in range(3))
     assert used.sent_bytes == stored
@@ -89,7 +90,17 @@ def test_the_resources_reach_the_csv_table_status_and_metrics() -> None:
     assert float(row["slowest_rank_cpu_user_seconds"]) == 2.0
     rows = {r.label: r for r in report_rows.rows_for([summary])}
     assert rows["rank CPU user max (s)"].value(summary) == 3.0
-    assert rows["rank peak RSS max (MiB)"].value(summary) == 3000
+    # One peak-RSS figure: one row, one CSV column, one status field, one series.
+    peak_rows = [label for label in rows if "peak RSS" in label]
+    assert peak_rows == ["peak RSS, rank (MiB)"]
+    assert rows["peak RSS, rank (MiB)"].value(summary) == 3000
+    assert int(row["rank_max_peak_rss_bytes"]) == 3000
+    assert int(row["slowest_rank_peak_rss_bytes"]) == 2000
+    assert [k for k in row if "peak_rss" in k] == [
+        "checkpointer_peak_rss_bytes",
+        "rank_max_peak_rss_bytes",
+        "slowest_rank_peak_rss_bytes",
+    ]
 
     spec = CheckpointBenchmarkSpec(
         world_size=3, layer_size=10, padding_size=3, checkpoint_path="gs://bucket/res"
@@ -99,6 +110,8 @@ def test_the_resources_reach_the_csv_table_status_and_metrics() -> None:
     assert status["resources"]["maxCpuUserSeconds"] == 3.0
     assert status["resources"]["slowestRank"] == status["slowestRank"] == 1
     assert status["resources"]["slowestRankResources"]["cpuUserSeconds"] == 2.0
+    assert status["resources"]["maxPeakRssBytes"] == 3000
+    assert "peakRssBytes" not in status
     try:
         metrics.update_benchmark("ns", "res", "gcs", status)
         labels = {"namespace": "ns", "name": "res", "backend": "gcs"}
@@ -107,5 +120,24 @@ def test_the_resources_reach_the_csv_table_status_and_metrics() -> None:
         assert get(name, {**labels, "kind": "max_cpu_user_seconds"}) == 3.0
         assert get(name, {**labels, "kind": "received_bytes"}) == 606.0
         assert get(name, {**labels, "kind": "slowest_rank_cpu_user_seconds"}) == 2.0
+        assert get(name, {**labels, "kind": "max_peak_rss_bytes"}) is None  # one series:
+        assert get("ckptbench_benchmark_peak_rss_bytes", {**labels, "process": "rank"}) == 3000
     finally:
         metrics.remove_benchmark("ns", "res")
+
+
+def test_the_peak_is_the_processs_own_high_water_mark_read_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rank's one peak-RSS figure is VmHWM (memory.peak_rss_bytes), not ru_maxrss: after a
+    fork and exec, ru_maxrss starts from the parent's resident set (docs/measurement.md)."""
+    assert memory.peak_rss_bytes() == _vm_hwm()
+    monkeypatch.setattr(memory, "peak_rss_bytes", lambda pid="self": 123_456_789)
+    assert resources.Meter().read().peak_rss_bytes == 123_456_789
+
+
+def _vm_hwm() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")

@@ -136,7 +136,8 @@ def test_the_process_checkpointer_saves_beside_training_and_is_stopped(
         assert result.save.blocked is not None and result.save.background is not None
         assert result.train.stall.n == config.samples
         # The checkpointer process ran, was measured, and was stopped with the rank.
-        assert result.checkpointer_peak_rss_bytes and result.peak_rss_bytes
+        assert result.checkpointer_peak_rss_bytes and result.resources is not None
+        assert result.resources.peak_rss_bytes
     summary = _summary(config)
     assert summary.train is not None and summary.checkpointer_peak_rss_bytes is not None
     assert summary.save is not None and summary.save.stall is not None

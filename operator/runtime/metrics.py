@@ -118,7 +118,6 @@ RESOURCES = Gauge(
 RESOURCE_KINDS = {
     "max_cpu_user_seconds": "maxCpuUserSeconds",
     "max_cpu_system_seconds": "maxCpuSystemSeconds",
-    "max_peak_rss_bytes": "maxPeakRssBytes",
     "max_sent_bytes": "maxSentBytes",
     "max_received_bytes": "maxReceivedBytes",
     "sent_bytes": "sentBytes",
@@ -165,7 +164,12 @@ ASYNC_FIGURES = {"stall": "stall", "staging": "staging", "background": "backgrou
 ASYNC_STATISTICS = {"mean": "meanSeconds", "slowest_rank": "slowestRankSeconds"}
 TRAIN_FIGURES = {"step": "stepSeconds", "step_in_flight": "inFlightStepSeconds"}
 OVERHEADS = {"slowest_rank": "overhead", "rank_mean": "overheadRankMean", "max": "overheadMax"}
-PEAKS = {"rank": "peakRssBytes", "checkpointer": "checkpointerPeakRssBytes"}
+# The largest peak RSS of a rank's process is the resources' figure (published here, not as a
+# rank_resources kind); the checkpointer's is its own.
+PEAKS = {
+    "rank": ("resources", "maxPeakRssBytes"),
+    "checkpointer": (None, "checkpointerPeakRssBytes"),
+}
 SWEEP_CELL_THROUGHPUT = Gauge(
     "ckptbench_sweep_cell_throughput_bytes_per_second",
     "Aggregate throughput of each succeeded cell of a sweep (its child benchmark's), to compare "
@@ -273,9 +277,10 @@ def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[st
     values += _read_amplification(base, status)
     values += _resources(base, status)
     values += _async_values(base, status) + _train_values(base, status)
-    for process, key in PEAKS.items():
-        if isinstance(status.get(key), int):
-            values.append((PEAK_RSS, (*base, process), float(status[key])))
+    for process, (block, key) in PEAKS.items():
+        holder = status.get(block) if block is not None else status
+        if isinstance(holder, Mapping) and isinstance(holder.get(key), int):
+            values.append((PEAK_RSS, (*base, process), float(holder[key])))
     _publish(_series, (namespace, name), values)
 
 

@@ -231,11 +231,10 @@ class BenchmarkStatus(StatusModel):
         "rank's own.",
     )
     train: Training | None = Field(None, description="The training step beside the saves.")
-    peak_rss_bytes: int | None = Field(
-        None, description="The largest peak resident memory of a rank's process."
-    )
     checkpointer_peak_rss_bytes: int | None = Field(
-        None, description="saveMode process: the largest peak of a rank's checkpointer process."
+        None,
+        description="saveMode process: the largest peak of a rank's checkpointer process (the "
+        "ranks' own: resources.maxPeakRssBytes).",
     )
     verified: bool | None = Field(None, description="Every loaded tensor matched (when verified).")
     procedure: str | None = Field(None, description="The procedure that ran.")

@@ -167,7 +167,6 @@ def compute_status(
             Resources.model_validate(summary.resources.model_dump()) if summary.resources else None
         ),
         train=Training.of(summary.train) if summary.train is not None else None,
-        peak_rss_bytes=summary.peak_rss_bytes,
         checkpointer_peak_rss_bytes=summary.checkpointer_peak_rss_bytes,
         verified=summary.verified,
         procedure=summary.procedure.value if reported else None,

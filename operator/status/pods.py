@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -36,33 +36,38 @@ class Reports:
     finished: str | None
 
 
-def current_attempt(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Pods of the JobSet's latest restart attempt: a restarted JobSet's old pods may linger."""
+class RankPod(NamedTuple):
+    """A pod with what its metadata says of it, read once."""
 
-    attempts = [_attempt(p) for p in pods]
-    if not attempts:
+    pod: Mapping[str, Any]
+    name: str
+    rank: int | None  # its completion index
+
+
+def current_attempt(pods: Sequence[Mapping[str, Any]]) -> list[RankPod]:
+    """Pods of the JobSet's latest restart attempt, by rank then name: a restarted JobSet's old
+    pods may linger. One pass over the pods' metadata: it runs on every pod at each reconcile."""
+    seen: list[tuple[int, bool, RankPod]] = []
+    for pod in pods:
+        meta = _meta(pod)
+        labels = meta.get("labels")
+        value = labels.get(RESTART_ATTEMPT, "0") if isinstance(labels, Mapping) else "0"
+        attempt = int(value) if str(value).isdigit() else 0
+        named = RankPod(pod, str(meta.get("name", "")), _meta_rank(meta))
+        seen.append((attempt, bool(meta.get("deletionTimestamp")), named))
+    if not seen:
         return []
-    latest = max(attempts)
+    latest = max(a for a, _, _ in seen)
     current = [
-        (_sort_rank(p), object_name(p), i)
-        for i, p in enumerate(pods)
-        if attempts[i] == latest and not _meta(p).get("deletionTimestamp")
+        (p.rank if p.rank is not None else 1 << 62, p.name, i)
+        for i, (a, deleting, p) in enumerate(seen)
+        if a == latest and not deleting
     ]
     current.sort()
-    return [pods[i] for _, _, i in current]
+    return [seen[i][2] for _, _, i in current]
 
 
-def _attempt(pod: Mapping[str, Any]) -> int:
-    value = _labels(pod).get(RESTART_ATTEMPT, "0")
-    return int(value) if str(value).isdigit() else 0
-
-
-def _sort_rank(pod: Mapping[str, Any]) -> int:
-    rank = _pod_rank(pod)
-    return rank if rank is not None else 1 << 62
-
-
-def read_pods(pods: Sequence[Mapping[str, Any]]) -> Reports:
+def read_pods(pods: Sequence[RankPod]) -> Reports:
     results: dict[int, RankResult] = {}
     result_pods: dict[int, str] = {}
     failures: list[PodFailure] = []
@@ -71,14 +76,12 @@ def read_pods(pods: Sequence[Mapping[str, Any]]) -> Reports:
     pending_reason: str | None = None
     started: list[str] = []
     finished: list[str] = []
-    for pod in pods:
-        name = object_name(pod)
-        rank = _pod_rank(pod)
+    for pod, name, rank in pods:
         status = pod.get("status") or {}
         pod_phase = status.get("phase", "Pending")
         if isinstance(status.get("startTime"), str):
             started.append(status["startTime"])
-        terminated = _terminated(pod)
+        terminated = _terminated(status)
         result: RankResult | None = None
         if terminated is not None:
             if isinstance(terminated.get("finishedAt"), str):
@@ -159,21 +162,19 @@ def _pending_reason(pod: Mapping[str, Any], name: str) -> str | None:
     return None
 
 
-def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _terminated(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The terminated state of the pod's container that carries a message, else of the first."""
-    states: list[Mapping[str, Any]] = [
-        terminated
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []
-        if isinstance(terminated := (cs.get("state") or {}).get("terminated"), Mapping)
-    ]
-    with_message = [s for s in states if s.get("message")]
-    if with_message:
-        return with_message[0]
-    return states[0] if states else None
+    first: Mapping[str, Any] | None = None
+    for cs in status.get("containerStatuses") or []:
+        terminated = (cs.get("state") or {}).get("terminated")
+        if isinstance(terminated, Mapping):
+            if terminated.get("message"):
+                return terminated
+            first = first or terminated
+    return first
 
 
-def _pod_rank(pod: Mapping[str, Any]) -> int | None:
-    meta = _meta(pod)
+def _meta_rank(meta: Mapping[str, Any]) -> int | None:
     for source in (meta.get("annotations") or {}, meta.get("labels") or {}):
         value = source.get(COMPLETION_INDEX)
         if value is not None and str(value).isdigit():
@@ -184,11 +185,6 @@ def _pod_rank(pod: Mapping[str, Any]) -> int | None:
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    labels = _meta(obj).get("labels")
-    return labels if isinstance(labels, Mapping) else {}
 
 
 def object_name(obj: Mapping[str, Any]) -> str:

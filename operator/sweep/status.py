@@ -1,7 +1,9 @@
 """A sweep's status and its next step: pure functions of its cells and its children.
 
 The status holds one row per cell (at most 64, each of fixed shape: settings, phase, save and load
-seconds and GiB/s with the GiB/s's 95% interval), the best cell for save and for load (highest
+seconds and GiB/s with the GiB/s's 95% interval, and, where the cell's benchmark has them, delete
+seconds, read amplification, peak RSS, the async save's stall and the checkpoint overhead, each
+read from the child's status as it computed them), the best cell for save and for load (highest
 throughput among the cells that succeeded, named only where its interval lies above every other
 succeeded cell's: ``intervals.best_of``; otherwise the one-line form says ``indistinguishable``
 and names the cells), and progress as ``done/total``: a :class:`SweepStatus`, the typed model the
@@ -54,6 +56,30 @@ class CellRow(StatusModel):
     )
     load_gi_bps_ci: Interval | None = Field(
         None, description="Its 95% interval, GiB/s; absent with one sample."
+    )
+    delete_seconds: float | None = Field(
+        None, description="Mean delete seconds; absent when checkpoints are kept."
+    )
+    read_amplification: float | None = Field(
+        None,
+        description="Load: bytes read from storage over the stored bytes the load plans needed, "
+        "over every rank (1.0: nothing read twice or in vain).",
+    )
+    peak_rss_bytes: int | None = Field(
+        None, description="The largest peak resident memory of a rank's process (VmHWM)."
+    )
+    checkpointer_peak_rss_bytes: int | None = Field(
+        None, description="saveMode process: the largest peak of a rank's checkpointer process."
+    )
+    stall_seconds: float | None = Field(
+        None,
+        description="Async save: the slowest rank's mean stall, the call until it returned "
+        "(staging included when the stager copies inside the call).",
+    )
+    overhead: float | None = Field(
+        None,
+        description="trainEvery set: the checkpoint overhead per interval, the slowest rank's "
+        "mean, a fraction (CheckFreq's bar: 0.035).",
     )
 
     def gibps(self, op: Op) -> float | None:
@@ -156,9 +182,28 @@ def _op(
     )
 
 
+def _figure(status: Mapping[str, Any], *path: str) -> Any:
+    """The child's status value at ``path`` (camelCase keys), None where any step is missing."""
+    value: Any = status
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _row(sweep: str, cell: Cell, child: Mapping[str, Any] | None) -> CellRow:
     save_seconds, save_rate, save_ci = _op(child, "save")
     load_seconds, load_rate, load_ci = _op(child, "load")
+    status = (child or {}).get("status") or {}
     return CellRow(
         cell=cell.number,
         name=child_name(sweep, cell.number),
@@ -170,6 +215,12 @@ def _row(sweep: str, cell: Cell, child: Mapping[str, Any] | None) -> CellRow:
         load_seconds=load_seconds,
         load_gi_bps=load_rate,
         load_gi_bps_ci=load_ci,
+        delete_seconds=_float(_figure(status, "delete", "meanSeconds")),
+        read_amplification=_float(_figure(status, "load", "readAmplification")),
+        peak_rss_bytes=_int(_figure(status, "resources", "maxPeakRssBytes")),
+        checkpointer_peak_rss_bytes=_int(_figure(status, "checkpointerPeakRssBytes")),
+        stall_seconds=_float(_figure(status, "save", "stall", "slowestRankSeconds")),
+        overhead=_float(_figure(status, "train", "overhead")),
     )
 
 

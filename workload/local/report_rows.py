@@ -310,8 +310,9 @@ def _train_rows(runs: Sequence[RunSummary]) -> list[Row]:
 
 def _memory_rows(runs: Sequence[RunSummary]) -> list[Row]:
     rows = []
-    if any(s.peak_rss_bytes is not None for s in runs):
-        rows.append(Row("peak RSS, rank (MiB)", lambda s: s.peak_rss_bytes, fmt_in(MIB_UNIT, 0)))
+    peak = _resource(lambda r: r.max_peak_rss_bytes)
+    if any(peak(s) is not None for s in runs):
+        rows.append(Row("peak RSS, rank (MiB)", peak, fmt_in(MIB_UNIT, 0)))
     if any(s.checkpointer_peak_rss_bytes is not None for s in runs):
         rows.append(
             Row(
@@ -418,8 +419,6 @@ def _resource_rows(size: Unit) -> list[Row]:
     return [
         Row("rank CPU user max (s)", _resource(lambda r: r.max_cpu_user_seconds), fmt_seconds),
         Row("rank CPU system max (s)", _resource(lambda r: r.max_cpu_system_seconds), fmt_seconds),
-        Row("rank peak RSS max (MiB)", _resource(lambda r: r.max_peak_rss_bytes),
-            fmt_in(MIB_UNIT, 1)),
         Row(f"sent to storage ({size.name})", _resource(lambda r: r.sent_bytes), fmt_in(size, 2)),
         Row(f"received from storage ({size.name})", _resource(lambda r: r.received_bytes),
             fmt_in(size, 2)),

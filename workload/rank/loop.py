@@ -295,7 +295,6 @@ class _Loop(Operations):
             load=self.loads.timing(),
             delete=self.deletes.timing() if self.config.saves else None,
             train=self.train,
-            peak_rss_bytes=memory.peak_rss_bytes(),
             checkpointer_peak_rss_bytes=self.saver.checkpointer_peak_rss if self.saver else None,
             verified=verified if self.config.verify else None,
             resources=self.meter.read(),

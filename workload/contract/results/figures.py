@@ -16,6 +16,7 @@ Pure: no torch, no storage client. The operator calls these on termination messa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -113,14 +114,32 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int, idle: int = 0) -> 
     else:
         # Some rank's message was too long for its samples: the worst rank's statistics stand in.
         collective = max((t.timing.stats for t in timings), key=lambda s: s.mean)
+    # One pass over the ranks for every per-rank figure: at 100,000 ranks each pass costs.
     # A rank that moved nothing (outside a resharding load's world) has no throughput to rank.
     moving = [t for t in timings if t.bytes > 0] or list(timings)
+    own = planning = -math.inf
+    collected: list[float] = []
+    rank0: OpStats | None = None
+    for t in timings:
+        timing = t.timing
+        planned = timing.planning.mean
+        if planned + timing.io.mean > own:
+            own = planned + timing.io.mean
+        if planned > planning:
+            planning = planned
+        if timing.gc:
+            collected.append(timing.gc.mean)
+        if rank0 is None and t.rank == 0:
+            rank0 = timing.stats
     # Ties go to the lower rank, so the answer does not depend on the order ranks reported in.
-    slowest = max(moving, key=lambda t: (t.timing.io.mean, -t.rank))
+    slowest = fastest = moving[0]
+    for t in moving:
+        io = t.timing.io.mean
+        if io > slowest.timing.io.mean or (io == slowest.timing.io.mean and t.rank < slowest.rank):
+            slowest = t
+        if io < fastest.timing.io.mean:
+            fastest = t
     rates = [rank_throughput(t) for t in moving]
-    own = max(t.timing.planning.mean + t.timing.io.mean for t in timings)
-    collected = [t.timing.gc.mean for t in timings if t.timing.gc]
-    rank0 = next((t.timing.stats for t in timings if t.rank == 0), None)
     spans = span_seconds(timings)
     span_mean = round(stats.mean(spans), ROUND) if spans else None
     mean_ci = mean_interval(collective)
@@ -142,8 +161,8 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int, idle: int = 0) -> 
         ranks_left_out=len(timings) - len(moving) + idle,
         slowest_rank=slowest.rank,
         slowest_rank_seconds=slowest.timing.io.mean,
-        fastest_rank_seconds=min(t.timing.io.mean for t in moving),
-        planning_mean_seconds=max(t.timing.planning.mean for t in timings),
+        fastest_rank_seconds=fastest.timing.io.mean,
+        planning_mean_seconds=planning,
         collective_overhead_seconds=round(max(0.0, collective.mean - own), ROUND),
         rank_io_seconds=(
             [t.timing.io.mean for t in timings] if len(timings) <= RANKS_LISTED else None
@@ -151,9 +170,7 @@ def summarize_op(timings: Sequence[RankOp], total_bytes: int, idle: int = 0) -> 
         rank0_mean_seconds=rank0.mean if rank0 else None,
         rank0_mean_seconds_ci=mean_interval(rank0),
         rank0_stdev_seconds=rank0.stdev if rank0 else None,
-        stall=rank_spread(timings, "blocked"),
-        staging=rank_spread(timings, "staging"),
-        background=rank_spread(timings, "background"),
+        **_async_spreads(timings),
         span_mean_seconds=span_mean,
         span_mean_seconds_ci=span_ci,
         span_throughput_bytes_per_second=(
@@ -198,12 +215,14 @@ def resource_summary(results: Sequence[RankResult]) -> ResourceSummary | None:
     if not reported:
         return None
     own = [x for _, x in reported]
+    # The run's one peak-memory figure (docs/measurement.md, "Peak memory").
+    peaks = [x.peak_rss_bytes for x in own if x.peak_rss_bytes is not None]
     slowest = slowest_rank(results)
     return ResourceSummary(
         ranks=len(own),
         max_cpu_user_seconds=max(x.cpu_user_seconds for x in own),
         max_cpu_system_seconds=max(x.cpu_system_seconds for x in own),
-        max_peak_rss_bytes=max(x.peak_rss_bytes for x in own),
+        max_peak_rss_bytes=max(peaks) if peaks else None,
         max_sent_bytes=max(x.sent_bytes for x in own),
         max_received_bytes=max(x.received_bytes for x in own),
         sent_bytes=sum(x.sent_bytes for x in own),
@@ -232,6 +251,18 @@ def category_figures(settings: Mapping[str, Any]) -> dict[str, Any]:
     if found is None:
         return {}
     return {"mlperf_category": found.label, "mlperf_open_reasons": found.reasons or None}
+
+
+def _async_spreads(timings: Sequence[RankOp]) -> dict[str, RankSpread | None]:
+    """An async save's stall, staging and background spreads; all None, in one pass, for an
+    operation no rank timed any of them in (every load and delete, and a sync save)."""
+    if not any(t.timing.blocked or t.timing.staging or t.timing.background for t in timings):
+        return {"stall": None, "staging": None, "background": None}
+    return {
+        "stall": rank_spread(timings, "blocked"),
+        "staging": rank_spread(timings, "staging"),
+        "background": rank_spread(timings, "background"),
+    }
 
 
 def rank_spread(
@@ -289,13 +320,13 @@ def summarize_train(results: Sequence[RankResult]) -> TrainSummary | None:
     )
 
 
-def peak_rss(results: Sequence[RankResult]) -> tuple[int | None, int | None]:
-    """The largest peak resident memory of a rank's process, and of its checkpointer process."""
-    ranks = [r.peak_rss_bytes for r in results if r.peak_rss_bytes is not None]
-    checkpointers = [
+def checkpointer_peak_rss(results: Sequence[RankResult]) -> int | None:
+    """The largest peak resident memory of a rank's checkpointer process (save mode process).
+    The rank's own process's is the resources' (:func:`resource_summary`)."""
+    peaks = [
         r.checkpointer_peak_rss_bytes for r in results if r.checkpointer_peak_rss_bytes is not None
     ]
-    return (max(ranks) if ranks else None, max(checkpointers) if checkpointers else None)
+    return max(peaks) if peaks else None
 
 
 def idle_ranks(results: Sequence[RankResult], op: Operation) -> int:
@@ -330,7 +361,6 @@ def summarize(
     load = with_parity_figures(summarize_op(loads, total_bytes), loads)
     delete = summarize_op(rank_ops(ordered, "delete"), total_bytes, idle_ranks(ordered, "delete"))
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
-    rss, checkpointer_rss = peak_rss(ordered)
     return RunSummary(
         world_size=world_size,
         load_world_size=load_world_size,
@@ -346,8 +376,7 @@ def summarize(
         verified=verified,
         resources=resource_summary(ordered),
         train=summarize_train(ordered),
-        peak_rss_bytes=rss,
-        checkpointer_peak_rss_bytes=checkpointer_rss,
+        checkpointer_peak_rss_bytes=checkpointer_peak_rss(ordered),
         errors=errors[:_ERRORS_LISTED],
         error_count=len(errors),
         procedure=procedure,
@@ -366,13 +395,17 @@ def slowest_rank(results: Sequence[RankResult]) -> int | None:
     I/O time is timed inside the storage layer; barrier-to-barrier time is equal on every rank.
     """
 
-    def own(result: RankResult) -> float:
-        return sum(op.io.mean for op in (result.save, result.load) if op is not None)
-
-    timed = [r for r in results if r.save is not None or r.load is not None]
-    if not timed:
-        return None
-    return max(timed, key=lambda r: (own(r), -r.rank)).rank
+    found: int | None = None
+    most = -math.inf
+    for r in results:
+        save, load = r.save, r.load
+        if save is None and load is None:
+            continue
+        own = (save.io.mean if save is not None else 0) + (load.io.mean if load is not None else 0)
+        # Ties go to the lower rank, whatever order the results come in.
+        if own > most or (own == most and found is not None and r.rank < found):
+            found, most = r.rank, own
+    return found
 
 
 def checkpoint_facts(results: Sequence[RankResult]) -> dict[str, int] | None:

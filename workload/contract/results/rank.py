@@ -178,7 +178,11 @@ class RankResources(BaseModel):
 
     cpu_user_seconds: Seconds = Field(description="CPU seconds in user mode, every thread.")
     cpu_system_seconds: Seconds = Field(description="CPU seconds in the kernel, every thread.")
-    peak_rss_bytes: Bytes = Field(description="The process's peak resident set size.")
+    peak_rss_bytes: Bytes | None = Field(
+        None,
+        description="The process's peak resident set size (VmHWM; docs/measurement.md, "
+        '"Peak memory"). Absent where /proc cannot be read.',
+    )
     sent_bytes: Bytes = Field(description="Bytes sent to storage (writes, uploads, retries).")
     received_bytes: Bytes = Field(description="Bytes received from storage (every read).")
     node_memory_bytes: Bytes | None = Field(
@@ -234,11 +238,10 @@ class RankResult(BaseModel):
         "0, the sweep of what is left (finish). None when checkpoints are kept.",
     )
     train: TrainTiming | None = None
-    peak_rss_bytes: Bytes | None = Field(
-        None, description="This rank's process's peak resident memory (VmHWM)."
-    )
     checkpointer_peak_rss_bytes: Bytes | None = Field(
-        None, description="save_mode process: the checkpointer process's peak resident memory."
+        None,
+        description="save_mode process: the checkpointer process's peak resident memory "
+        "(VmHWM), which the rank's own (resources.peak_rss_bytes) does not count.",
     )
     verified: bool | None = Field(None, description="Every load verified; None when not checked.")
     resources: RankResources | None = Field(

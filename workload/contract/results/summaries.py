@@ -178,7 +178,11 @@ class ResourceSummary(BaseModel):
     ranks: int = Field(description="Ranks that reported their resources.")
     max_cpu_user_seconds: float = Field(description="Largest CPU user seconds of a rank.")
     max_cpu_system_seconds: float = Field(description="Largest CPU system seconds of a rank.")
-    max_peak_rss_bytes: int = Field(description="Largest peak RSS of a rank.")
+    max_peak_rss_bytes: int | None = Field(
+        None,
+        description="Largest peak RSS of a rank's process (VmHWM): the run's one peak-memory "
+        "figure. Absent when no rank could read it.",
+    )
     max_sent_bytes: int = Field(description="Most bytes a rank sent to storage.")
     max_received_bytes: int = Field(description="Most bytes a rank received from storage.")
     sent_bytes: int = Field(description="Bytes all ranks sent to storage.")
@@ -267,13 +271,10 @@ class RunSummary(BaseModel):
     train: TrainSummary | None = Field(
         None, description="The training step beside the saves (trainEvery set)."
     )
-    peak_rss_bytes: int | None = Field(
-        None, description="The largest peak resident memory of a rank's process."
-    )
     checkpointer_peak_rss_bytes: int | None = Field(
         None,
         description="saveMode process: the largest peak resident memory of a rank's "
-        "checkpointer process.",
+        "checkpointer process (a second process: not in resources.max_peak_rss_bytes).",
     )
     errors: list[RankError] = Field(default_factory=list, description="At most the first 10.")
     error_count: int = 0

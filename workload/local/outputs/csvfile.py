@@ -175,7 +175,6 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
         for key in ("mean_seconds", "slowest_rank", "slowest_rank_seconds", "max_seconds"):
             row[f"save_{name}_{key}"] = getattr(spread, key) if spread is not None else None
     row.update(_train(s.train))
-    row["peak_rss_bytes"] = s.peak_rss_bytes
     row["checkpointer_peak_rss_bytes"] = s.checkpointer_peak_rss_bytes
     row["verified"] = s.verified
     row.update(_resources(s))

@@ -3,7 +3,8 @@
 CPU seconds (user and system, every thread of the process) and the bytes sent to and received
 from storage (:mod:`ckptbench.workload.storage.traffic`) are counted from the start of the loop
 to its end: the import of torch and the rendezvous before it are not the benchmark's. Peak RSS
-is the process's high-water mark (``ru_maxrss``), whenever it was reached.
+is the process's high-water mark whenever it was reached, read once, here, from ``VmHWM``
+(:func:`memory.peak_rss_bytes`; docs/measurement.md says why not ``ru_maxrss``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import resource
 from dataclasses import dataclass
 
 from ckptbench.workload.contract.results.rank import RankResources
+from ckptbench.workload.rank.process import memory
 from ckptbench.workload.storage.traffic import TRAFFIC
 
 
@@ -37,12 +39,10 @@ class Meter:
 
     def read(self) -> RankResources:
         end = _Mark.now()
-        # Linux reports ru_maxrss in KiB.
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         return RankResources(
             cpu_user_seconds=round(max(0.0, end.user - self._start.user), 6),
             cpu_system_seconds=round(max(0.0, end.system - self._start.system), 6),
-            peak_rss_bytes=peak,
+            peak_rss_bytes=memory.peak_rss_bytes(),
             sent_bytes=end.sent - self._start.sent,
             received_bytes=end.received - self._start.received,
             node_memory_bytes=_node_memory(),
