@@ -218,7 +218,7 @@ _GROW = {
         ),
         (
             {**_GROW, "CKPTBENCH_TRAIN_EVERY": "4"},
-            "CKPTBENCH_TRAIN_EVERY (train_every): with load_world_size 2 above world_size 1",
+            "CKPTBENCH_TRAIN_EVERY (train_every): cannot be set with load_world_size above",
         ),
         (
             {**_GROW, "CKPTBENCH_RANK": "2"},

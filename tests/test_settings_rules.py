@@ -43,6 +43,7 @@ VIOLATIONS: list[tuple[str, dict[str, Any]]] = [
     ("staging_non_blocking_copy", {"stager": "default", "staging_non_blocking_copy": True}),
     ("async_save", {"strategy": "full", "async_save": True}),
     ("save_mode", {"strategy": "full", "save_mode": "thread"}),
+    ("train_every", {"model": "llama3-debug", "load_world_size": 8, "train_every": 10}),
     ("checkpoint_path", {"checkpoint_path": "s3://bucket/x"}),
     ("checkpoint_path", {"backend": "s3", "checkpoint_path": "gs://bucket/x"}),
 ]

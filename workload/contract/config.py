@@ -92,14 +92,6 @@ class WorkloadConfig(BenchmarkSettings):
         scheme = self.backend.scheme
         if scheme and not self.checkpoint_path[len(scheme) :].split("/")[0]:
             raise ValueError(f"checkpoint_path: no bucket in {self.checkpoint_path!r}")
-        if self.rank_count > self.world_size and self.train_every is not None:
-            # The ranks past world_size join only the load: no training step beside the saves
-            # for them to run.
-            raise ValueError(
-                f"train_every: with load_world_size {self.load_world_size} above world_size "
-                f"{self.world_size} the ranks past world_size would train without a state; "
-                "unset one of them"
-            )
         return self
 
     @property

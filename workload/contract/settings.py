@@ -301,6 +301,13 @@ _RUN_RULES: tuple[Rule[BenchmarkSettings], ...] = (
         "must be sync with {strategy} full: torch.save into a stream has no asynchronous form",
         lambda s: not (s.strategy is Strategy.FULL and s.save_mode not in (None, SaveMode.SYNC)),
     ),
+    Rule(
+        "train_every",
+        "!has(self.trainEvery) || !has(self.loadWorldSize) || self.loadWorldSize <= self.worldSize",
+        "cannot be set with {load_world_size} above {world_size}: the ranks past {world_size} "
+        "join only the load, with no state to train beside the saves",
+        lambda s: s.train_every is None or s.rank_count <= s.world_size,
+    ),
 )
 
 # Every rule that spans the benchmark's settings, declared next to the settings it reads: the
