@@ -120,6 +120,12 @@ CASES = [
         "schema",
     ),
     Case(
+        "train-every-on-a-restore-onto-more-ranks",
+        _with(model="llama3-debug", loadWorldSize=8, trainEvery=10),
+        "trainEvery",
+        "cel",
+    ),
+    Case(
         "load-world-size-zero",
         _with(model="llama3-debug", loadWorldSize=0),
         "loadWorldSize",
