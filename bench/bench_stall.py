@@ -34,10 +34,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
-from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+from torch.distributed.checkpoint.state_dict_saver import (
+    AsyncCheckpointerType,
+    AsyncSaveResponse,
+    async_save,
+)
 
 MIB = 1024**2
 
@@ -78,11 +81,11 @@ def _stalls(
                 state = _state(a.rows, a.tensors)
             writer = FileSystemWriter(str(folder / f"{kind.value}-{time.monotonic_ns()}-{i}"))
             t0 = time.perf_counter()
-            result = dcp.async_save(
+            result = async_save(
                 state, storage_writer=writer, async_checkpointer_type=kind, async_stager=the_stager
             )
             stalls.append(time.perf_counter() - t0)
-            upload = getattr(result, "upload_completion", result)
+            upload = result.upload_completion if isinstance(result, AsyncSaveResponse) else result
             upload.result()
     finally:
         if the_stager is not None:
@@ -101,8 +104,9 @@ def main() -> int:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        store = dist.FileStore(str(folder / "store"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        dist.init_process_group(
+            "gloo", init_method=f"file://{folder / 'store'}", rank=0, world_size=1
+        )
         stagers: dict[str, Callable[[], Any]] = {
             "blocking": lambda: None,
             "default": lambda: DefaultStager(StagingOptions(False, False, False, False)),
