@@ -27,7 +27,7 @@ from typing import Any
 from ckptbench.workload.storage.retry_causes import RetryCauses
 
 CLIENT = "s3fs (botocore and s3fs's retries)"
-LOGGERS = ("s3fs",)
+LOGGER = "s3fs"  # s3fs.core logs its retries here
 # s3fs retries these ClientErrors (s3fs.core._error_wrapper); any other it raises.
 S3FS_RETRIED_CODES = ("SlowDown", "reduce your request rate", "XAmzContentSHA256Mismatch")
 
@@ -109,24 +109,14 @@ class _Tally(logging.Filter):
 
 def install(into: RetryCauses) -> Callable[[], None]:
     """Count the retries under s3fs into ``into``; returns what undoes it."""
-    undo: list[Callable[[], None]] = []
-    for name in LOGGERS:
-        logger = logging.getLogger(name)
-        level = logger.level
-        tally = _Tally(into, logger.getEffectiveLevel())
-        logger.addFilter(tally)
-        logger.setLevel(logging.DEBUG)
-
-        def restore(
-            logger: logging.Logger = logger, tally: _Tally = tally, level: int = level
-        ) -> None:
-            logger.removeFilter(tally)
-            logger.setLevel(level)
-
-        undo.append(restore)
+    logger = logging.getLogger(LOGGER)
+    level = logger.level
+    tally = _Tally(into, logger.getEffectiveLevel())
+    logger.addFilter(tally)
+    logger.setLevel(logging.DEBUG)
 
     def uninstall() -> None:
-        for step in undo:
-            step()
+        logger.removeFilter(tally)
+        logger.setLevel(level)
 
     return uninstall
