@@ -163,21 +163,16 @@ def _gib(rate: object) -> float | None:
     return float(f"{float(rate) / GIB:.4g}") if isinstance(rate, int | float) else None
 
 
-def _op(
-    child: Mapping[str, Any] | None, op: Op
-) -> tuple[float | None, float | None, Interval | None]:
+def _op(status: Mapping[str, Any], op: Op) -> tuple[float | None, float | None, Interval | None]:
     """(mean seconds, GiB/s, its interval) of a child's save or load, when it has them."""
-    summary = ((child or {}).get("status") or {}).get(op)
-    if not isinstance(summary, Mapping):
-        return None, None, None
-    seconds = summary.get("meanSeconds")
-    raw = summary.get("throughputBytesPerSecondCi")
+    raw = _figure(status, op, "throughputBytesPerSecondCi")
     ci = None
     if isinstance(raw, Mapping) and (low := _gib(raw.get("low"))) is not None:
         ci = Interval(low=low, high=_gib(raw.get("high")))
+    seconds = _figure(status, op, "meanSeconds")
     return (
         float(seconds) if isinstance(seconds, int | float) else None,
-        _gib(summary.get("throughputBytesPerSecond")),
+        _gib(_figure(status, op, "throughputBytesPerSecond")),
         ci,
     )
 
@@ -201,9 +196,9 @@ def _int(value: Any) -> int | None:
 
 
 def _row(sweep: str, cell: Cell, child: Mapping[str, Any] | None) -> CellRow:
-    save_seconds, save_rate, save_ci = _op(child, "save")
-    load_seconds, load_rate, load_ci = _op(child, "load")
     status = (child or {}).get("status") or {}
+    save_seconds, save_rate, save_ci = _op(status, "save")
+    load_seconds, load_rate, load_ci = _op(status, "load")
     return CellRow(
         cell=cell.number,
         name=child_name(sweep, cell.number),
