@@ -84,3 +84,14 @@ def test_the_local_plan_shares_the_machine_among_every_rank_that_runs() -> None:
     with pytest.raises(UsageError, match=r"^--load-world-size 4: .* / 4 ranks\)"):
         plan.check_memory(cell, 3 * peak)
     plan.check_memory(cell, 4 * peak)
+
+
+def test_the_way_out_counts_the_loading_ranks_of_each_other_world() -> None:
+    config = _model(world_size=4, load_world_size=8, layers=2)
+    seven = config.model_copy(update={"world_size": 7}).memory_estimate().peak_bytes
+    # Every candidate world (7 saving ranks down to 1) still runs 8 processes: with just under
+    # 8 of 7's peaks none fits. Sharing the machine among the savers alone would offer 7.
+    with pytest.raises(UsageError, match="no --world-size fits on this machine"):
+        plan.check_memory(plan.Cell("c", config, {}), 8 * seven - 1)
+    with pytest.raises(UsageError, match="--world-size 7 fits on this machine"):
+        plan.check_memory(plan.Cell("c", config, {}), 8 * seven)

@@ -57,11 +57,7 @@ RULES_OF_THE_CR: tuple[Rule[Spec], ...] = (
         "must lie under one of {volume_mounts} for {backend} file with more than one rank "
         "({world_size} or {load_world_size} > 1): every rank reads the metadata rank 0 writes, "
         "so they need a shared volume",
-        lambda s: (
-            s.backend is not Backend.FILE
-            or max(s.world_size, s.load_world_size or 0) == 1
-            or _under_a_mount(s)
-        ),
+        lambda s: s.backend is not Backend.FILE or s.rank_count == 1 or _under_a_mount(s),
     ),
     Rule(
         "s3_credentials_secret",

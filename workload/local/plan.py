@@ -231,10 +231,7 @@ def check_memory(cell: Cell, available: int | None) -> None:
     fits = [
         k
         for k in range(n - 1, 0, -1)
-        if _fits(
-            config.model_copy(update={"world_size": k, "rank": 0}),
-            available // max(k, config.load_world_size or 0),
-        )
+        if _fits(config.model_copy(update={"world_size": k, "rank": 0}), available)
     ]
     if fits:
         way_out = f"--world-size {fits[0]} fits on this machine"
@@ -252,9 +249,10 @@ def check_memory(cell: Cell, available: int | None) -> None:
     raise UsageError(f"{option} {n}: {text}{where}")
 
 
-def _fits(config: WorkloadConfig, budget: int) -> bool:
+def _fits(config: WorkloadConfig, available: int) -> bool:
+    """Whether each of ``config``'s ranks fits in its share of ``available``."""
     try:
-        return config.memory_estimate().peak_bytes <= budget
+        return config.memory_estimate().peak_bytes <= available // config.rank_count
     except ValueError:
         return False
 

@@ -33,6 +33,7 @@ from ckptbench.workload.contract.results.summaries import (
     ResourceSummary,
     RunSummary,
     TrainSummary,
+    rank_count,
 )
 
 _MISSING_LISTED = 20
@@ -343,7 +344,7 @@ def summarize(
 ) -> RunSummary:
     """Aggregate the ranks' results into the run's summary: ``max(world_size,
     load_world_size)`` ranks are expected (the second when a restore is onto more ranks)."""
-    ranks = max(world_size, load_world_size or 0)
+    ranks = rank_count(world_size, load_world_size)
     by_rank = {r.rank: r for r in results if 0 <= r.rank < ranks}
     missing = [rank for rank in range(ranks) if rank not in by_rank]
     ordered = [by_rank[rank] for rank in sorted(by_rank)]

@@ -233,6 +233,12 @@ class RankError(BaseModel):
     error: str
 
 
+def rank_count(world_size: int, load_world_size: int | None) -> int:
+    """The ranks a run has: ``world_size``, or ``load_world_size`` when a restore is onto more
+    (the settings' ``rank_count``, for results, which carry the two numbers alone)."""
+    return max(world_size, load_world_size or 0)
+
+
 class RunSummary(BaseModel):
     """The whole run. Bounded in size whatever the world size: per-rank detail is not kept here."""
 
@@ -309,7 +315,7 @@ class RunSummary(BaseModel):
     @property
     def rank_count(self) -> int:
         """The ranks the run had: world_size, or load_world_size when larger."""
-        return max(self.world_size, self.load_world_size or 0)
+        return rank_count(self.world_size, self.load_world_size)
 
     @property
     def succeeded(self) -> bool:
