@@ -102,6 +102,7 @@ def rank_pod(benchmark: str, rank: int, message: str) -> dict[str, Any]:
     return {
         "metadata": {
             "name": f"{benchmark}-rank-0-{rank}-{rank * 7919 % 100_000:05d}",
+            "resourceVersion": str(1000 + rank),
             "labels": {
                 **render_labels.benchmark_labels(benchmark),
                 "jobset.sigs.k8s.io/restart-attempt": "0",

@@ -18,6 +18,8 @@ from ckptbench.operator.runtime.reconcile import (
     reconcile_once,
 )
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
+from ckptbench.operator.status import pods as status_pods
+from harness import rank_pods
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 NS, NAME, UID = "team-a", "bench", "uid-1"
@@ -183,4 +185,37 @@ async def test_a_deleted_benchmark_is_forgotten_and_one_recreated_starts_fresh()
     for i in range(50):
         await reconciler.reconcile(NS, f"{NAME}-{i}", "create")
         await reconciler.forget(NS, f"{NAME}-{i}")
-    assert reconciler._locks == {}
+    assert reconciler._locks == {} and reconciler._memos == {}
+
+
+class Finished(FakeApi):
+    """Its two ranks have finished and reported."""
+
+    def list_pods(self, namespace: str, benchmark: str) -> list[dict[str, Any]]:
+        self.calls.append("list_pods")
+        return [
+            rank_pods.rank_pod(NAME, rank, rank_pods.rank_result(rank, 10).to_termination_message())
+            for rank in range(2)
+        ]
+
+
+async def test_the_reconciler_keeps_what_each_benchmark_read_until_it_is_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read: list[str] = []
+    real = status_pods.read_message
+
+    def reading(text: str) -> status_pods.Read:
+        read.append(text)
+        return real(text)
+
+    monkeypatch.setattr(status_pods, "read_message", reading)
+    api = Finished(owned_jobset())
+    reconciler = Reconciler(api=api, defaults=DEFAULTS, clock=lambda: NOW)
+    for _ in range(3):
+        await reconciler.reconcile(NS, NAME, "pod")
+    assert api.status["phase"] == "Succeeded"
+    assert len(read) == 2  # each rank's message read once, over three reconciles
+    await reconciler.forget(NS, NAME)
+    await reconciler.reconcile(NS, NAME, "pod")
+    assert len(read) == 4  # forgotten: read anew

@@ -18,6 +18,7 @@ from ckptbench.operator.status.phases import with_reconcile_error
 from ckptbench.operator.status.pods import COMPLETION_INDEX, RESTART_ATTEMPT
 from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.contract.results.records import record_of
 
 NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 LATER = NOW + timedelta(minutes=3)
@@ -473,7 +474,7 @@ def test_the_slowest_rank_is_the_one_with_the_most_io_not_the_longest_collective
     # Barrier to barrier rank 0 saw longer collectives; rank 1 did more I/O of its own.
     fast = RankResult(rank=0, save=OpTiming.of([3.0, 3.0], [0.5, 0.5]))
     slow = RankResult(rank=1, save=OpTiming.of([2.9, 2.9], [2.5, 2.5]))
-    assert slowest_rank([fast, slow]) == 1
+    assert slowest_rank([record_of(fast), record_of(slow)]) == 1
 
 
 def test_status_carries_each_ranks_io_seconds_and_the_procedure() -> None:
@@ -543,8 +544,8 @@ def test_equal_io_goes_to_the_lower_rank() -> None:
     from ckptbench.operator.status.aggregate import slowest_rank
 
     same = [RankResult(rank=r, save=OpTiming.of([1.0], [0.5])) for r in (3, 1, 2)]
-    assert slowest_rank(same) == 1
-    assert slowest_rank([RankResult(rank=0)]) is None
+    assert slowest_rank([record_of(r) for r in same]) == 1
+    assert slowest_rank([record_of(RankResult(rank=0))]) is None
 
 
 @pytest.mark.parametrize("enabled", [True, False])

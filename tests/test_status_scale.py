@@ -18,8 +18,8 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.status import compute as st
 from ckptbench.operator.status.pods import COMPLETION_INDEX, RESTART_ATTEMPT, current_attempt
 from ckptbench.workload.contract.results import figures
-from ckptbench.workload.contract.results.figures import RankOp
 from ckptbench.workload.contract.results.rank import OpTiming, RankResult
+from ckptbench.workload.contract.results.records import OpRecord, RankOp, RankRecord, record_of
 from harness import rank_pods
 
 WORLD = 37
@@ -31,23 +31,29 @@ def results(seed: int = 0, world: int = WORLD) -> list[RankResult]:
     return [rank_pods.rank_result(rank, SHARD, seed=seed) for rank in range(world)]
 
 
+def records(results: list[RankResult]) -> list[RankRecord]:
+    return [record_of(r) for r in results]
+
+
 def straightforward(timings: list[RankOp]) -> dict[str, Any]:
     """The per-rank figures of summarize_op as written before the one-pass loop."""
     moving = [t for t in timings if t.bytes > 0] or list(timings)
-    slowest = max(moving, key=lambda t: (t.timing.io.mean, -t.rank))
-    collected = [t.timing.gc.mean for t in timings if t.timing.gc]
+    slowest = max(moving, key=lambda t: (t.timing.io_mean, -t.rank))
+    collected = [t.timing.gc_mean for t in timings if t.timing.gc_mean is not None]
     rank0 = next((t.timing.stats for t in timings if t.rank == 0), None)
-    own = max(t.timing.planning.mean + t.timing.io.mean for t in timings)
+    own = max(t.timing.planning_mean + t.timing.io_mean for t in timings)
     return {
         "slowest_rank": slowest.rank,
-        "slowest_rank_seconds": slowest.timing.io.mean,
-        "fastest_rank_seconds": min(t.timing.io.mean for t in moving),
-        "planning_mean_seconds": max(t.timing.planning.mean for t in timings),
+        "slowest_rank_seconds": slowest.timing.io_mean,
+        "fastest_rank_seconds": min(t.timing.io_mean for t in moving),
+        "planning_mean_seconds": max(t.timing.planning_mean for t in timings),
         "gc_mean_seconds": max(collected) if collected else None,
         "rank0_mean_seconds": rank0.mean if rank0 else None,
         "own": own,
-        "stall": figures.rank_spread(timings, "blocked"),
-        "background": figures.rank_spread(timings, "background"),
+        "stall": figures.spread_of([(t.rank, s) for t in timings if (s := t.timing.blocked)]),
+        "background": figures.spread_of(
+            [(t.rank, s) for t in timings if (s := t.timing.background)]
+        ),
     }
 
 
@@ -56,7 +62,7 @@ def straightforward(timings: list[RankOp]) -> dict[str, Any]:
 def test_one_pass_figures_equal_the_straightforward_ones(seed: int, op: figures.Operation) -> None:
     ranked = results(seed)
     random.Random(seed).shuffle(ranked)
-    timings = figures.rank_ops(ranked, op)
+    timings = figures.rank_ops(records(ranked), op)
     summary = figures.summarize_op(timings, SHARD * WORLD)
     assert summary is not None
     want = straightforward(timings)
@@ -65,15 +71,17 @@ def test_one_pass_figures_equal_the_straightforward_ones(seed: int, op: figures.
     assert summary.collective_overhead_seconds == round(max(0.0, summary.mean_seconds - own), 6)
     # The realistic values differ from rank to rank: the figures above are not all one rank's.
     assert summary.slowest_rank_seconds > summary.fastest_rank_seconds
-    assert len({t.timing.io.mean for t in timings}) == WORLD
+    assert len({t.timing.io_mean for t in timings}) == WORLD
 
 
 def test_ties_and_ranks_that_moved_nothing_as_before() -> None:
-    timing = OpTiming.of([2.0, 2.0], [1.0, 1.0], [0.5, 0.5])
+    timing = OpRecord.of(OpTiming.of([2.0, 2.0], [1.0, 1.0], [0.5, 0.5]))
     ties = [RankOp(rank, 0 if rank == 4 else 10, timing) for rank in (5, 3, 4, 9)]
-    faster = RankOp(4, 0, OpTiming.of([2.0], [0.1], [0.2]))
+    faster = RankOp(4, 0, OpRecord.of(OpTiming.of([2.0], [0.1], [0.2])))
     stalled = RankOp(
-        9, 10, OpTiming.of([2.0], [1.0], blocked_seconds=[0.3], background_seconds=[2])
+        9,
+        10,
+        OpRecord.of(OpTiming.of([2.0], [1.0], blocked_seconds=[0.3], background_seconds=[2])),
     )
     for timings in (ties, [*ties[:2], faster, ties[3]], [*ties[:3], stalled]):
         summary = figures.summarize_op(timings, 100)
@@ -96,10 +104,11 @@ def test_the_slowest_rank_as_a_max_with_a_key_finds_it(seed: int) -> None:
         return sum(op.io.mean for op in (r.save, r.load) if op is not None)
 
     timed = [r for r in ranked if r.save is not None or r.load is not None]
-    assert figures.slowest_rank(ranked) == max(timed, key=lambda r: (own(r), -r.rank)).rank
+    want = max(timed, key=lambda r: (own(r), -r.rank)).rank
+    assert figures.slowest_rank(records(ranked)) == want
     tied = [RankResult(rank=r, save=OpTiming.of([1.0], [0.5])) for r in (7, 2, 5)]
-    assert figures.slowest_rank(tied) == 2
-    assert figures.slowest_rank([RankResult(rank=0)]) is None
+    assert figures.slowest_rank(records(tied)) == 2
+    assert figures.slowest_rank(records([RankResult(rank=0)])) is None
 
 
 def _pod(rank: int, attempt: int, deleting: bool = False, suffix: str = "a") -> dict[str, Any]:
@@ -157,7 +166,7 @@ def test_the_status_does_not_depend_on_the_order_pods_are_listed_in() -> None:
     sent = [r.to_termination_message() for r in results(5, world)]
     read = [RankResult.from_termination_message(text) for text in sent]
     summary = figures.summarize(read, world, spec.total_bytes)
-    assert by_rank.slowest_rank == figures.slowest_rank(read)
+    assert by_rank.slowest_rank == figures.slowest_rank(records(read))
     assert by_rank.save is not None and summary.save is not None
     assert by_rank.save.slowest_rank == summary.save.slowest_rank
     assert by_rank.save.mean_seconds == summary.save.mean_seconds

@@ -30,6 +30,7 @@ from ckptbench.operator.spec.status_schema import BenchmarkStatus, status_body
 from ckptbench.operator.status import compute as st
 from ckptbench.operator.status.conditions import timestamp
 from ckptbench.operator.status.events import Event, transitions
+from ckptbench.operator.status.memo import StatusMemo
 from ckptbench.operator.status.phases import with_reconcile_error
 from ckptbench.operator.status.pods import excerpt
 
@@ -62,9 +63,15 @@ class Outcome:
 
 
 def reconcile_once(
-    api: Api, defaults: RenderDefaults, namespace: str, name: str, now: datetime
+    api: Api,
+    defaults: RenderDefaults,
+    namespace: str,
+    name: str,
+    now: datetime,
+    memo: StatusMemo | None = None,
 ) -> Outcome | None:
-    """Bring the benchmark's JobSet and status up to date. None when the benchmark is gone."""
+    """Bring the benchmark's JobSet and status up to date. None when the benchmark is gone.
+    ``memo`` is what the benchmark's last reconcile kept for this one."""
     live = read_live(api.get_benchmark, metrics.remove_benchmark, namespace, name)
     if live is None:
         return None
@@ -119,6 +126,7 @@ def reconcile_once(
             generation=generation,
             spec_change=change,
             foreign_jobset=foreign,
+            memo=memo,
         )
         backend = ran.backend.value
 
@@ -220,13 +228,23 @@ class Reconciler(Coalescing):
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     resync_seconds: float = 60.0
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    # Per benchmark, what its last reconcile kept: each message is read once, not every time.
+    _memos: dict[Key, StatusMemo] = field(default_factory=dict, init=False)
 
     async def reconcile(self, namespace: str, name: str, handler: str) -> Outcome | None:
-        async with self.lock((namespace, name)):
+        key = (namespace, name)
+        async with self.lock(key):
             with metrics.observe_reconcile(handler):
+                memo = self._memos.setdefault(key, StatusMemo())
                 try:
                     return await asyncio.to_thread(
-                        reconcile_once, self.api, self.defaults, namespace, name, self.clock()
+                        reconcile_once,
+                        self.api,
+                        self.defaults,
+                        namespace,
+                        name,
+                        self.clock(),
+                        memo,
                     )
                 except Exception as exc:
                     await asyncio.to_thread(
@@ -261,4 +279,5 @@ class Reconciler(Coalescing):
         key = (namespace, name)
         async with self.lock(key):
             metrics.remove_benchmark(namespace, name)
+            self._memos.pop(key, None)
         self._locks.pop(key, None)

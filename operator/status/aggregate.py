@@ -17,15 +17,15 @@ from ckptbench.operator.spec.status_schema import (
 from ckptbench.operator.status.pods import Reports, excerpt
 from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.results import figures
-from ckptbench.workload.contract.results.rank import RankResult
+from ckptbench.workload.contract.results.records import RankRecord
 from ckptbench.workload.contract.results.summaries import OpSummary, RunSummary
 
 LISTED = 10  # bounded lists: failed pods, unreadable results, rank errors
 
 
-def slowest_rank(results: Sequence[RankResult]) -> int | None:
+def slowest_rank(records: Sequence[RankRecord]) -> int | None:
     """The rank whose own save plus load I/O time is the largest (the workload's figure)."""
-    return figures.slowest_rank(results)
+    return figures.slowest_rank(records)
 
 
 def operation(op: OpSummary, result_pods: Mapping[int, str]) -> Operation:

@@ -31,6 +31,7 @@ from ckptbench.operator.status.aggregate import (
 )
 from ckptbench.operator.status.failure import failure as find_failure
 from ckptbench.operator.status.failure import terminal_transition
+from ckptbench.operator.status.memo import StatusMemo
 from ckptbench.operator.status.phases import (
     FAILED,
     FAILED_CONDITION,
@@ -47,7 +48,6 @@ from ckptbench.operator.status.phases import (
 from ckptbench.operator.status.pods import current_attempt, object_name, read_pods
 from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.results import figures
-from ckptbench.workload.contract.results.figures import summarize
 from ckptbench.workload.contract.results.summaries import RunSummary
 
 
@@ -93,18 +93,21 @@ def compute_status(
     generation: int | None = None,
     spec_change: str | None = None,
     foreign_jobset: str | None = None,
+    memo: StatusMemo | None = None,
 ) -> BenchmarkStatus:
     """The status for ``spec`` given its JobSet (None: not created yet) and the JobSet's pods.
 
     ``spec`` is the spec the JobSet was rendered from. ``spec_change`` describes an edit made
     after the run started, which is refused: it becomes the SpecChangeRejected condition.
     ``foreign_jobset`` says why a JobSet of the benchmark's name, which it does not own, was not
-    adopted: the benchmark waits until it is gone.
+    adopted: the benchmark waits until it is gone. ``memo`` is what the last call for this
+    benchmark kept (:class:`StatusMemo`): the status is the same with or without it.
     """
     previous = previous or {}
     total = spec.total_bytes
-    reports = read_pods(current_attempt(pods))
-    summary = summarize(reports.results, spec.world_size, total, spec.load_world_size)
+    memo = memo if memo is not None else StatusMemo()
+    reports = read_pods(current_attempt(pods), memo.messages)
+    summary = memo.summary(reports.results, spec.world_size, total, spec.load_world_size)
     slowest = slowest_rank(reports.results)
     suspended = bool(jobset is not None and (jobset.get("spec") or {}).get("suspend"))
 

@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple
 
 from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.choices import CacheMode, Procedure, SaveMode
-from ckptbench.workload.contract.results.rank import RankResult
+from ckptbench.workload.contract.results.records import RankRecord
 from ckptbench.workload.contract.settings import declared
 
 SUBSET_PROCESSES = 8  # MLPerf's CLOSED subset: 8 processes of any model
@@ -111,18 +111,18 @@ class RamRule(NamedTuple):
     memory_bytes: int  # that node's RAM
 
 
-def ram_rule(results: Sequence[RankResult], cache: CacheMode | None) -> RamRule | None:
+def ram_rule(records: Sequence[RankRecord], cache: CacheMode | None) -> RamRule | None:
     """MLPerf's 3 x RAM rule for the ``file`` backend (``cache`` set), per node: the data its
     ranks wrote over the timed saves against three times its RAM. None when not measurable."""
     if cache is None:
         return None
     written: dict[str, int] = {}
     memory: dict[str, int] = {}
-    for r in results:
+    for r in records:
         node_memory = r.resources.node_memory_bytes if r.resources else None
         if r.save is None or not node_memory:
             continue
-        written[r.host] = written.get(r.host, 0) + r.bytes * r.save.stats.n
+        written[r.host] = written.get(r.host, 0) + r.bytes * r.save.timing.stats.n
         memory[r.host] = node_memory
     if not written:
         return None
