@@ -45,6 +45,24 @@ def test_sizes_json_for_several_world_sizes(capsys: pytest.CaptureFixture[str]) 
     assert rows[0]["memory_peak_bytes_estimate"] > rows[0]["largest_rank_bytes"] + gib // 4
 
 
+def test_sizes_crosses_its_lists_with_the_sweeps_expander(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["--model", "llama3-8b,llama3-70b", "--world-size", "8,64,512", "--json"]
+    assert sizes_cli.main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)
+    # In the settings' declared order, the last varying fastest, as ckptbench run's cells.
+    assert [(r["model"], r["world_size"]) for r in rows] == [
+        (model, n) for n in (8, 64, 512) for model in ("llama3-8b", "llama3-70b")
+    ]
+    monkeypatch.setattr(sizes_cli, "MAX_REPORTS", 5)
+    assert sizes_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--world-size 3 x --model 2: 6 cells, more than the 5 one ckptbench sizes" in err
+    assert sizes_cli.main(["--world-size", "8,64,8"]) == 2
+    assert "--world-size: '8' is listed twice" in capsys.readouterr().err
+
+
 def test_sizes_rejects_a_bad_override_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert sizes_cli.main(["--model", "llama3-8b", "--layers", "0"]) == 2
     # Validated as ckptbench run validates it, in the same words.

@@ -1,8 +1,9 @@
 """The cells of a sweep: every combination of the values its axes take.
 
-One expander for both kinds of sweep: ``ckptbench run`` with comma lists and the
-CheckpointBenchmarkSweep's ``axes``. Both cap the cells alike and refuse a value listed twice
-alike; each names the axes its own way (``--threads`` or ``axes.threads``).
+One expander for every cross product of settings: both kinds of sweep, ``ckptbench run`` with
+comma lists and the CheckpointBenchmarkSweep's ``axes``, and ``ckptbench sizes``' comma lists.
+The sweeps cap the cells alike (``sizes``, which runs nothing, at more); all refuse a value listed
+twice alike; each names the axes its own way (``--threads`` or ``axes.threads``).
 """
 
 from __future__ import annotations
@@ -37,19 +38,22 @@ class Axis:
         return str(getattr(value, "value", value))
 
 
-def cross(axes: Sequence[Axis]) -> list[dict[str, Any]]:
+def cross(
+    axes: Sequence[Axis], limit: int = MAX_CELLS, holder: str = "a sweep"
+) -> list[dict[str, Any]]:
     """Every combination of the axes' values (field -> value), the last axis varying fastest.
 
-    Refuses, naming the axes, more than :data:`MAX_CELLS` cells and a value listed twice.
+    Refuses, naming the axes, more than ``limit`` cells (what ``holder`` may hold) and a value
+    listed twice.
     """
     for axis in axes:
         for i, value in enumerate(axis.values):
             if value in axis.values[:i]:
                 raise CellCountError(f"{axis.shown}: {axis.text(i)!r} is listed twice")
     count = math.prod(len(a.values) for a in axes)
-    if count > MAX_CELLS:
+    if count > limit:
         each = " x ".join(f"{a.shown} {len(a.values)}" for a in axes if len(a.values) > 1)
-        raise CellCountError(f"{each}: {count} cells, more than the {MAX_CELLS} a sweep may hold")
+        raise CellCountError(f"{each}: {count} cells, more than the {limit} {holder} may hold")
     fields = [a.field for a in axes]
     return [
         dict(zip(fields, combo, strict=True))

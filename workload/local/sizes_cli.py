@@ -10,7 +10,6 @@ plan (``memory_plan``), for every setting it reads, taken as ``ckptbench run`` t
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import sys
 from collections.abc import Sequence
@@ -18,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ckptbench.workload.contract import settings
+from ckptbench.workload.contract import cells, settings
 from ckptbench.workload.contract.checkpoint import memory_plan, models
 from ckptbench.workload.contract.checkpoint.sizes import GIB, format_bytes
 from ckptbench.workload.contract.choices import Backend, Stager
@@ -27,6 +26,9 @@ from ckptbench.workload.local import options
 from ckptbench.workload.local.options import UsageError, explain, values_of
 
 TABLE_WORLD_SIZES = (8, 64, 512)
+# Reports, not runs: each is arithmetic, so more than a sweep's cells, but a typo in a list
+# still should not print thousands.
+MAX_REPORTS = 1024
 TABLE_PRESETS = ("llama3-8b", "llama3-70b", "mlperf-llama3-70b", "llama3-405b")
 
 
@@ -54,7 +56,7 @@ def _parser(plan: Sequence[options.Option]) -> argparse.ArgumentParser:
         allow_abbrev=False,
         description="Per-rank and total checkpoint sizes of a model preset, and the memory a rank "
         "needs, computed, not run. An option shown with [,...] takes a comma list: one report "
-        "per combination.",
+        f"per combination (at most {MAX_REPORTS}).",
     )
     for o in plan:
         options.add_option(p, o)
@@ -83,21 +85,21 @@ _NO_PATH = {
 
 def configs(plan: Sequence[options.Option], args: argparse.Namespace) -> list[WorkloadConfig]:
     """Rank 0's config for each combination of the options' values, validated as a run's are."""
-    values: list[list[tuple[str, Any]]] = []
+    axes: list[cells.Axis] = []
     for o in plan:
         raw = getattr(args, o.dest)
-        if o.is_switch:
-            values.append([("", o.const)] if raw else [])
-        else:
-            values.append(values_of(o, raw))
+        values = ([("", o.const)] if raw else []) if o.is_switch else values_of(o, raw)
+        # An option not given and without a default takes the declaration's own (no axis).
+        if values and o.field is not None:
+            texts = tuple(t for t, _ in values)
+            axes.append(cells.Axis(o.field, o.flag, tuple(v for _, v in values), texts))
+    try:
+        combos = cells.cross(axes, MAX_REPORTS, "one ckptbench sizes")
+    except cells.CellCountError as exc:
+        raise UsageError(str(exc)) from None
     out = []
-    # An option not given and without a default takes the declaration's own (no value here).
-    for combination in itertools.product(*(v or [("", None)] for v in values)):
-        given: dict[str, Any] = {
-            o.field: value
-            for o, (_, value) in zip(plan, combination, strict=True)
-            if o.field is not None and value is not None
-        }
+    for combo in combos:
+        given: dict[str, Any] = {k: v for k, v in combo.items() if v is not None}
         if args.mlperf:
             given["world_size"] = models.MLPERF_V3[given["model"]].processes
             given["dtype"] = models.DtypeProfile.MLPERF
