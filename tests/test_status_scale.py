@@ -17,9 +17,10 @@ import pytest
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.status import compute as st
 from ckptbench.operator.status.pods import COMPLETION_INDEX, RESTART_ATTEMPT, current_attempt
-from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results import figures, parts
 from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from ckptbench.workload.contract.results.records import OpRecord, RankOp, RankRecord, record_of
+from ckptbench.workload.contract.results.summaries import OpSummary
 from harness import rank_pods
 
 WORLD = 37
@@ -35,8 +36,13 @@ def records(results: list[RankResult]) -> list[RankRecord]:
     return [record_of(r) for r in results]
 
 
+def summarize_op(timings: list[RankOp], total_bytes: int) -> OpSummary | None:
+    """One operation's figures over ``timings``, as the summary computes them."""
+    return figures.op_summary(parts.op_part(timings), total_bytes)
+
+
 def straightforward(timings: list[RankOp]) -> dict[str, Any]:
-    """The per-rank figures of summarize_op as written before the one-pass loop."""
+    """The per-rank figures of an operation as written before the one-pass loop."""
     moving = [t for t in timings if t.bytes > 0] or list(timings)
     slowest = max(moving, key=lambda t: (t.timing.io_mean, -t.rank))
     collected = [t.timing.gc_mean for t in timings if t.timing.gc_mean is not None]
@@ -63,7 +69,7 @@ def test_one_pass_figures_equal_the_straightforward_ones(seed: int, op: figures.
     ranked = results(seed)
     random.Random(seed).shuffle(ranked)
     timings = figures.rank_ops(records(ranked), op)
-    summary = figures.summarize_op(timings, SHARD * WORLD)
+    summary = summarize_op(timings, SHARD * WORLD)
     assert summary is not None
     want = straightforward(timings)
     own = want.pop("own")
@@ -84,13 +90,13 @@ def test_ties_and_ranks_that_moved_nothing_as_before() -> None:
         OpRecord.of(OpTiming.of([2.0], [1.0], blocked_seconds=[0.3], background_seconds=[2])),
     )
     for timings in (ties, [*ties[:2], faster, ties[3]], [*ties[:3], stalled]):
-        summary = figures.summarize_op(timings, 100)
+        summary = summarize_op(timings, 100)
         assert summary is not None
         want = straightforward(timings)
         want.pop("own")
         assert {k: getattr(summary, k) for k in want} == want
-    assert figures.summarize_op([*ties[:3], stalled], 100).stall is not None  # type: ignore[union-attr]
-    assert figures.summarize_op(ties, 100).slowest_rank == 3  # type: ignore[union-attr]
+    assert summarize_op([*ties[:3], stalled], 100).stall is not None  # type: ignore[union-attr]
+    assert summarize_op(ties, 100).slowest_rank == 3  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("seed", [0, 1])

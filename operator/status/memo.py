@@ -35,8 +35,7 @@ class StatusMemo:
         load_world_size: int | None,
     ) -> RunSummary:
         """:func:`summarize_records` of these, each part reduced only when its records changed."""
-        summary = summarize_records(records, world_size, total_bytes, load_world_size, self._part)
-        return summary
+        return summarize_records(records, world_size, total_bytes, load_world_size, self._part)
 
     def _part(self, records: Sequence[RankRecord]) -> Part:
         index = records[0].rank // parts.PART_RANKS if records else -1

@@ -83,14 +83,9 @@ def span_seconds(op: OpPart) -> list[float] | None:
 # -- per operation -------------------------------------------------------------------------------
 
 
-def summarize_op(timings: Sequence[RankOp], total_bytes: int, idle: int = 0) -> OpSummary | None:
-    """One operation across the ranks that timed it; ``idle`` ranks took no part (they are
-    counted among the ranks left out)."""
-    return op_summary(parts.op_part(timings), total_bytes, idle)
-
-
 def op_summary(op: OpPart | None, total_bytes: int, idle: int = 0) -> OpSummary | None:
-    """One operation's figures from its ranks' reduction (:mod:`.parts`)."""
+    """One operation's figures from the reduction of the ranks that timed it (:mod:`.parts`);
+    ``idle`` ranks took no part (they are counted among the ranks left out)."""
     if op is None:
         return None
     per_sample = collective_seconds(op)
