@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from torch.distributed.checkpoint.filesystem import FileSystem
 
+from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.local.s3_server import S3Server
 from ckptbench.workload.storage import traffic
 from ckptbench.workload.storage.s3 import objects
@@ -29,20 +30,25 @@ def test_a_counting_file_system_pickles_and_counts_where_it_lands() -> None:
     assert landed._traffic is traffic.TRAFFIC  # this process's counter, not a copy
 
 
-@pytest.mark.parametrize("backend", ["s3", "s3fs"])
-def test_process_saves_on_two_ranks_verify_and_leave_only_results(
-    backend: str, s3_server: S3Server, s3_bucket: str, tmp_path: Path
-) -> None:
-    config = workers.small_config(
-        f"s3://{s3_bucket}/process",
+def _process_save_on_s3(bucket: str, backend: str, sample_count: int) -> WorkloadConfig:
+    """A small model saved by DCP's checkpointer process, on the S3 server's ``bucket``."""
+    return workers.small_config(
+        f"s3://{bucket}/process",
         backend=backend,
         layer_size=300,
         padding_size=4,
-        sample_count=2,
+        sample_count=sample_count,
         warmup_samples=0,
         save_mode="process",
         stager="default",
     )
+
+
+@pytest.mark.parametrize("backend", ["s3", "s3fs"])
+def test_process_saves_on_two_ranks_verify_and_leave_only_results(
+    backend: str, s3_server: S3Server, s3_bucket: str, tmp_path: Path
+) -> None:
+    config = _process_save_on_s3(s3_bucket, backend, sample_count=2)
     ranks = workers.run(config, tmp_path, extra_env=s3_server.env(), timeout=200)
     for w in ranks:
         assert w.proc.returncode == 0, workers.logs(ranks)
@@ -74,16 +80,7 @@ def test_the_checkpointer_process_retries_are_counted_in_the_ranks_log(
 ) -> None:
     # The checkpointer process inherits the rank's CRT log folder (s3/crt_log.py): its retries
     # of 503 SlowDown are reported by the rank, after the save they belong to.
-    config = workers.small_config(
-        f"s3://{s3_bucket}/process",
-        backend="s3",
-        layer_size=300,
-        padding_size=4,
-        sample_count=1,
-        warmup_samples=0,
-        save_mode="process",
-        stager="default",
-    )
+    config = _process_save_on_s3(s3_bucket, "s3", sample_count=1)
     rule = Rule("status", "POST", times=2, statuses=(503,), s3_code="SlowDown")
     proxy = FaultProxy(s3_server.url, [rule], seed=7)
     with proxy.running():
