@@ -10,30 +10,28 @@ with :meth:`WorkloadConfig.from_env`. The reference benchmark's own variable nam
 
 from __future__ import annotations
 
-import enum
-import os
-import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Self
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from ckptbench.workload.contract import environment
 from ckptbench.workload.contract.checkpoint import memory_plan, models, sizes
 from ckptbench.workload.contract.choices import Backend, CacheMode, Strategy
+from ckptbench.workload.contract.environment import (
+    ENV_PREFIX,
+    ConfigError,
+    FieldError,
+    field_errors,
+)
 from ckptbench.workload.contract.names import (
     CHECKPOINTER_LOG_ENV,
     COMPLETION_INDEX_ENV,
     VERBOSE_LOGS_ENV,
 )
-from ckptbench.workload.contract.rule import Broken
 from ckptbench.workload.contract.settings import SETTINGS_RULES, BenchmarkSettings
 
-ENV_PREFIX = "CKPTBENCH_"
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing or wrong; the message names the variable and the reason."""
+__all__ = ["ENV_PREFIX", "ConfigError", "FieldError", "WorkloadConfig", "field_errors"]
 
 
 class WorkloadConfig(BenchmarkSettings):
@@ -194,46 +192,21 @@ class WorkloadConfig(BenchmarkSettings):
 
     def to_env(self) -> dict[str, str]:
         """The pod environment for this config. Rank is left out: each pod gets its own index."""
-        env: dict[str, str] = {}
         # A model preset excludes the reference layout's settings: rendering them would make
         # the round trip fail on exclusivity.
         skip = {"rank", "layer_size", "padding_size"} if self.model is not None else {"rank"}
-        for name, value in self.model_dump(exclude=skip).items():
-            if value is None:
-                # An empty value means "none"; leaving it out would bring back a non-None default.
-                if type(self).model_fields[name].default is None:
-                    continue
-                value = ""
-            env[ENV_PREFIX + name.upper()] = _env_str(value)
-        return env
+        return environment.to_env(self, skip)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkloadConfig:
         """Parse the environment; a bad value raises :class:`ConfigError` naming its variable."""
-        env = os.environ if environ is None else environ
-        raw: dict[str, Any] = {}
-        source: dict[str, str] = {}
-        for field in cls.model_fields:
-            for var in _env_names(field):
-                if var in env:
-                    value = env[var]
-                    if var == "USE_FSSPEC":
-                        value = _parse_use_fsspec(value)
-                    raw[field] = value
-                    source[field] = var
-                    break
-        for field in _OPTIONAL_STRINGS:
-            if raw.get(field) == "":
-                raw[field] = None
-        raw.update(overrides)
-        try:
-            return cls.model_validate(raw)
-        except ValidationError as exc:
-            raise ConfigError(_describe(exc, source)) from None
+        return environment.from_env(
+            cls, environ, ALIASES, overrides, convert={"USE_FSSPEC": _parse_use_fsspec}
+        )
 
 
 # The reference's names come after ours, so ours win when both are set.
-_ALIASES: dict[str, tuple[str, ...]] = {
+ALIASES: dict[str, tuple[str, ...]] = {
     "world_size": ("WORLD_SIZE",),
     "rank": ("RANK", COMPLETION_INDEX_ENV),
     "layer_size": ("LAYER_SIZE",),
@@ -247,25 +220,15 @@ _ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _admits_none(field: str) -> bool:
-    return type(None) in typing.get_args(WorkloadConfig.model_fields[field].annotation)
-
-
-# An empty variable means "none" for the settings that may be none.
-_OPTIONAL_STRINGS = tuple(f for f in WorkloadConfig.model_fields if _admits_none(f))
-
-
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """``CKPTBENCH_*`` variables that name no setting: most likely a misspelt one."""
-    known = {ENV_PREFIX + field.upper() for field in WorkloadConfig.model_fields}
-    return sorted(
-        v
-        for v in environ
-        if v.startswith(ENV_PREFIX)
-        and v not in known
-        and v not in RANK_VARIABLES
-        and not v.startswith(_OPERATOR_PREFIXES)
-    )
+    return environment.unknown_variables(environ, WorkloadConfig, is_rank_variable)
+
+
+def is_rank_variable(var: str) -> bool:
+    """A variable with the prefix that a rank reads though it names no setting (the operator's
+    own settings share the prefix, and a shell that runs both may carry them)."""
+    return var in RANK_VARIABLES or var.startswith(_OPERATOR_PREFIXES)
 
 
 # Read by a rank but no setting of the benchmark.
@@ -276,10 +239,6 @@ RANK_VARIABLES = frozenset({VERBOSE_LOGS_ENV, CHECKPOINTER_LOG_ENV})
 _OPERATOR_PREFIXES = (ENV_PREFIX + "OPERATOR_", ENV_PREFIX + "DEFAULT_IMAGE")
 
 
-def _env_names(field: str) -> tuple[str, ...]:
-    return (ENV_PREFIX + field.upper(), *_ALIASES.get(field, ()))
-
-
 def _parse_use_fsspec(value: str) -> str:
     flag = value.strip().lower()
     if flag in ("1", "true", "yes", "on"):
@@ -287,53 +246,3 @@ def _parse_use_fsspec(value: str) -> str:
     if flag in ("0", "false", "no", "off", ""):
         return Backend.GCS.value
     raise ConfigError(f"invalid configuration: USE_FSSPEC (backend): not a boolean (got {value!r})")
-
-
-def _env_str(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, enum.Enum):
-        return str(value.value)
-    return str(value)
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """One validation problem, tied to the field it is about."""
-
-    field: str  # empty when no field could be named
-    reason: str
-    value: Any
-    has_value: bool
-    broken: Broken | None = None  # a cross-field rule: its fields can be named another way
-
-
-def field_errors(exc: ValidationError) -> list[FieldError]:
-    """The problems of a validation error, each with its field, for messages that name it.
-
-    Cross-field checks carry no location, so they name their field as ``"field: reason"``.
-    """
-    problems = []
-    for err in exc.errors():
-        reason = str(err["msg"]).removeprefix("Value error, ")
-        field = str(err["loc"][0]) if err["loc"] else ""
-        if not field and ": " in reason:
-            field, reason = reason.split(": ", 1)
-        error = (err.get("ctx") or {}).get("error")
-        broken = error if isinstance(error, Broken) else None
-        problems.append(FieldError(field, reason, err.get("input"), bool(err["loc"]), broken))
-    return problems
-
-
-def _describe(exc: ValidationError, source: Mapping[str, str]) -> str:
-    lines = []
-    for problem in field_errors(exc):
-        field = problem.field
-        if field:
-            var = source.get(field, ENV_PREFIX + field.upper())
-            where = f"{var} ({field})"
-        else:
-            where = "configuration"
-        got = f" (got {problem.value!r})" if problem.has_value and field in source else ""
-        lines.append(f"{where}: {problem.reason}{got}")
-    return "invalid configuration: " + "; ".join(lines)

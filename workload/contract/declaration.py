@@ -9,23 +9,21 @@ that span fields are declared beside each class (``rule.py``).
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pydantic import Field
-
-from ckptbench.workload.contract.choices import Backend
+from pydantic import BaseModel, Field
+from pydantic.fields import FieldInfo
 
 
 class Placed(Protocol):
-    """What says where a setting acts: the backend, and the model preset (None: the reference
-    layout). ``BenchmarkSettings`` is one; naming it here would make a cycle of declarations."""
+    """What says where a setting acts: the backend (a checkpoint backend or a data reader, named
+    alike) and, for a checkpoint, the model preset (None: the reference layout)."""
 
     @property
-    def backend(self) -> Backend: ...
-
-    @property
-    def model(self) -> object | None: ...
+    def backend(self) -> enum.Enum: ...
 
 
 _UNSET: Any = object()
@@ -59,7 +57,8 @@ class Setting:
         if self.backends and settings.backend.value not in self.backends:
             return False
         if self.layout is not None:
-            return self.layout == ("model" if settings.model is not None else "reference")
+            model = getattr(settings, "model", None)
+            return self.layout == ("model" if model is not None else "reference")
         return True
 
     def has_local_default(self) -> bool:
@@ -76,3 +75,35 @@ def choice(default: Any, description: str) -> Any:
     """A field holding one of an enum's values, or its value as the plain string a manifest or
     a variable holds (a strict enum would refuse it)."""
     return Field(default, strict=False, description=description)
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One declared setting: its field name, pydantic's field, and its :class:`Setting`."""
+
+    name: str
+    field: FieldInfo
+    setting: Setting
+
+    @property
+    def flag(self) -> str:
+        return self.setting.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def annotation(self) -> Any:
+        return self.field.annotation
+
+
+def declared_fields(model: type[BaseModel], first_from: type[BaseModel]) -> Iterator[Declared]:
+    """The settings ``model`` declares, each with its :class:`Setting`: its own fields first, in
+    declaration order, then those it inherits from ``first_from`` (pydantic lists a parent's
+    fields first; a benchmark's own settings lead). A field with no :class:`Setting` is a bug."""
+    fields = model.model_fields
+    inherited = set(first_from.model_fields)
+    names = [n for n in fields if n not in inherited] + [n for n in fields if n in inherited]
+    for name in names:
+        info = fields[name]
+        setting = next((m for m in info.metadata if isinstance(m, Setting)), None)
+        if setting is None:
+            raise TypeError(f"{name}: a benchmark setting needs its Setting metadata")
+        yield Declared(name, info, setting)

@@ -26,11 +26,9 @@ Adding a setting: declare it, with any rule it needs, in the room it belongs to 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import Field
-from pydantic.fields import FieldInfo
 
 from ckptbench.workload.contract.choices import (
     DEFAULT_SAMPLES,
@@ -43,7 +41,9 @@ from ckptbench.workload.contract.choices import (
     default_samples,
     default_warmups,
 )
-from ckptbench.workload.contract.declaration import Setting, choice
+from ckptbench.workload.contract.declaration import Declared, Setting, choice, declared_fields
+
+__all__ = ["SETTINGS_RULES", "BenchmarkSettings", "Declared", "declared"]
 from ckptbench.workload.contract.rule import Rule
 from ckptbench.workload.contract.state_settings import STATE_RULES, StateSettings
 from ckptbench.workload.contract.storage_settings import STORAGE_RULES, StorageSettings
@@ -316,40 +316,14 @@ _RUN_RULES: tuple[Rule[BenchmarkSettings], ...] = (
 SETTINGS_RULES: tuple[Rule[BenchmarkSettings], ...] = (*STATE_RULES, *_RUN_RULES, *STORAGE_RULES)
 
 
-@dataclass(frozen=True)
-class Declared:
-    """One declared setting: its field name, pydantic's field, and its :class:`Setting`."""
-
-    name: str
-    field: FieldInfo
-    setting: Setting
-
-    @property
-    def flag(self) -> str:
-        return self.setting.flag or "--" + self.name.replace("_", "-")
-
-    @property
-    def annotation(self) -> Any:
-        return self.field.annotation
-
-
 def declared() -> Iterator[Declared]:
     """The declared settings: the run's own in declaration order, then the storage backends'.
     Options, recorded settings and sweep axes follow this order (the last axis varies fastest)."""
-    fields = BenchmarkSettings.model_fields
-    for name in _declared_names():
-        info = fields[name]
-        setting = next((m for m in info.metadata if isinstance(m, Setting)), None)
-        if setting is None:
-            raise TypeError(f"{name}: a benchmark setting needs its Setting metadata")
-        yield Declared(name, info, setting)
+    return declared_fields(BenchmarkSettings, first_from=StorageSettings)
 
 
 def _declared_names() -> list[str]:
-    # pydantic lists a parent's fields first; the run's own settings lead, as they were declared.
-    inherited = set(StorageSettings.model_fields)
-    names = list(BenchmarkSettings.model_fields)
-    return [n for n in names if n not in inherited] + [n for n in names if n in inherited]
+    return [d.name for d in declared()]
 
 
 def axis_names() -> list[str]:

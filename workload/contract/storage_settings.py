@@ -13,11 +13,12 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
 from ckptbench.workload.contract.choices import Backend, S3PrefixStrategy, S3Reader, UploadScheme
 from ckptbench.workload.contract.declaration import Setting, choice
 from ckptbench.workload.contract.rule import Rule
+from ckptbench.workload.contract.service_settings import ServiceSettings
 
 MIB = 1024**2
 # S3's bucket names: 3 to 63 lowercase letters, digits, dots and dashes, starting and ending with
@@ -29,7 +30,6 @@ CHECKPOINT_PATH_PATTERN = (
     r"^(gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?"
     rf"|s3://{S3_BUCKET_PATTERN}(/\S*)?|file:///\S*|/\S*)$"
 )
-S3_BACKENDS = ("s3", "s3fs")
 
 
 def s3_bucket_problem(bucket: str) -> str | None:
@@ -52,7 +52,7 @@ def s3_bucket_problem(bucket: str) -> str | None:
     return None
 
 
-class StorageSettings(BaseModel):
+class StorageSettings(ServiceSettings):
     """Where the checkpoints go, and how: the storage backend and its knobs."""
 
     backend: Annotated[Backend, Setting(axis=True, metavar="NAME")] = choice(
@@ -75,13 +75,6 @@ class StorageSettings(BaseModel):
         # The API server checks the shape; Python checks it field by field, with messages that
         # say what is wrong (WorkloadConfig), rather than by a regular expression.
         json_schema_extra={"pattern": CHECKPOINT_PATH_PATTERN},
-    )
-    project: Annotated[str | None, Setting(backends=("gcs", "gcsfs"), metavar="ID")] = Field(
-        None,
-        min_length=1,
-        max_length=100,
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]*$",
-        description="GCP project of the storage clients; default: the one of the credentials.",
     )
     drop_cache: Annotated[bool, Setting(backends=("file",), flag="--keep-cache", axis=True)] = (
         Field(
@@ -141,29 +134,6 @@ class StorageSettings(BaseModel):
         ge=1,  # not gt=0: Kubernetes' schema and JSON Schema disagree on exclusiveMinimum
         le=86_400,
         description="Backend gcs: the most one request may take, retries included.",
-    )
-    s3_endpoint: Annotated[str | None, Setting(backends=S3_BACKENDS, metavar="URL")] = Field(
-        None,
-        min_length=1,
-        max_length=1024,
-        pattern=r"^https?://[^\s/]+(/\S*)?$",
-        description="Backends s3 and s3fs: the S3 endpoint (MinIO, Ceph RGW, R2 ...); default "
-        "AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, else AWS's own for the region. `ckptbench run` "
-        "with neither starts an embedded S3 server (moto).",
-    )
-    s3_region: Annotated[str | None, Setting(backends=S3_BACKENDS, metavar="REGION")] = Field(
-        None,
-        min_length=1,
-        max_length=64,
-        pattern=r"^[a-z0-9-]+$",
-        description="Backends s3 and s3fs: the bucket's region; default AWS_REGION or "
-        "AWS_DEFAULT_REGION, else us-east-1.",
-    )
-    s3_path_style: Annotated[bool, Setting(backends=S3_BACKENDS)] = Field(
-        False,
-        description="Backends s3 and s3fs: path-style addressing (endpoint/bucket/key) instead of "
-        "virtual-hosted (bucket.endpoint/key), as MinIO and most on-premises stores need. "
-        "Always on for an endpoint given by IP address or localhost.",
     )
     s3_threads: Annotated[int, Setting(backends=("s3",), unit="threads", axis=True)] = Field(
         1,

@@ -8,7 +8,6 @@ summary. Exit codes: 0 success, 1 the benchmark failed, 2 the configuration is w
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import os
@@ -21,6 +20,7 @@ from typing import NoReturn
 import torch.distributed as dist
 
 from ckptbench.workload.contract import config as config_module
+from ckptbench.workload.contract import environment as environment_vars
 from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
@@ -334,24 +334,9 @@ def help_text() -> str:
         "Runs one rank of a checkpoint benchmark. Settings come from the environment:",
         "",
     ]
-    for name, field in WorkloadConfig.model_fields.items():
-        names = config_module._env_names(name)
-        default = "required" if field.is_required() else f"default {_default_text(field.default)}"
-        aliases = f" (also {', '.join(names[1:])})" if len(names) > 1 else ""
-        lines.append(f"  {names[0]}{aliases}")
-        lines.append(f"      {field.description or ''} [{default}]")
+    lines += environment_vars.describe_variables(WorkloadConfig, config_module.ALIASES)
     lines += [
         "",
         "Exit status: 0 success, 1 the benchmark failed, 2 a configuration value is wrong.",
     ]
     return "\n".join(lines)
-
-
-def _default_text(value: object) -> str:
-    if value is None:
-        return "none"
-    with contextlib.suppress(AttributeError):
-        return str(value.value)  # type: ignore[attr-defined]
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
