@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,7 +46,7 @@ class _Lines:
         pass
 
 
-def _idle(mode: str) -> tuple[RanksOutcome, float, str]:
+def _idle(mode: str) -> tuple[RanksOutcome[Any], float, str]:
     config = WorkloadConfig(
         world_size=2, padding_size=2, layer_size=1, backend=Backend.FILE,
         checkpoint_path="/nonexistent", progress_timeout_seconds=1.5,

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -210,7 +211,7 @@ def _alive(pid: int) -> bool:
 
 def _run_fake(
     fake_worker: list[str], mode: str, world_size: int, timeout: float = 60.0
-) -> tuple[RanksOutcome, float, list[int], str]:
+) -> tuple[RanksOutcome[Any], float, list[int], str]:
     pids: list[int] = []
     lines: list[str] = []
 

@@ -23,6 +23,7 @@ from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG, VERBOSE_LOGS_ENV
 from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local import preflight, report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
@@ -58,7 +59,7 @@ def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
 
 def summary_of(
     config: WorkloadConfig,
-    outcome: RanksOutcome,
+    outcome: RanksOutcome[RankResult],
     emulator: str | None,
     axes: dict[str, str] | None = None,
 ) -> RunSummary:
@@ -84,7 +85,7 @@ def summary_of(
     return s.model_copy(update={"extra": extra, **category})
 
 
-def _exit_lines(label: str, outcome: RanksOutcome, summary: RunSummary) -> list[str]:
+def _exit_lines(label: str, outcome: RanksOutcome[RankResult], summary: RunSummary) -> list[str]:
     """Ranks that exited non-zero though their result names no error (a crash after reporting)."""
     told = {e.rank for e in summary.errors} | set(summary.missing_ranks)
     return [

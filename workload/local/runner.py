@@ -22,11 +22,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Generic, Protocol, TypeVar
 
 from pydantic import ValidationError
 
-from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.local import orphans
 from ckptbench.workload.local.emulator import free_port
@@ -49,6 +48,28 @@ _ERROR_LINE = re.compile(
 )
 
 
+class Ranked(Protocol):
+    """What the runner needs of a rank's config: the checkpoint rank's and the data rank's."""
+
+    @property
+    def rank_count(self) -> int: ...
+    @property
+    def progress_timeout_seconds(self) -> float: ...
+    def to_env(self) -> dict[str, str]: ...
+
+
+class Reported(Protocol):
+    @property
+    def rank(self) -> int: ...
+
+
+R = TypeVar("R", bound=Reported)
+
+
+def _rank_result(text: str) -> Any:
+    return RankResult.from_termination_message(text)
+
+
 @dataclass(frozen=True)
 class RankExit:
     rank: int
@@ -68,10 +89,11 @@ class RankExit:
 
 
 @dataclass
-class RanksOutcome:
-    """How the ranks ended and what they reported."""
+class RanksOutcome(Generic[R]):
+    """How the ranks ended and what they reported (a checkpoint rank's :class:`RankResult`, or
+    a data rank's result)."""
 
-    results: list[RankResult]
+    results: list[R]
     exits: list[RankExit]
     unreadable: dict[int, str] = field(default_factory=dict)
     first_failure: int | None = None
@@ -212,7 +234,7 @@ def _state(pid: int) -> str:
 
 
 def rank_env(
-    config: WorkloadConfig,
+    config: Ranked,
     rank: int,
     result_file: Path,
     master_port: int,
@@ -237,7 +259,7 @@ def rank_env(
 
 
 def run_ranks(
-    config: WorkloadConfig,
+    config: Ranked,
     *,
     stop: threading.Event,
     out: IO[str],
@@ -250,7 +272,8 @@ def run_ranks(
     kill_grace: float = KILL_GRACE_SECONDS,
     on_started: Callable[[list[int]], None] | None = None,
     watch: Callable[[int, str], None] | None = None,
-) -> RanksOutcome:
+    parse: Callable[[str], Any] = _rank_result,
+) -> RanksOutcome[Any]:
     """Run ``config.rank_count`` ranks to the end (``world_size``, or ``load_world_size`` when a
     restore is onto more ranks); ``stop`` (set by a signal handler) ends them."""
     if timeout <= 0:
@@ -299,7 +322,7 @@ def run_ranks(
             # only say they were interrupted, unless nobody failed and the run hung.
             if r.rank != 0 and r.proc.returncode != 0 and (not r.stopped or outcome.timed_out):
                 _print_tail(r, printer)
-        outcome.results, outcome.unreadable = _read_results(ranks)
+        outcome.results, outcome.unreadable = _read_results(ranks, parse)
         outcome.exits = [
             RankExit(
                 rank=r.rank,
@@ -325,8 +348,8 @@ def _supervise(
     started: float,
     progress_timeout: float,
     printer: _Printer,
-) -> RanksOutcome:
-    outcome = RanksOutcome(
+) -> RanksOutcome[Any]:
+    outcome: RanksOutcome[Any] = RanksOutcome(
         results=[], exits=[], timeout_seconds=timeout, progress_timeout=progress_timeout
     )
     deadline = started + timeout
@@ -421,8 +444,10 @@ def _print_tail(r: _Rank, printer: _Printer) -> None:
         printer.line(r.rank, text)
 
 
-def _read_results(ranks: list[_Rank]) -> tuple[list[RankResult], dict[int, str]]:
-    results: list[RankResult] = []
+def _read_results(
+    ranks: list[_Rank], parse: Callable[[str], Any]
+) -> tuple[list[Any], dict[int, str]]:
+    results: list[Any] = []
     unreadable: dict[int, str] = {}
     for r in ranks:
         try:
@@ -435,7 +460,7 @@ def _read_results(ranks: list[_Rank]) -> tuple[list[RankResult], dict[int, str]]
         if not text.strip():
             continue
         try:
-            results.append(RankResult.from_termination_message(text))
+            results.append(parse(text))
         except ValidationError as exc:
             unreadable[r.rank] = f"its result is not valid JSON of a rank result: {exc}"[:500]
     return results, unreadable

@@ -14,12 +14,28 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch.distributed as dist
 
-from ckptbench.workload.contract.config import WorkloadConfig
-
 _POLL_SECONDS = 1.0
+
+
+class Meeting(Protocol):
+    """What a rank knows of the meeting: the checkpoint rank's config and the data rank's."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def rank_count(self) -> int: ...
+    @property
+    def master_addr(self) -> str: ...
+    @property
+    def master_port(self) -> int: ...
+    @property
+    def rendezvous_timeout_seconds(self) -> float: ...
+    @property
+    def collective_timeout_seconds(self) -> float: ...
 
 
 class RendezvousTimeout(TimeoutError):
@@ -55,11 +71,24 @@ def resolve(
 
 
 def init_process_group(
-    config: WorkloadConfig,
+    config: Meeting,
     *,
     log: Callable[[str], None] | None = None,
 ) -> None:
     """Form the default gloo group for this rank, or raise ``RendezvousTimeout`` at the deadline."""
+    store = meet(config, log=log)
+    dist.init_process_group(
+        backend="gloo",
+        store=store,
+        rank=config.rank,
+        world_size=config.rank_count,
+        timeout=datetime.timedelta(seconds=config.collective_timeout_seconds),
+    )
+
+
+def meet(config: Meeting, *, log: Callable[[str], None] | None = None) -> Any:
+    """Every rank at rank 0's TCP store, or ``RendezvousTimeout`` at the deadline: the store,
+    its timeout then the collectives'."""
     say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     started = time.monotonic()
     deadline = started + config.rendezvous_timeout_seconds
@@ -97,16 +126,10 @@ def init_process_group(
                 say(f"[rank {config.rank}] rendezvous with {host}:{port}: retrying ({exc})")
             time.sleep(min(_POLL_SECONDS, max(0.0, deadline - time.monotonic())))
     store.set_timeout(datetime.timedelta(seconds=config.collective_timeout_seconds))
-    dist.init_process_group(
-        backend="gloo",
-        store=store,
-        rank=config.rank,
-        world_size=config.rank_count,
-        timeout=datetime.timedelta(seconds=config.collective_timeout_seconds),
-    )
+    return store
 
 
-def wait_for_port(config: WorkloadConfig, deadline: float, started: float) -> None:
+def wait_for_port(config: Meeting, deadline: float, started: float) -> None:
     last: OSError | None = None
     while True:
         remaining = deadline - time.monotonic()
@@ -127,9 +150,7 @@ def _is_timeout(exc: BaseException) -> bool:
     return isinstance(exc, TimeoutError) or "timed out" in text or "timeout" in text
 
 
-def _expired(
-    config: WorkloadConfig, started: float, last: BaseException | None
-) -> RendezvousTimeout:
+def _expired(config: Meeting, started: float, last: BaseException | None) -> RendezvousTimeout:
     waited = time.monotonic() - started
     who = (
         f"not all {config.rank_count} ranks reached rank 0's store"

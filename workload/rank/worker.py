@@ -14,7 +14,6 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import NoReturn
 
 import torch.distributed as dist
@@ -29,7 +28,7 @@ from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.rank import loop, rendezvous
 from ckptbench.workload.rank.operations import AfterSave
-from ckptbench.workload.rank.process import cpus, environment, heartbeat, memory
+from ckptbench.workload.rank.process import cpus, environment, heartbeat, memory, termination
 from ckptbench.workload.storage import noise
 from ckptbench.workload.storage import objects as objectio
 from ckptbench.workload.storage import session as backends
@@ -233,18 +232,9 @@ def write_termination_log(
     config: WorkloadConfig, result: RankResult, say: Callable[[str], None]
 ) -> bool:
     """Write the compact result where Kubernetes looks for it; say why when we cannot."""
-    if not config.termination_log:
-        return False
-    path = Path(config.termination_log)
-    # Kubernetes creates the file; outside a pod, do not create files under /dev.
-    if not path.exists() and (path.parent == Path("/dev") or not path.parent.is_dir()):
-        return False
-    try:
-        path.write_text(result.to_termination_message())
-    except OSError as exc:
-        say(f"warning: cannot write the termination log {path}: {exc}")
-        return False
-    return True
+    return termination.write_termination_log(
+        config.termination_log, result.to_termination_message(), say
+    )
 
 
 def _write_rank_result(

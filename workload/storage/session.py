@@ -25,6 +25,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
+from ckptbench.workload.contract.service_settings import ServiceSettings
 from ckptbench.workload.storage.file import backend as file_backend
 from ckptbench.workload.storage.file.paths import local_path
 from ckptbench.workload.storage.outcome import DeleteOutcome
@@ -282,7 +283,7 @@ def _gcs_filesystem(config: WorkloadConfig) -> Any:
     )
 
 
-def prepare_s3(config: WorkloadConfig) -> Any:
+def prepare_s3(config: ServiceSettings) -> Any:
     """Resolve the S3 service of an s3 or s3fs rank once (settings over the AWS variables) and
     make it the process's, so results and cleanup go where the checkpoints go."""
     from ckptbench.workload.storage.s3 import where
@@ -317,7 +318,7 @@ def _s3fs_filesystem(config: WorkloadConfig, options: dict[str, Any]) -> Any:
     return fs
 
 
-def s3fs_options(config: WorkloadConfig) -> dict[str, Any]:
+def s3fs_options(config: ServiceSettings) -> dict[str, Any]:
     """Keyword arguments for ``s3fs.S3FileSystem``: the endpoint, region and addressing of the
     settings (or the AWS variables); credentials from the standard chain."""
     where = prepare_s3(config)
@@ -358,7 +359,7 @@ def _gcsfs_filesystem(config: WorkloadConfig, options: dict[str, Any]) -> Any:
     return fs
 
 
-def gcsfs_options(config: WorkloadConfig) -> dict[str, Any]:
+def gcsfs_options(config: ServiceSettings) -> dict[str, Any]:
     """Keyword arguments for ``gcsfs.GCSFileSystem``: anonymous against an emulator."""
     prepare_gcsfs()
     options: dict[str, Any] = {}
