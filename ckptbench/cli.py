@@ -18,6 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ckptbench.manifest_run",
         "run a benchmark on this machine (N local ranks), from options or a CheckpointBenchmark",
     ),
+    "data": (
+        "ckptbench.workload.local.data.cli",
+        "run a data-loading benchmark on this machine (N local ranks reading a dataset)",
+    ),
     "sizes": (
         "ckptbench.workload.local.sizes_cli",
         "print a model's checkpoint sizes per rank and in all (computed, not run)",
@@ -33,6 +37,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": (
         "ckptbench.workload.rank.worker",
         "run one rank (the entry point of a benchmark pod)",
+    ),
+    "data-worker": (
+        "ckptbench.workload.rank.data.worker",
+        "run one rank of a data-loading benchmark (the entry point of its pod)",
     ),
     "clean": (
         "ckptbench.workload.storage.clean",

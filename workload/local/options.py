@@ -17,7 +17,7 @@ import difflib
 import enum
 import re
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
@@ -313,14 +313,19 @@ def values_of(o: Option, raw: str | None) -> list[tuple[str, Any]]:
     return out
 
 
-def explain(exc: ValidationError, where: Sequence[str] = ()) -> str:
-    """Name the option behind each validation error, not the model's field."""
+def explain(
+    exc: ValidationError, where: Sequence[str] = (), option_of: Mapping[str, str] | None = None
+) -> str:
+    """Name the option behind each validation error, not the model's field (``option_of``: field
+    -> option; ``ckptbench run``'s by default)."""
+    if option_of is None:
+        option_of = OPTION_OF
     lines = []
     for problem in field_errors(exc):
         if problem.broken is not None:  # a cross-field rule: each field it names as its option
-            lines.append(problem.broken.say(lambda field: OPTION_OF.get(field, field)))
+            lines.append(problem.broken.say(lambda field: option_of.get(field, field)))
             continue
-        flag = OPTION_OF.get(problem.field, problem.field or "options")
+        flag = option_of.get(problem.field, problem.field or "options")
         got = f" (got {problem.value!r})" if problem.has_value else ""
         lines.append(f"{flag}: {problem.reason}{got}")
     text = "; ".join(lines)

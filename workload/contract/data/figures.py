@@ -54,14 +54,6 @@ class DataSummary(BaseModel):
         return self.ranks_reported == self.ranks_expected and not self.errors
 
 
-def run_seconds(results: Sequence[DataRankResult]) -> float | None:
-    """From the earliest accelerator's start to the latest one's end, over every rank."""
-    spans = [(r.started_unix, r.ended_unix) for r in results if r.ended_unix > 0]
-    if not spans:
-        return None
-    return max(e for _, e in spans) - min(s for s, _ in spans)
-
-
 def epoch_seconds(results: Sequence[DataRankResult]) -> list[float]:
     """Each epoch's time: its slowest rank's (a rank's is its slowest accelerator's)."""
     epochs = max((len(r.epoch_seconds) for r in results), default=0)
@@ -70,26 +62,30 @@ def epoch_seconds(results: Sequence[DataRankResult]) -> list[float]:
     ]
 
 
-def epoch_rates(results: Sequence[DataRankResult]) -> list[float]:
-    """Samples per second in each epoch: every rank's samples in it over its slowest rank's
-    time."""
-    times = epoch_seconds(results)
-    rates = []
-    for i, seconds in enumerate(times):
-        samples = sum(r.epoch_samples[i] for r in results if len(r.epoch_samples) > i)
-        if seconds > 0:
-            rates.append(samples / seconds)
-    return rates
-
-
-def _interval(values: Sequence[float]) -> Interval | None:
+def _interval(values: Sequence[float], ceiling: float | None = None) -> Interval | None:
+    """The Student-t interval of the mean of ``values``, within [0, ``ceiling``]."""
     if len(values) < 2:
         return None
     bounds = stats.mean_interval(len(values), stats.mean(values), stats.stdev(values), CONFIDENCE)
     if bounds is None:
         return None
     low, high = bounds
+    if ceiling is not None:
+        high = min(high, ceiling)
     return Interval(low=round(max(0.0, low), ROUND), high=round(high, ROUND))
+
+
+def rate_interval(amount: float, epochs: Sequence[float]) -> Interval | None:
+    """The interval of a rate per epoch (``amount`` an epoch over the mean epoch's seconds):
+    ``amount`` over each bound of the mean's interval, which a decreasing function maps onto
+    an interval of the same level."""
+    seconds = _interval(epochs)
+    if seconds is None:
+        return None
+    return Interval(
+        low=round(amount / seconds.high, 3) if seconds.high else 0.0,
+        high=round(amount / seconds.low, 3) if seconds.low > 0 else None,
+    )
 
 
 def summarize(
@@ -107,10 +103,12 @@ def summarize(
         return out
     samples = sum(r.samples for r in good)
     nbytes = sum(r.bytes for r in good)
-    seconds = run_seconds(good)
-    au = [a for r in good for a in r.au]
+    epochs = epoch_seconds(good)
+    seconds = sum(epochs)
+    # No emulated compute, no utilisation: a pure read keeps no accelerator busy by design.
+    computes = any(r.compute_seconds > 0 for r in good)
+    au = [a for r in good for a in r.au] if computes else []
     hist = waits.merge(r.wait_histogram for r in good)
-    rates = epoch_rates(good)
     mean_au = stats.mean(au) if au else None
     listing = [r.listing_seconds for r in good if r.listing_seconds is not None]
     prepare = [r.prepare_seconds for r in good if r.prepare_seconds is not None]
@@ -128,13 +126,13 @@ def summarize(
             "samples": samples,
             "bytes": nbytes,
             "verified_bytes": sum(r.verified_bytes for r in good),
-            "run_seconds": None if seconds is None else round(seconds, ROUND),
+            "run_seconds": None if not seconds else round(seconds, ROUND),
             "samples_per_second": None if rate is None else round(rate, 3),
-            "samples_per_second_interval": _interval(rates),
+            "samples_per_second_interval": rate_interval(samples / len(epochs), epochs),
             "bytes_per_second": None if byte_rate is None else round(byte_rate, 1),
             "egress_gbps": None if byte_rate is None else round(byte_rate * 8 / 1e9, 6),
             "accelerator_utilization": None if mean_au is None else round(mean_au, ROUND),
-            "accelerator_utilization_interval": _interval(au),
+            "accelerator_utilization_interval": _interval(au, ceiling=1.0),
             "accelerator_utilization_min": round(min(au), ROUND) if au else None,
             "au_passed": None if au_floor is None or mean_au is None else mean_au >= au_floor,
             "first_batch_seconds": max(

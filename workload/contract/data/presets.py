@@ -33,6 +33,7 @@ class Preset:
     laptop_files: int
     laptop_samples_per_file: int
     laptop_batch_size: int
+    laptop_workers: int = 2  # two cores make a laptop; more workers per accelerator only contend
 
     def compute_for(self, batch_size: int) -> float:
         """Seconds per batch of ``batch_size`` samples at the preset's seconds per sample."""

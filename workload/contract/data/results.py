@@ -40,8 +40,6 @@ class DataRankResult(BaseModel):
         max_length=MAX_ACCELERATORS,
         description="Each accelerator's utilisation: compute / loop seconds.",
     )
-    started_unix: float = Field(0.0, ge=0, description="When the first accelerator began.")
-    ended_unix: float = Field(0.0, ge=0, description="When the last accelerator ended.")
     first_batch_seconds: float | None = Field(
         None, ge=0, description="The longest wait for an accelerator's first batch."
     )

@@ -55,7 +55,7 @@ def prepare(config: DataConfig, store: Store, meeting: Meeting) -> float | None:
         stored += len(data)
     seconds = time.perf_counter() - start
     written = meeting.gather("dataset/written", [stored, seconds])
-    if config.rank == 0:
+    if written:
         manifest = Manifest(
             format=ds.format,
             files=ds.files,

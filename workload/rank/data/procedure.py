@@ -90,7 +90,7 @@ def _loader_of(
 def run(
     config: DataConfig, log: Callable[[str], None], stop: threading.Event
 ) -> tuple[DataRankResult, list[DataRankResult]]:
-    """This rank's result, and every rank's (gathered on rank 0's store)."""
+    """This rank's result, and on rank 0 every rank's (gathered on its store; [] elsewhere)."""
     store = Store(config)
     meeting = Meeting(config, log)
     prepared = prepare(config, store, meeting)
@@ -140,8 +140,6 @@ def _result(
         "loop_seconds": round(sum(f.loop_seconds for f in figures), ROUND),
         "verify_seconds": round(sum(f.verify_seconds for f in figures), ROUND),
         "au": [round(f.utilization, ROUND) for f in figures],
-        "started_unix": min(f.started_unix for f in figures),
-        "ended_unix": max(f.ended_unix for f in figures),
         "first_batch_seconds": max(
             (f.first_batch_seconds for f in figures if f.first_batch_seconds is not None),
             default=None,
