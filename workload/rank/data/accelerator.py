@@ -22,7 +22,7 @@ import google_crc32c
 import torch.utils.data as tud
 
 from ckptbench.workload.contract.data.choices import DataFormat
-from ckptbench.workload.contract.data.layout import HEADER_BYTES
+from ckptbench.workload.rank.data import content
 from ckptbench.workload.rank.data.batches import Batch, Item, collate
 from ckptbench.workload.rank.data.content import SampleError
 
@@ -89,13 +89,14 @@ def check(batch: Batch, fmt: DataFormat, sample_bytes: int) -> None:
     asked for (where the dataset says) and its bytes match its checksum."""
     if batch.data.shape[1] != sample_bytes:
         raise SampleError(f"samples of {batch.data.shape[1]} bytes, expected {sample_bytes}")
-    skip = 0 if fmt is DataFormat.PARQUET else HEADER_BYTES
     rows = batch.data.numpy()
     for k in range(len(batch)):
         index, asked = int(batch.index[k]), int(batch.asked[k])
         if asked >= 0 and index != asked:
             raise SampleError(f"sample {index} handed over where sample {asked} was asked for")
-        if google_crc32c.value(rows[k, skip:].tobytes()) != int(batch.crc32c[k]):
+        row = rows[k]
+        found = google_crc32c.value(row) if fmt is DataFormat.PARQUET else content.checksum(row)
+        if found != int(batch.crc32c[k]):
             raise SampleError(f"sample {index}: its bytes do not match its crc32c (corrupted)")
 
 

@@ -1,10 +1,11 @@
 """The dataset's bytes: made from the seed, each sample carrying its index and checksum, and
 checked on the way to the accelerator (docs/data-loading.md#the-dataset).
 
-A raw or npz sample is a 16-byte header (magic, index, crc32c of the rest) and random bytes from
-PCG64 seeded by (seed, index); a parquet row holds its index, the crc32c of its text and the text
-(lowercase letters from the same generator). So any sample can be checked alone, a byte flipped
-anywhere fails its checksum, and a sample served in another's place fails its index.
+A raw or npz sample is a 16-byte header (magic, index, and a crc32c of the magic, the index and
+the payload), then random bytes from PCG64 seeded by (seed, index); a parquet row holds its index,
+the crc32c of its text and the text (lowercase letters from the same generator). So any sample
+can be checked alone, a byte flipped anywhere fails its checksum, and a sample served in another's
+place fails its index.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import io
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import google_crc32c
 import numpy as np
@@ -40,10 +42,19 @@ def text(seed: int, index: int, nbytes: int) -> bytes:
     return (_rng(seed, index).integers(0, 26, nbytes, dtype=np.uint8) + ord("a")).tobytes()
 
 
+_CHECKED = 12  # the header's bytes its checksum covers: the magic and the index
+
+
+def checksum(raw: bytes | np.ndarray[Any, np.dtype[np.uint8]]) -> int:
+    """What a raw or npz sample's header carries: the crc32c of all its bytes but the checksum."""
+    return int(google_crc32c.extend(google_crc32c.value(raw[:_CHECKED]), raw[HEADER_BYTES:]))
+
+
 def sample(seed: int, index: int, nbytes: int) -> bytes:
     """Raw and npz sample ``index``: its header, then its payload."""
-    body = payload(seed, index, nbytes - HEADER_BYTES)
-    return _HEADER.pack(MAGIC, index, google_crc32c.value(body)) + body
+    head = _HEADER.pack(MAGIC, index, 0)
+    raw = head + payload(seed, index, nbytes - HEADER_BYTES)
+    return _HEADER.pack(MAGIC, index, checksum(raw)) + raw[HEADER_BYTES:]
 
 
 def encode_file(ds: Dataset, file_index: int) -> bytes:
@@ -128,6 +139,6 @@ def verify(s: Sample, fmt: DataFormat, expected_bytes: int, expected: range | No
         raise SampleError(f"sample {s.index}: {len(s.data)} bytes, expected {expected_bytes}")
     if expected is not None and s.index not in expected:
         raise SampleError(f"sample {s.index} served where samples {expected} were asked for")
-    body = s.data if fmt is DataFormat.PARQUET else s.data[HEADER_BYTES:]
-    if google_crc32c.value(body) != s.crc32c:
+    found = google_crc32c.value(s.data) if fmt is DataFormat.PARQUET else checksum(s.data)
+    if found != s.crc32c:
         raise SampleError(f"sample {s.index}: its bytes do not match its crc32c (corrupted)")
