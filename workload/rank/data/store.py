@@ -107,10 +107,11 @@ class Store:
         if self.reader in (Reader.GCS, Reader.DATAFLUX):
             bucket, name = _split(path, "gs://")
             blob = client.bucket(bucket).blob(name)
+            # retry=None: the library's own retries would hide the failed attempts from ours.
             if length is None and start == 0:
-                return bytes(blob.download_as_bytes(checksum="crc32c"))
+                return bytes(blob.download_as_bytes(checksum="crc32c", retry=None))
             end = None if length is None else start + length - 1  # inclusive
-            return bytes(blob.download_as_bytes(start=start, end=end, checksum=None))
+            return bytes(blob.download_as_bytes(start=start, end=end, checksum=None, retry=None))
         end = None if length is None else start + length
         return bytes(client.cat_file(path, start=start or None, end=end))
 
@@ -126,7 +127,8 @@ class Store:
             return
         if self.reader in (Reader.GCS, Reader.DATAFLUX):
             bucket, name = _split(path, "gs://")
-            client.bucket(bucket).blob(name).upload_from_string(data, checksum="crc32c")
+            blob = client.bucket(bucket).blob(name)
+            blob.upload_from_string(data, checksum="crc32c", retry=None)
             return
         client.pipe_file(path, data)
 
