@@ -66,7 +66,11 @@ def _run(monkeypatch: pytest.MonkeyPatch, waits: list[float], plan: accelerator.
     def busy(seconds: float) -> None:
         clock.now += seconds
 
-    return accelerator.run(lambda epoch: Loader(clock, waits), plan, threading.Event(), busy)  # type: ignore[arg-type,return-value]
+    def make(epoch: int) -> Loader:
+        # The second epoch waits longest for its first batch, the first one least.
+        return Loader(clock, [waits[0] + (0, 2, 1)[epoch % 3], *waits[1:]])
+
+    return accelerator.run(make, plan, threading.Event(), busy)  # type: ignore[arg-type,return-value]
 
 
 def test_utilisation_is_compute_over_waits_and_compute(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -94,9 +98,10 @@ def test_without_checks_nothing_is_verified(monkeypatch: pytest.MonkeyPatch) -> 
 def test_each_epoch_is_timed_and_the_first_batch_is_the_slowest_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    fig = _run(monkeypatch, [3.0, 0.1], _plan(epochs=2, compute=0.0))
-    assert fig.epoch_seconds == [pytest.approx(3.1), pytest.approx(3.1)]
-    assert fig.epoch_samples == [4, 4]
+    fig = _run(monkeypatch, [3.0, 0.1], _plan(epochs=3, compute=0.0))
+    assert fig.epoch_seconds == [pytest.approx(3.1), pytest.approx(5.1), pytest.approx(4.1)]
+    assert fig.first_batch_seconds == 5.0
+    assert fig.epoch_samples == [4, 4, 4]
     assert fig.compute_seconds == 0.0 and fig.utilization == 0.0
 
 

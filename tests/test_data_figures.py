@@ -54,6 +54,8 @@ def test_utilisation_is_the_mean_over_every_accelerator_and_passes_at_the_floor(
     assert s.accelerator_utilization_min == 0.85
     assert s.au_passed is True
     assert figures.summarize(results, 2, 0.91).au_passed is False
+    exactly = [_rank(0, au=[0.9])]
+    assert figures.summarize(exactly, 1, 0.9).au_passed is True  # at the floor is kept
     assert figures.summarize(results, 2, None).au_passed is None
 
 
@@ -107,6 +109,8 @@ def test_a_percentile_is_read_at_its_rank_not_the_last_bucket() -> None:
     assert waits.percentile(hist, 50) == pytest.approx(0.001, rel=0.03)
     assert waits.percentile(hist, 99) == pytest.approx(5.0, rel=0.03)
     assert waits.percentile([], 50) is None
+    halves = waits.histogram([0.001] * 50 + [5.0] * 50)
+    assert waits.percentile(halves, 50) == pytest.approx(0.001, rel=0.03)  # the 50th of 100
 
 
 @pytest.mark.parametrize(

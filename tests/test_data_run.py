@@ -96,7 +96,8 @@ def test_npz_and_parquet_on_a_mounted_path_made_once_then_found(tmp_path: Path) 
     store.mkdir()
     out = tmp_path / "r.json"
     args = ("--storage", str(store), "--backend", "file", "--world-size", "1", "--json", str(out))
-    npz = ("--preset", "mlperf-unet3d", "--files", "3", "--sample-size", "64KiB", "--epochs", "2")
+    npz = ("--preset", "mlperf-unet3d", "--files", "3", "--sample-size", "64KiB", "--epochs", "2",
+           "--accelerators", "2")  # fmt: skip
     first = data(*args, *npz)
     assert first.returncode == 0, first.stderr[-3000:]
     (made,) = runs(out)
@@ -105,12 +106,18 @@ def test_npz_and_parquet_on_a_mounted_path_made_once_then_found(tmp_path: Path) 
     (found,) = runs(out)
     assert made["summary"]["prepare_seconds"] is not None
     assert found["summary"]["prepare_seconds"] is None
-    assert found["summary"]["samples"] == 6 and found["summary"]["verified"]
+    # 3 samples dealt to 2 accelerators: DistributedSampler pads each epoch to 4, as in training.
+    assert found["summary"]["samples"] == 8 and found["summary"]["verified"]
     assert len(found["summary"]["epoch_seconds"]) == 2
     manifest = Manifest.model_validate_json(
         (store / "datasets" / made["settings"]["dataset"] / "manifest.json").read_text()
     )
     assert (manifest.files, manifest.sample_bytes, manifest.format.value) == (3, 65536, "npz")
+    # The rank's result beside the dataset: every accelerator's every wait is in its histogram.
+    rank = json.loads((store / found["settings"]["run_id"] / "results" / "rank-00000.json")
+                      .read_text())  # fmt: skip
+    assert rank["accelerators"] == 2 and len(rank["au"]) == 2
+    assert sum(n for _, n in rank["wait_histogram"]) == rank["batches"] == 4
     parquet = data(*args, "--preset", "fineweb-parquet", "--files", "2", "--samples-per-file",
                    "64", "--sharding", "file", "--batch-size", "16")  # fmt: skip
     assert parquet.returncode == 0, parquet.stderr[-3000:]
