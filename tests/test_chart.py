@@ -81,7 +81,7 @@ CONTRACT_METRICS = {
     "ckptbench_benchmark_phase": "gauge",
     "ckptbench_benchmark_duration_seconds": "gauge",
     "ckptbench_benchmark_throughput_bytes_per_second": "gauge",
-    "ckptbench_benchmark_phase_seconds": "gauge",
+    "ckptbench_benchmark_operation_part_seconds": "gauge",
     "ckptbench_operator_reconciles_total": "counter",
     "ckptbench_operator_reconcile_errors_total": "counter",
     "ckptbench_operator_reconcile_duration_seconds": "histogram",
