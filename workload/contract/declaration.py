@@ -43,7 +43,9 @@ class Setting:
     list; a CheckpointBenchmarkSweep's axes and cells). ``runner``: the option is the local
     runner's own, which sets the field itself (``--storage`` also starts an emulator or not).
     ``backends`` and ``layout``: where the setting acts (empty: everywhere); a result records a
-    setting only where it acted, so a gcsfs row shows no gcs thread count.
+    setting only where it acted, so a gcsfs row shows no gcs thread count. ``recorded_in``: the
+    setting another one resolves it into; a result records only that one (asyncSave is
+    recorded as the save mode it means, not beside it).
     """
 
     unit: str | None = None
@@ -54,6 +56,7 @@ class Setting:
     runner: bool = False
     backends: tuple[str, ...] = ()
     layout: str | None = None  # "model" or "reference": acts only with that layout
+    recorded_in: str | None = None
 
     def acts_in(self, settings: Placed) -> bool:
         if self.backends and settings.backend.value not in self.backends:
