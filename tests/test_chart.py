@@ -646,9 +646,7 @@ def test_operator_accepts_the_deployments_arguments(render: Any, name: str) -> N
 
 
 @pytest.mark.parametrize("case", [str.lower, str.upper, str.capitalize])
-def test_log_level_takes_what_the_operators_flag_takes_in_any_case(
-    helm: str, case: Any
-) -> None:
+def test_log_level_takes_what_the_operators_flag_takes_in_any_case(helm: str, case: Any) -> None:
     main = importlib.import_module("ckptbench.operator.runtime.main")
     for level in main.LOG_LEVELS:
         result = run_helm(helm, *template_args([f"logLevel={case(level)}"]))

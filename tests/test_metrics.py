@@ -298,7 +298,8 @@ def _every_family_set() -> None:
         ("rank_cpu_seconds", {"mode": "system", "statistic": "slowest_rank"}, 1.0),
         ("rank_network_bytes", {"direction": "sent", "statistic": "total"}, 0.0),
         ("rank_network_bytes", {"direction": "received", "statistic": "slowest_rank"}, 0.0),
-        ("peak_rss_bytes", {"process": "rank", "statistic": "slowest_rank"}, 1000.0),  # rank 0 (ties)
+        # The slowest rank: rank 0 (ties go to the lower rank).
+        ("peak_rss_bytes", {"process": "rank", "statistic": "slowest_rank"}, 1000.0),
     ],
 )
 def test_rank_resources_have_a_family_per_unit(
@@ -337,7 +338,8 @@ def test_promtool_check_metrics_is_clean() -> None:
     from tests.tools import find_tool
 
     promtool = find_tool(
-        "promtool", "promtool not installed: scripts/setup.sh installs Debian's 'prometheus' package"
+        "promtool",
+        "promtool not installed: scripts/setup.sh installs Debian's 'prometheus' package",
     )
     _every_family_set()
     result = subprocess.run(

@@ -118,7 +118,8 @@ def test_the_resources_reach_the_csv_table_status_and_metrics() -> None:
         metrics.update_benchmark("ns", "res", "gcs", status)
         labels = {"namespace": "ns", "name": "res", "backend": "gcs"}
         get = metrics.REGISTRY.get_sample_value
-        cpu, network = "ckptbench_benchmark_rank_cpu_seconds", "ckptbench_benchmark_rank_network_bytes"
+        cpu = "ckptbench_benchmark_rank_cpu_seconds"
+        network = "ckptbench_benchmark_rank_network_bytes"
         assert get(cpu, {**labels, "mode": "user", "statistic": "max"}) == 3.0
         assert get(network, {**labels, "direction": "received", "statistic": "total"}) == 606.0
         assert get(cpu, {**labels, "mode": "user", "statistic": "slowest_rank"}) == 2.0

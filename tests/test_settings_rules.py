@@ -40,10 +40,14 @@ VIOLATIONS: list[tuple[str, dict[str, Any]]] = [
     ("save_mode", {"save_mode": "sync", "async_save": True}),
     ("stager", {"staging_async": True}),
     ("stager", {"stager": "default"}),  # with a sync save (neither saveMode nor asyncSave)
-    ("staging_pinned_memory",
-     {"stager": "default", "save_mode": "thread", "staging_pinned_memory": True}),
-    ("staging_non_blocking_copy",
-     {"stager": "default", "save_mode": "thread", "staging_non_blocking_copy": True}),
+    (
+        "staging_pinned_memory",
+        {"stager": "default", "save_mode": "thread", "staging_pinned_memory": True},
+    ),
+    (
+        "staging_non_blocking_copy",
+        {"stager": "default", "save_mode": "thread", "staging_non_blocking_copy": True},
+    ),
     ("async_save", {"strategy": "full", "async_save": True}),
     ("save_mode", {"strategy": "full", "save_mode": "thread"}),
     ("train_every", {"model": "llama3-debug", "load_world_size": 8, "train_every": 10}),

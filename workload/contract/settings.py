@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 from pydantic.fields import FieldInfo
@@ -69,6 +69,9 @@ class BenchmarkSettings(StateSettings):
     """The settings of one benchmark: the same for every rank, chosen by whoever runs it.
 
     Where the checkpoints go and the storage backends' knobs are :class:`StorageSettings`."""
+
+    # The group its settings are listed in by `ckptbench run --help` (and `sizes`).
+    OPTIONS_GROUP: ClassVar[str] = "run"
 
     # -- how samples run -------------------------------------------------------------------------
     procedure: Annotated[Procedure, Setting(axis=True, metavar="NAME")] = choice(
