@@ -36,6 +36,7 @@ from ckptbench.workload.local.outputs.document import Document, read_json
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.typing import HashableList
 
 FORMATS = (".png", ".svg", ".html")
 SAVE_COLOUR, LOAD_COLOUR = "#1f77b4", "#ff7f0e"
@@ -291,8 +292,13 @@ def panel_rows(doc: Document) -> list[list[str]]:
     return [row for row in rows if row]
 
 
-def _mosaic(rows: Sequence[Sequence[str]]) -> list[list[str]]:
-    return [[row[0]] * (COLUMNS - len(row) + 1) + list(row[1:]) for row in rows]
+def _mosaic(rows: Sequence[Sequence[str]]) -> list[HashableList[str]]:
+    mosaic: list[HashableList[str]] = []
+    for row in rows:
+        cells: HashableList[str] = [row[0]] * (COLUMNS - len(row) + 1)
+        cells += row[1:]
+        mosaic.append(cells)
+    return mosaic
 
 
 def draw(doc: Document) -> Figure:
