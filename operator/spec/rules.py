@@ -21,7 +21,6 @@ from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.rule import Rule
 from ckptbench.workload.contract.state_settings import LAYER_SIZE_CEL, PADDING_SIZE_CEL
 
-
 # A '..' path segment (RE2 and Python's re read it alike).
 _BACKSTEP = "(^|/)[.][.](/|$)"
 
