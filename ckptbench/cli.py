@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK: argcomplete's global completion looks for this mark (completion.py)
 """The ``ckptbench`` command. Subcommands load lazily: the operator's image carries no torch."""
 
 from __future__ import annotations
@@ -79,6 +80,9 @@ def usage() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None and "_ARGCOMPLETE" in os.environ:
+        # A shell asking for completions (argcomplete): answered and exited there.
+        importlib.import_module("ckptbench.completion").complete(COMMANDS)
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(usage())

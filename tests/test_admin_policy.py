@@ -325,6 +325,8 @@ def test_a_sweep_whose_template_the_policy_refuses_creates_no_child(case: str) -
     assert api.created == []
     assert api.status["reason"] == "InvalidSpec"
     assert field.replace("spec.", "spec.template.") in api.status["message"]
+    (failed,) = [c for c in api.status["conditions"] if c["type"] == "Failed"]
+    assert (failed["status"], failed["reason"]) == ("True", "InvalidSpec")
     allowed = _SweepApi({**BASE, **ALLOWED})
     reconcile_sweep_once(allowed, "ns", "s", POLICY)
     assert allowed.created, "the allowed template starts its first cell"

@@ -126,3 +126,34 @@ def test_chart_prometheus_rule_holds_the_rules_file() -> None:
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert rule["spec"] == yaml.safe_load(RULES.read_text())
+
+
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+
+
+def runbook_sections() -> dict[str, str]:
+    """docs/runbooks.md's sections by their GitHub anchor (a heading lowercased: the alert names
+    have no spaces or punctuation), each with its text."""
+    sections: dict[str, str] = {}
+    anchor = None
+    for line in RUNBOOKS.read_text().splitlines():
+        if line.startswith("## "):
+            anchor = line[3:].strip().lower()
+            sections[anchor] = ""
+        elif anchor is not None:
+            sections[anchor] += line + "\n"
+    return sections
+
+
+def test_each_alert_links_its_runbook_under_the_charts_home() -> None:
+    """Every alert's runbook_url is its own section of docs/runbooks.md, under Chart.yaml's home,
+    and the section holds diagnosis steps (a numbered list), not a heading alone."""
+    home = yaml.safe_load((ROOT / "charts" / "ckptbench" / "Chart.yaml").read_text())["home"]
+    sections = runbook_sections()
+    for rule in rules():
+        anchor = rule["alert"].lower()
+        url = rule["annotations"].get("runbook_url")
+        assert url == f"{home}/blob/main/docs/runbooks.md#{anchor}", rule["alert"]
+        assert anchor in sections, f"docs/runbooks.md has no section {rule['alert']}"
+        steps = [line for line in sections[anchor].splitlines() if line[:3] in ("1. ", "2. ")]
+        assert len(steps) == 2, f"{rule['alert']}: its runbook has no numbered steps"

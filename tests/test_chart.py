@@ -81,7 +81,7 @@ CONTRACT_METRICS = {
     "ckptbench_benchmark_phase": "gauge",
     "ckptbench_benchmark_duration_seconds": "gauge",
     "ckptbench_benchmark_throughput_bytes_per_second": "gauge",
-    "ckptbench_benchmark_phase_seconds": "gauge",
+    "ckptbench_benchmark_operation_part_seconds": "gauge",
     "ckptbench_operator_reconciles_total": "counter",
     "ckptbench_operator_reconcile_errors_total": "counter",
     "ckptbench_operator_reconcile_duration_seconds": "histogram",
@@ -216,15 +216,45 @@ def kinds_rendered(helm: str, sets: list[str], apis: tuple[str, ...]) -> set[str
 
 @pytest.mark.parametrize("part", list(GUARDED))
 def test_optional_objects_only_where_the_cluster_serves_their_api(helm: str, part: str) -> None:
-    """A ServiceMonitor, PrometheusRule or Kueue queue on a cluster without that CRD would fail
-    the whole install at apply time: each is created only when the API is served."""
+    """With auto, a ServiceMonitor, PrometheusRule or Kueue queue on a cluster without that CRD
+    (which would fail the whole install at apply time) is left out: each is created only when
+    the API is served."""
     kind, apis = GUARDED[part]
-    sets = [f"{part}.enabled=true"]
+    sets = [f"{part}.enabled=auto"]
     assert kind in kinds_rendered(helm, sets, apis)
     assert kind not in kinds_rendered(helm, sets, ())
     # Another optional API does not stand in for this one.
     others = tuple(a for a in OPTIONAL_APIS if a not in apis)
     assert kind not in kinds_rendered(helm, sets, others)
+
+
+# Each optional object's `enabled` value, and its kind, the API that guards it under auto.
+TRI_STATE = {
+    **{part: (kind, apis) for part, (kind, apis) in GUARDED.items()},
+    "workload.admissionPolicy": (
+        "ValidatingAdmissionPolicy",
+        tuple(a for a in OPTIONAL_APIS if a.startswith("admissionregistration.k8s.io/")),
+    ),
+}
+
+
+@pytest.mark.parametrize("part", list(TRI_STATE))
+def test_true_renders_whatever_the_cluster_serves_and_false_never(helm: str, part: str) -> None:
+    """A GitOps pipeline runs a plain `helm template`, which knows none of the cluster's APIs:
+    true must render the object all the same (not drop it in silence), false never."""
+    kind, apis = TRI_STATE[part]
+    assert kind in kinds_rendered(helm, [f"{part}.enabled=true"], ())
+    assert kind not in kinds_rendered(helm, [f"{part}.enabled=false"], OPTIONAL_APIS)
+    assert kind in kinds_rendered(helm, [f"{part}.enabled=auto"], apis)
+    assert kind not in kinds_rendered(helm, [f"{part}.enabled=auto"], ())
+
+
+@pytest.mark.parametrize("part", list(TRI_STATE))
+@pytest.mark.parametrize("value", ["yes", "on", "always", "1"])
+def test_the_schema_takes_only_auto_true_or_false(helm: str, part: str, value: str) -> None:
+    result = run_helm(helm, *template_args([f"{part}.enabled={value}"]))
+    assert result.returncode != 0, f"{part}.enabled={value} was accepted"
+    assert "/" + part.replace(".", "/") + "/enabled" in result.stderr, result.stderr
 
 
 def install_notes(helm: str, sets: list[str]) -> str:
@@ -240,14 +270,14 @@ def install_notes(helm: str, sets: list[str]) -> str:
 
 def test_notes_say_which_enabled_parts_the_cluster_could_not_take(helm: str) -> None:
     parts = list(GUARDED)
-    notes = install_notes(helm, [f"{part}.enabled=true" for part in parts])
+    notes = install_notes(helm, [f"{part}.enabled=auto" for part in parts])
     for part in parts:
-        assert f"NOTE: {part}.enabled is set, but this cluster serves no" in notes, notes
+        assert f"NOTE: {part}.enabled is auto, but this cluster serves no" in notes, notes
     # The admission policy is on by default: a cluster before 1.30 is told the API server does
     # not check the allow-lists.
     notes = install_notes(helm, [])
     assert notes.count("NOTE:") == 1, notes
-    assert "NOTE: workload.admissionPolicy.enabled is set, but this cluster serves no" in notes
+    assert "NOTE: workload.admissionPolicy.enabled is auto, but this cluster serves no" in notes
     assert "NOTE:" not in install_notes(helm, ["workload.admissionPolicy.enabled=false"])
 
 
@@ -615,6 +645,21 @@ def test_operator_accepts_the_deployments_arguments(render: Any, name: str) -> N
         assert deployment["metadata"]["namespace"] == NAMESPACE
 
 
+@pytest.mark.parametrize("case", [str.lower, str.upper, str.capitalize])
+def test_log_level_takes_what_the_operators_flag_takes_in_any_case(helm: str, case: Any) -> None:
+    main = importlib.import_module("ckptbench.operator.runtime.main")
+    for level in main.LOG_LEVELS:
+        result = run_helm(helm, *template_args([f"logLevel={case(level)}"]))
+        assert result.returncode == 0, result.stderr
+        objects = tuple(d for d in yaml.safe_load_all(result.stdout) if d)
+        assert main.parse_args(operator_container(objects)["args"], environ={}).log_level == level
+
+
+def test_log_level_refuses_a_level_the_operator_does_not_know(helm: str) -> None:
+    result = run_helm(helm, *template_args(["logLevel=trace"]))
+    assert result.returncode != 0 and "/logLevel" in result.stderr, result.stderr
+
+
 # ---- what benchmark pods may do beyond the restricted defaults --------------------------------
 
 
@@ -714,3 +759,14 @@ def test_uninstall_steps_delete_every_crd_the_chart_installs(helm: str) -> None:
         commands = re.findall(r"kubectl delete crd ([^\n`]+)", text)
         deleted = {name for command in commands for name in command.split()}
         assert crds <= deleted, f"{place} leaves {sorted(crds - deleted)} behind:\n{text}"
+
+
+def test_chart_metadata_names_its_home_sources_icon_and_maintainers() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    home = chart["home"]
+    assert home.startswith("https://") and chart["sources"] == [home]
+    assert chart["maintainers"] and all(m.get("name") for m in chart["maintainers"])
+    # The icon is the chart's own file, served from the home's repository.
+    raw = home.replace("https://github.com/", "https://raw.githubusercontent.com/") + "/main/"
+    assert chart["icon"].startswith(raw)
+    assert (ROOT / chart["icon"].removeprefix(raw)).is_file()

@@ -78,6 +78,7 @@ CASES = [
     # -- what only the CEL rules (and the model's twins) say ------------------------------------
     Case("padding-below-world-size", _with(paddingSize=2), "paddingSize", "cel"),
     Case("save-mode-sync-but-async", _with(saveMode="sync", asyncSave=True), "saveMode", "cel"),
+    Case("default-stager-sync-save", _with(saveMode="sync", stager="default"), "stager", "cel"),
     Case("staging-option-blocking", _with(saveMode="thread", stagingAsync=True), "stager", "cel"),
     Case(
         "staging-pinned-memory",
@@ -237,6 +238,17 @@ CASES = [
         _with(
             backend="file",
             checkpointPath="/database/ckpt",
+            volumes=[PVC],
+            volumeMounts=[{"name": "shared", "mountPath": "/data"}],
+        ),
+        "checkpointPath",
+        "cel",
+    ),
+    Case(
+        "file-path-backstep-out-of-the-mount",
+        _with(
+            backend="file",
+            checkpointPath="/data/../etc",
             volumes=[PVC],
             volumeMounts=[{"name": "shared", "mountPath": "/data"}],
         ),
@@ -519,3 +531,11 @@ def test_garbage_never_crashes(garbage: Any) -> None:
     with pytest.raises(SpecError) as caught:
         parse_spec(garbage)
     assert all(problem.startswith("spec") for problem in caught.value.problems)
+
+
+@pytest.mark.parametrize("path", ["/data/..ckpt/x", "/data/ckpt..", "/data/./ckpt", "/data//ckpt"])
+def test_a_file_path_under_its_mount_without_a_backstep_is_accepted(path: str) -> None:
+    """Only a '..' segment is refused: a name with dots in it, '.' and '//' stay under /data."""
+    spec = _with(backend="file", checkpointPath=path, volumes=[PVC], volumeMounts=[PVC_MOUNT])
+    assert cel_failures(_benchmark(spec)) == []
+    assert parse_spec(spec).checkpoint_path == path

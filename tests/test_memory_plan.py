@@ -278,7 +278,13 @@ def test_the_plan_reads_exactly_the_settings_it_lists() -> None:
     read: set[str] = set()
     for settings in (
         {"backend": "file", "checkpoint_path": "/tmp/x"},
-        {"model": "llama3-debug", "load_world_size": 1, "train_every": 2, "stager": "default"},
+        {
+            "model": "llama3-debug",
+            "load_world_size": 1,
+            "train_every": 2,
+            "stager": "default",
+            "async_save": True,
+        },
     ):
         config = _Recording.model_validate({"checkpoint_path": "gs://bkt/p", **settings})
         _READ.clear()  # not what validating it read

@@ -23,7 +23,7 @@ CONTRACT_NAMES = {
     "ckptbench_benchmark_phase",
     "ckptbench_benchmark_duration_seconds",
     "ckptbench_benchmark_throughput_bytes_per_second",
-    "ckptbench_benchmark_phase_seconds",
+    "ckptbench_benchmark_operation_part_seconds",
     "ckptbench_operator_reconciles_total",
     "ckptbench_operator_reconcile_errors_total",
     "ckptbench_operator_reconcile_duration_seconds",
@@ -87,10 +87,10 @@ def test_metric_names_cover_the_contract() -> None:
         ("duration_seconds", {"operation": "load", "statistic": "max"}, 4.0),
         ("throughput_bytes_per_second", {"operation": "save", "kind": "aggregate"}, 100.0),
         ("throughput_bytes_per_second", {"operation": "load", "kind": "min_rank"}, 20.0),
-        ("phase_seconds", {"operation": "save", "part": "planning"}, 0.25),
-        ("phase_seconds", {"operation": "save", "part": "io_slowest_rank"}, 1.5),
-        ("phase_seconds", {"operation": "load", "part": "io_fastest_rank"}, 0.5),
-        ("phase_seconds", {"operation": "load", "part": "collective_overhead"}, 0.25),
+        ("operation_part_seconds", {"operation": "save", "part": "planning"}, 0.25),
+        ("operation_part_seconds", {"operation": "save", "part": "io_slowest_rank"}, 1.5),
+        ("operation_part_seconds", {"operation": "load", "part": "io_fastest_rank"}, 0.5),
+        ("operation_part_seconds", {"operation": "load", "part": "collective_overhead"}, 0.25),
     ],
 )
 def test_update_sets_series(name: str, labels: dict[str, str], expected: float) -> None:
@@ -270,8 +270,8 @@ def _async_trained_status() -> dict[str, Any]:
         ("checkpoint_overhead_ratio", {"statistic": "slowest_rank"}, 0.5),
         ("checkpoint_overhead_ratio", {"statistic": "rank_mean"}, 0.375),
         ("checkpoint_overhead_ratio", {"statistic": "max"}, 0.5),
-        ("peak_rss_bytes", {"process": "rank"}, 1001.0),
-        ("peak_rss_bytes", {"process": "checkpointer"}, 500.0),
+        ("peak_rss_bytes", {"process": "rank", "statistic": "max"}, 1001.0),
+        ("peak_rss_bytes", {"process": "checkpointer", "statistic": "max"}, 500.0),
     ],
 )
 def test_async_and_training_series_follow_the_status_the_operator_writes(
@@ -279,3 +279,77 @@ def test_async_and_training_series_follow_the_status_the_operator_writes(
 ) -> None:
     metrics.update_benchmark("ns", "b1", "gcs", _async_trained_status())
     assert value(f"ckptbench_benchmark_{name}", **base(), **labels) == expected
+
+
+def _every_family_set() -> None:
+    """Series in every benchmark family: a finished save/load, async saves beside a training step
+    with resources, and a load that read amplified."""
+    metrics.update_benchmark("ns", "b1", "gcs", SUCCEEDED)
+    metrics.update_benchmark("ns", "b2", "gcs", _async_trained_status())
+    metrics.update_benchmark(
+        "ns", "b3", "gcs", {"load": {"readAmplification": 1.5, "maxRankReadAmplification": 2.0}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "labels", "expected"),
+    [
+        ("rank_cpu_seconds", {"mode": "user", "statistic": "max"}, 1.0),
+        ("rank_cpu_seconds", {"mode": "system", "statistic": "slowest_rank"}, 1.0),
+        ("rank_network_bytes", {"direction": "sent", "statistic": "total"}, 0.0),
+        ("rank_network_bytes", {"direction": "received", "statistic": "slowest_rank"}, 0.0),
+        # The slowest rank: rank 0 (ties go to the lower rank).
+        ("peak_rss_bytes", {"process": "rank", "statistic": "slowest_rank"}, 1000.0),
+    ],
+)
+def test_rank_resources_have_a_family_per_unit(
+    name: str, labels: dict[str, str], expected: float
+) -> None:
+    metrics.update_benchmark("ns", "b1", "gcs", _async_trained_status())
+    assert value(f"ckptbench_benchmark_{name}", **base(), **labels) == expected
+
+
+# The unit suffixes Prometheus' naming guide names, and the families that count things (no unit).
+UNIT_SUFFIXES = ("_seconds", "_bytes", "_bytes_per_second", "_ratio")
+COUNTS = {"ckptbench_benchmark_ranks", "ckptbench_benchmark_phase", "ckptbench_sweep_cells"}
+
+
+def test_each_family_has_one_unit_and_says_it() -> None:
+    """A family's name ends in its unit (or it counts); no label value names a unit, which would
+    mean the label switches the family between units (the old rank_resources{kind})."""
+    _every_family_set()
+    families = list(metrics.REGISTRY.collect())
+    assert {f.name for f in families} >= {
+        "ckptbench_benchmark_rank_cpu_seconds",
+        "ckptbench_benchmark_rank_network_bytes",
+        "ckptbench_benchmark_read_amplification_ratio",
+    }
+    for family in families:
+        base_name = family.name.removesuffix("_total")
+        assert base_name.endswith(UNIT_SUFFIXES) or base_name in COUNTS or family.type == "counter"
+        for sample in family.samples:
+            for label, label_value in sample.labels.items():
+                assert not label_value.endswith(UNIT_SUFFIXES), (family.name, label, label_value)
+
+
+def test_promtool_check_metrics_is_clean() -> None:
+    """``promtool check metrics`` (Prometheus' own lint of names, units and help) on a scrape with
+    a series in every family: no finding."""
+    from tests.tools import find_tool
+
+    promtool = find_tool(
+        "promtool",
+        "promtool not installed: scripts/setup.sh installs Debian's 'prometheus' package",
+    )
+    _every_family_set()
+    result = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=generate_latest(metrics.REGISTRY).decode(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), (
+        result.stdout + result.stderr
+    )

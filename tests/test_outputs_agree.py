@@ -76,13 +76,13 @@ _SECONDS = [
     ("max (s)", "max_seconds", "maxSeconds", (metrics.DURATION, "max")),
     ("stdev (s)", "stdev_seconds", "stdevSeconds", None),
     ("planning (s)", "planning_mean_seconds", "planningSeconds",
-     (metrics.PHASE_SECONDS, "planning")),
+     (metrics.PART_SECONDS, "planning")),
     ("I/O slowest rank (s)", "slowest_rank_seconds", "slowestRankSeconds",
-     (metrics.PHASE_SECONDS, "io_slowest_rank")),
+     (metrics.PART_SECONDS, "io_slowest_rank")),
     ("I/O fastest rank (s)", "fastest_rank_seconds", "fastestRankSeconds",
-     (metrics.PHASE_SECONDS, "io_fastest_rank")),
+     (metrics.PART_SECONDS, "io_fastest_rank")),
     ("collective overhead (s)", "collective_overhead_seconds", "collectiveOverheadSeconds",
-     (metrics.PHASE_SECONDS, "collective_overhead")),
+     (metrics.PART_SECONDS, "collective_overhead")),
 ]  # fmt: skip
 _RATES = [
     ("throughput", "throughput_bytes_per_second", "throughput_gib_per_second",

@@ -195,7 +195,7 @@ def test_the_ratio_reaches_the_csv_table_status_and_metrics() -> None:
         metrics.update_benchmark("ns", "ra", "gcs", {"load": status})
         labels = {"namespace": "ns", "name": "ra", "backend": "gcs"}
         get = metrics.REGISTRY.get_sample_value
-        name = "ckptbench_benchmark_read_amplification"
+        name = "ckptbench_benchmark_read_amplification_ratio"
         assert get(name, {**labels, "kind": "aggregate"}) == summary.load.read_amplification
         assert get(name, {**labels, "kind": "max_rank"}) == 2.0
     finally:

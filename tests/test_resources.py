@@ -118,12 +118,14 @@ def test_the_resources_reach_the_csv_table_status_and_metrics() -> None:
         metrics.update_benchmark("ns", "res", "gcs", status)
         labels = {"namespace": "ns", "name": "res", "backend": "gcs"}
         get = metrics.REGISTRY.get_sample_value
-        name = "ckptbench_benchmark_rank_resources"
-        assert get(name, {**labels, "kind": "max_cpu_user_seconds"}) == 3.0
-        assert get(name, {**labels, "kind": "received_bytes"}) == 606.0
-        assert get(name, {**labels, "kind": "slowest_rank_cpu_user_seconds"}) == 2.0
-        assert get(name, {**labels, "kind": "max_peak_rss_bytes"}) is None  # one series:
-        assert get("ckptbench_benchmark_peak_rss_bytes", {**labels, "process": "rank"}) == 3000
+        cpu = "ckptbench_benchmark_rank_cpu_seconds"
+        network = "ckptbench_benchmark_rank_network_bytes"
+        assert get(cpu, {**labels, "mode": "user", "statistic": "max"}) == 3.0
+        assert get(network, {**labels, "direction": "received", "statistic": "total"}) == 606.0
+        assert get(cpu, {**labels, "mode": "user", "statistic": "slowest_rank"}) == 2.0
+        peak = "ckptbench_benchmark_peak_rss_bytes"
+        assert get(peak, {**labels, "process": "rank", "statistic": "max"}) == 3000
+        assert get(peak, {**labels, "process": "rank", "statistic": "slowest_rank"}) == 2000
     finally:
         metrics.remove_benchmark("ns", "res")
 

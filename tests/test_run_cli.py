@@ -298,6 +298,32 @@ def test_runner_reports_which_rank_failed(
     assert doc["runs"][0]["errors"][0]["rank"] == 1
 
 
+@pytest.mark.parametrize("mode", ["ok", "fail"])
+def test_quiet_shows_no_progress_or_rank_lines_but_the_table_and_the_failures(
+    fake_worker: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, mode: str
+) -> None:
+    monkeypatch.setattr(
+        run_cli,
+        "run_ranks",
+        lambda config, **kw: run_ranks(config, **kw, command=fake_worker, failure_grace=0.5),
+    )
+    monkeypatch.setenv("FAKE_MODE", mode)
+    cmd = ["--storage", str(tmp_path), "--world-size", "2"]
+    loud_rc, _, loud_err = _capture(lambda: run_cli.main(cmd))
+    assert "[rank 0] started" in loud_err and "file: 2 ranks" in loud_err  # what --quiet hides
+    rc, stdout, stderr = _capture(lambda: run_cli.main([*cmd, "--quiet"]))
+    assert rc == loud_rc == (0 if mode == "ok" else 1)
+    assert "[rank" not in stderr and "file: 2 ranks" not in stderr, stderr
+    assert "save mean" in stdout  # the table
+    if mode == "fail":
+        assert "file: rank 1 failed: ValueError: shard 1 is cursed" in stdout
+
+
+def test_quiet_and_verbose_are_refused_together(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli.main(["--quiet", "--verbose"]) == 2
+    assert "--quiet: contradicts --verbose" in capsys.readouterr().err
+
+
 def _capture(fn: Callable[[], int]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -126,7 +126,9 @@ def test_options_a_cpu_node_cannot_honour_are_refused_by_name(
 def test_async_save_still_means_the_thread_checkpointer(tmp_path: Path) -> None:
     assert one_rank(tmp_path, async_save=True).saving is SaveMode.THREAD
     assert one_rank(tmp_path).saving is SaveMode.SYNC
-    assert one_rank(tmp_path, async_save=True).record()["save_mode"] == "thread"
+    recorded = one_rank(tmp_path, async_save=True).record()
+    assert recorded["save_mode"] == "thread" and "async_save" not in recorded
+    assert "async_save" not in one_rank(tmp_path, save_mode="process").record()
     with pytest.raises(ValidationError, match="save_mode: sync contradicts async_save"):
         one_rank(tmp_path, async_save=True, save_mode="sync")
 
@@ -137,3 +139,16 @@ def test_staging_options_need_the_default_stager(tmp_path: Path) -> None:
     ):
         one_rank(tmp_path, save_mode="thread", staging_async=True)
     assert one_rank(tmp_path, save_mode="process", stager="default").stager is Stager.DEFAULT
+
+
+@pytest.mark.parametrize(
+    "sync", [{}, {"save_mode": "sync"}, {"async_save": False}], ids=["unset", "save_mode", "async"]
+)
+def test_the_default_stager_with_a_sync_save_is_refused_by_name(
+    tmp_path: Path, sync: dict[str, object]
+) -> None:
+    """dcp.save stages nothing: a stager chosen beside it would be ignored, and the result would
+    say it ran."""
+    with pytest.raises(ValidationError, match=r"stager: cannot be default with a sync save"):
+        one_rank(tmp_path, stager="default", **sync)
+    assert one_rank(tmp_path, stager="default", async_save=True).stager is Stager.DEFAULT

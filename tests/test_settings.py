@@ -94,8 +94,9 @@ def _context(d: Declared, value: Any) -> dict[str, Any]:
     out["backend"] = backend
     paths = {"": "/tmp/ckptbench-settings", "gs://": "gs://bkt/p", "s3://": "s3://bkt/p"}
     out["checkpoint_path"] = paths[Backend(backend).scheme]
-    if d.name.startswith("staging_"):
-        out |= {"save_mode": "thread", "stager": "default"}  # DefaultStager's options
+    if d.name.startswith("staging_") or d.name == "stager":
+        # DefaultStager's options, and the stager itself: they act on an async save only.
+        out |= {"save_mode": "thread", "stager": "default"}
     if d.name == "procedure" and value is Procedure.REFERENCE:
         out["warmup_samples"] = 0
     out[d.name] = value
@@ -160,6 +161,11 @@ def test_the_setting_is_recorded_in_the_json_and_the_csv(d: Declared) -> None:
     config = WorkloadConfig.model_validate(_context(d, value))
     recorded = cli.settings(config, None)
     shown = value.value if isinstance(value, enum.Enum) else value
+    if d.setting.recorded_in is not None:
+        # Carried by the setting it resolves into (async_save: the save mode it means).
+        assert d.name not in recorded
+        assert recorded[d.setting.recorded_in] == config.record()[d.setting.recorded_in]
+        return
     assert recorded[d.name] == shown
     summary = RunSummary(
         world_size=config.world_size,

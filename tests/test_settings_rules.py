@@ -39,8 +39,15 @@ VIOLATIONS: list[tuple[str, dict[str, Any]]] = [
     ("sample_count", {"procedure": "mlperf", "sample_count": 8}),
     ("save_mode", {"save_mode": "sync", "async_save": True}),
     ("stager", {"staging_async": True}),
-    ("staging_pinned_memory", {"stager": "default", "staging_pinned_memory": True}),
-    ("staging_non_blocking_copy", {"stager": "default", "staging_non_blocking_copy": True}),
+    ("stager", {"stager": "default"}),  # with a sync save (neither saveMode nor asyncSave)
+    (
+        "staging_pinned_memory",
+        {"stager": "default", "save_mode": "thread", "staging_pinned_memory": True},
+    ),
+    (
+        "staging_non_blocking_copy",
+        {"stager": "default", "save_mode": "thread", "staging_non_blocking_copy": True},
+    ),
     ("async_save", {"strategy": "full", "async_save": True}),
     ("save_mode", {"strategy": "full", "save_mode": "thread"}),
     ("train_every", {"model": "llama3-debug", "load_world_size": 8, "train_every": 10}),

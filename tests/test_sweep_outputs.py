@@ -427,7 +427,7 @@ def _document(tmp_path: Path, runs: list[tuple[str, RunSummary]]) -> document.Do
 
 def test_report_draws_throughput_per_cell_and_marks_the_best(tmp_path: Path) -> None:
     fig = plot.draw(_document(tmp_path, _grid()))
-    per_cell, save_load, scaling = fig.axes
+    per_cell, save_load = fig.axes  # one world size: no scaling panel
     heights = [round(bar.get_height(), 3) for bar in per_cell.patches]  # type: ignore[attr-defined]
     # save bars then load bars, in GiB/s; the failed cell draws nothing.
     assert heights == [2.0, 4.0, 0.0, 4.0, 1.0, 0.0]
@@ -435,7 +435,34 @@ def test_report_draws_throughput_per_cell_and_marks_the_best(tmp_path: Path) -> 
     assert notes == ["best load", "best save"]
     # save vs load: one point per succeeded cell.
     assert len(save_load.collections) == 2
-    assert "one world size" in scaling.texts[0].get_text()
+
+
+def _drawn(ax: object) -> int:
+    """What a panel draws: bars, lines and point sets (an empty panel has none)."""
+    return len(ax.patches) + len(ax.get_lines()) + len(ax.collections)  # type: ignore[attr-defined]
+
+
+def test_report_draws_only_the_panels_it_has_data_for(tmp_path: Path) -> None:
+    from ckptbench.workload.contract.results.summaries import RankSpread
+
+    one_size = _document(tmp_path, _grid())
+    assert plot.panel_rows(one_size) == [["per cell", "save vs load"]]
+    # An async save without a training step: its costs, but no overhead or step-time panel.
+    spread = RankSpread(
+        mean_seconds=0.25, slowest_rank=0, slowest_rank_seconds=0.25, max_seconds=0.25
+    )
+    thread = _summary([2.0], [1.0], axes={"save-mode": "thread"})
+    assert thread.save is not None
+    thread = thread.model_copy(update={"save": thread.save.model_copy(update={"stall": spread})})
+    no_training = _document(tmp_path, [("thread", thread)])
+    assert plot.panel_rows(no_training) == [["per cell", "save vs load"], ["save costs"]]
+    # Only saves (no load): no save-against-load panel.
+    saves_only = _summary([2.0], [1.0], axes={}).model_copy(update={"load": None})
+    assert plot.panel_rows(_document(tmp_path, [("s", saves_only)])) == [["per cell"]]
+    for doc in (one_size, no_training):
+        fig = plot.draw(doc)
+        assert len(fig.axes) == sum(len(row) for row in plot.panel_rows(doc))
+        assert all(_drawn(ax) for ax in fig.axes), [ax.get_title() for ax in fig.axes]
 
 
 def test_report_draws_scaling_per_group_of_other_settings(tmp_path: Path) -> None:
@@ -620,8 +647,8 @@ def test_report_draws_what_checkpoints_cost_training_when_a_cell_measured_it(
         }
     )
     fig = plot.draw(_document(tmp_path, [("sync", sync), ("thread", thread)]))
-    assert len(fig.axes) == 6
-    costs, overhead, steps = fig.axes[3:]
+    assert len(fig.axes) == 5  # one world size: no scaling panel
+    costs, overhead, steps = fig.axes[2:]
     heights = [round(b.get_height(), 3) for b in costs.patches]  # type: ignore[attr-defined]
     # stall (sync: its whole save), staging, background; per cell.
     assert heights == [sync.save.mean_seconds if sync.save else 0.0, 0.25, 0.0, 0.0, 0.0, 1.5]

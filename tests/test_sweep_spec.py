@@ -4,6 +4,7 @@ children it renders, the status it aggregates, and the generated CRD in sync."""
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -426,3 +427,57 @@ def test_bad_model_or_procedure_values_are_refused(axes: dict[str, Any], says: s
     template = {"worldSize": 2, "checkpointPath": "gs://bucket/sweep"}
     model, _ = refusals(sweep(template=template, axes=axes))
     assert says in model
+
+
+# ---- conditions -----------------------------------------------------------------------------
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+T1 = T0 + timedelta(minutes=5)
+
+
+def _conditions(status: sst.SweepStatus) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status_body(status)["conditions"]}
+
+
+def test_a_sweep_has_the_benchmarks_complete_and_failed_conditions() -> None:
+    running = {1: _child("Succeeded", 1.0, 1.0), 2: _child("Running")}
+    status = sst.with_conditions(sst.sweep_status("grid", _cells(), running, False), {}, T0, 3)
+    found = _conditions(status)
+    assert set(found) == {"Complete", "Failed"}
+    assert found["Complete"]["status"] == "False" and found["Complete"]["reason"] == "Running"
+    assert found["Failed"]["status"] == "False"
+    assert found["Failed"]["observedGeneration"] == 3
+    done = {n: _child("Succeeded", 1.0, 1.0) for n in range(1, 5)}
+    status = sst.with_conditions(sst.sweep_status("grid", _cells(), done, False), {}, T0, 3)
+    complete = _conditions(status)["Complete"]
+    assert (complete["status"], complete["reason"]) == ("True", "AllCellsSucceeded")
+    failing = {**done, 2: _child("Failed", 1.0, 1.0)}
+    status = sst.with_conditions(sst.sweep_status("grid", _cells(), failing, False), {}, T0, 3)
+    failed = _conditions(status)["Failed"]
+    assert (failed["status"], failed["reason"]) == ("True", "CellsFailed")
+    assert failed["message"] == "1 of 4 cells failed"
+    invalid = sst.with_conditions(sst.invalid_status("spec.axes: bad"), {}, T0, 1)
+    assert _conditions(invalid)["Failed"]["reason"] == "InvalidSpec"
+
+
+def test_a_sweep_condition_keeps_its_transition_time_until_its_status_changes() -> None:
+    running = {1: _child("Running")}
+    first = status_body(
+        sst.with_conditions(sst.sweep_status("g", _cells(), running, False), {}, T0, 1)
+    )
+    more = {1: _child("Succeeded", 1.0, 1.0), 2: _child("Running")}
+    again = sst.with_conditions(sst.sweep_status("g", _cells(), more, False), first, T1, 1)
+    kept = _conditions(again)
+    assert kept["Complete"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # still False
+    done = {n: _child("Succeeded", 1.0, 1.0) for n in range(1, 5)}
+    flipped = sst.with_conditions(sst.sweep_status("g", _cells(), done, False), first, T1, 1)
+    assert _conditions(flipped)["Complete"]["lastTransitionTime"] == "2026-01-01T00:05:00Z"
+
+
+def test_the_sweep_crd_keeps_conditions_as_a_map_keyed_by_type() -> None:
+    crd = yaml.safe_load(sweep_crd.crd_yaml())
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    conditions = status["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert set(conditions["items"]["required"]) >= {"type", "status", "lastTransitionTime"}

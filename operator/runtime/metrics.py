@@ -8,6 +8,10 @@ the status, whose figures the workload's contract computed
 sweep's status keeps only GiB/s to four significant digits, so that series is converted back from it
 and is that precise.
 
+One unit per family, named by its suffix (``_seconds``, ``_bytes``, ``_bytes_per_second``,
+``_ratio``; counts without one): a label never switches a family between seconds and bytes, so
+``sum``/``max`` over a family's series, and a panel's unit, are always right.
+
 Counters and histograms export no ``_created`` series: prometheus_client adds one per child by
 default, a second series per label set that no panel or rule reads (and Prometheus' own
 created-timestamp handling does not need it).
@@ -90,15 +94,16 @@ THROUGHPUT = Gauge(
     (*_LABELS, "operation", "kind"),
     registry=REGISTRY,
 )
-PHASE_SECONDS = Gauge(
-    "ckptbench_benchmark_phase_seconds",
+PART_SECONDS = Gauge(
+    "ckptbench_benchmark_operation_part_seconds",
     "A checkpoint operation's parts, timed inside the storage layer: planning, the I/O seconds "
-    "of the slowest and of the fastest rank, and the collective overhead.",
+    "of the slowest and of the fastest rank, and the collective overhead. (Not the benchmark's "
+    "lifecycle phase: that is ckptbench_benchmark_phase.)",
     (*_LABELS, "operation", "part"),
     registry=REGISTRY,
 )
 READ_AMPLIFICATION = Gauge(
-    "ckptbench_benchmark_read_amplification",
+    "ckptbench_benchmark_read_amplification_ratio",
     "A load's bytes read from storage over the stored bytes its plans needed: over every rank "
     "(aggregate) or the largest rank's (max_rank).",
     (*_LABELS, "kind"),
@@ -108,27 +113,41 @@ AMPLIFICATIONS = {
     "aggregate": "readAmplification",
     "max_rank": "maxRankReadAmplification",
 }
-RESOURCES = Gauge(
-    "ckptbench_benchmark_rank_resources",
-    "What the ranks' processes used while benchmarking: the largest per rank (max_*), traffic "
-    "totals over ranks, and the slowest rank's own (slowest_rank_*). Seconds or bytes, as named.",
-    (*_LABELS, "kind"),
+# What the ranks' processes used while benchmarking, one family per unit: CPU seconds and network
+# bytes, each by statistic: the largest per rank (max), the total over ranks (total, traffic
+# only) and the slowest rank's own (slowest_rank).
+RANK_CPU = Gauge(
+    "ckptbench_benchmark_rank_cpu_seconds",
+    "CPU seconds a rank's process used while benchmarking, by mode (user, system) and statistic "
+    "(max: the largest per rank; slowest_rank: the slowest rank's own).",
+    (*_LABELS, "mode", "statistic"),
     registry=REGISTRY,
 )
-RESOURCE_KINDS = {
-    "max_cpu_user_seconds": "maxCpuUserSeconds",
-    "max_cpu_system_seconds": "maxCpuSystemSeconds",
-    "max_sent_bytes": "maxSentBytes",
-    "max_received_bytes": "maxReceivedBytes",
-    "sent_bytes": "sentBytes",
-    "received_bytes": "receivedBytes",
-}
-SLOWEST_RANK_KINDS = {
-    "slowest_rank_cpu_user_seconds": "cpuUserSeconds",
-    "slowest_rank_cpu_system_seconds": "cpuSystemSeconds",
-    "slowest_rank_peak_rss_bytes": "peakRssBytes",
-    "slowest_rank_sent_bytes": "sentBytes",
-    "slowest_rank_received_bytes": "receivedBytes",
+RANK_NETWORK = Gauge(
+    "ckptbench_benchmark_rank_network_bytes",
+    "Bytes a rank's process sent or received while benchmarking, by direction and statistic "
+    "(max: the largest per rank; total: summed over ranks; slowest_rank: the slowest rank's own).",
+    (*_LABELS, "direction", "statistic"),
+    registry=REGISTRY,
+)
+_SLOWEST = "slowestRankResources"
+# Labels after the benchmark's -> the status keys down to the figure.
+StatusPath = tuple[str, ...]
+RANK_RESOURCES: dict[Gauge, dict[tuple[str, str], StatusPath]] = {
+    RANK_CPU: {
+        ("user", "max"): ("resources", "maxCpuUserSeconds"),
+        ("system", "max"): ("resources", "maxCpuSystemSeconds"),
+        ("user", "slowest_rank"): ("resources", _SLOWEST, "cpuUserSeconds"),
+        ("system", "slowest_rank"): ("resources", _SLOWEST, "cpuSystemSeconds"),
+    },
+    RANK_NETWORK: {
+        ("sent", "max"): ("resources", "maxSentBytes"),
+        ("received", "max"): ("resources", "maxReceivedBytes"),
+        ("sent", "total"): ("resources", "sentBytes"),
+        ("received", "total"): ("resources", "receivedBytes"),
+        ("sent", "slowest_rank"): ("resources", _SLOWEST, "sentBytes"),
+        ("received", "slowest_rank"): ("resources", _SLOWEST, "receivedBytes"),
+    },
 }
 
 ASYNC_SECONDS = Gauge(
@@ -155,8 +174,9 @@ CHECKPOINT_OVERHEAD = Gauge(
 )
 PEAK_RSS = Gauge(
     "ckptbench_benchmark_peak_rss_bytes",
-    "The largest peak resident memory of a rank's process, or of its checkpointer process.",
-    (*_LABELS, "process"),
+    "Peak resident memory of a rank's process or of its checkpointer process, by statistic (max: "
+    "the largest over ranks; slowest_rank: the slowest rank's own, rank processes only).",
+    (*_LABELS, "process", "statistic"),
     registry=REGISTRY,
 )
 # Status key of each async figure and training figure.
@@ -164,11 +184,12 @@ ASYNC_FIGURES = {"stall": "stall", "staging": "staging", "background": "backgrou
 ASYNC_STATISTICS = {"mean": "meanSeconds", "slowest_rank": "slowestRankSeconds"}
 TRAIN_FIGURES = {"step": "stepSeconds", "step_in_flight": "inFlightStepSeconds"}
 OVERHEADS = {"slowest_rank": "overhead", "rank_mean": "overheadRankMean", "max": "overheadMax"}
-# The largest peak RSS of a rank's process is the resources' figure (published here, not as a
-# rank_resources kind); the checkpointer's is its own.
-PEAKS = {
-    "rank": ("resources", "maxPeakRssBytes"),
-    "checkpointer": (None, "checkpointerPeakRssBytes"),
+# (process, statistic) -> the status keys down to the figure. The largest peak RSS of a rank's
+# process is the resources block's; the checkpointer's is the status' own.
+PEAKS: dict[tuple[str, str], StatusPath] = {
+    ("rank", "max"): ("resources", "maxPeakRssBytes"),
+    ("rank", "slowest_rank"): ("resources", _SLOWEST, "peakRssBytes"),
+    ("checkpointer", "max"): ("checkpointerPeakRssBytes",),
 }
 SWEEP_CELL_THROUGHPUT = Gauge(
     "ckptbench_sweep_cell_throughput_bytes_per_second",
@@ -219,9 +240,10 @@ _BENCHMARK_GAUGES: tuple[Gauge, ...] = (
     PHASE,
     DURATION,
     THROUGHPUT,
-    PHASE_SECONDS,
+    PART_SECONDS,
     READ_AMPLIFICATION,
-    RESOURCES,
+    RANK_CPU,
+    RANK_NETWORK,
     ASYNC_SECONDS,
     TRAIN_SECONDS,
     CHECKPOINT_OVERHEAD,
@@ -269,7 +291,7 @@ def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[st
         for gauge, keys in (
             (DURATION, STATISTICS),
             (THROUGHPUT, THROUGHPUTS),
-            (PHASE_SECONDS, PARTS),
+            (PART_SECONDS, PARTS),
         ):
             for label, key in keys.items():
                 if isinstance(op.get(key), int | float):
@@ -277,10 +299,9 @@ def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[st
     values += _read_amplification(base, status)
     values += _resources(base, status)
     values += _async_values(base, status) + _train_values(base, status)
-    for process, (block, key) in PEAKS.items():
-        holder = status.get(block) if block is not None else status
-        if isinstance(holder, Mapping) and isinstance(holder.get(key), int):
-            values.append((PEAK_RSS, (*base, process), float(holder[key])))
+    for labels, path in PEAKS.items():
+        if (value := _at(status, path)) is not None:
+            values.append((PEAK_RSS, (*base, *labels), value))
     _publish(_series, (namespace, name), values)
 
 
@@ -296,19 +317,21 @@ def _read_amplification(base: tuple[str, ...], status: Mapping[str, Any]) -> lis
 
 
 def _resources(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Value]:
-    block = status.get("resources")
-    if not isinstance(block, Mapping):
-        return []
-    slowest = block.get("slowestRankResources")
-    sources = [(RESOURCE_KINDS, block)]
-    if isinstance(slowest, Mapping):
-        sources.append((SLOWEST_RANK_KINDS, slowest))
     return [
-        (RESOURCES, (*base, kind), float(values[key]))
-        for kinds, values in sources
-        for kind, key in kinds.items()
-        if isinstance(values.get(key), int | float)
+        (gauge, (*base, *labels), value)
+        for gauge, paths in RANK_RESOURCES.items()
+        for labels, path in paths.items()
+        if (value := _at(status, path)) is not None
     ]
+
+
+def _at(status: Mapping[str, Any], path: StatusPath) -> float | None:
+    """The number at ``path`` in the status, if every step is there."""
+    *blocks, key = path
+    holder: Any = status
+    for block in blocks:
+        holder = holder.get(block) if isinstance(holder, Mapping) else None
+    return _number(holder, key)
 
 
 def _number(mapping: Any, key: str) -> float | None:

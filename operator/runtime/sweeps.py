@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from ckptbench.operator.runtime import metrics
@@ -65,7 +66,11 @@ def _children(
 
 
 def reconcile_sweep_once(
-    api: SweepApi, namespace: str, name: str, policy: Policy | None = None
+    api: SweepApi,
+    namespace: str,
+    name: str,
+    policy: Policy | None = None,
+    now: datetime | None = None,
 ) -> SweepOutcome | None:
     live = read_live(api.get_sweep, metrics.remove_sweep, namespace, name)
     if live is None:
@@ -98,6 +103,13 @@ def reconcile_sweep_once(
             if made is not None:
                 children[cell.number] = made
         status = sst.sweep_status(name, cells, children, spec.stop_on_failure)
+    generation = (sweep.get("metadata") or {}).get("generation")
+    status = sst.with_conditions(
+        status,
+        previous,
+        now or datetime.now(UTC),
+        generation if isinstance(generation, int) else None,
+    )
     body, _ = patch_if_changed(api.patch_sweep_status, namespace, name, previous, status)
     metrics.update_sweep(namespace, name, body)
     return SweepOutcome(status, created)

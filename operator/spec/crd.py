@@ -180,9 +180,23 @@ def crd_envelope(
         "description": description,
         "required": ["spec"],
         "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            # Kubernetes' own words for the fields every object has (metav1.TypeMeta,
+            # ObjectMeta), as kubectl explain shows them for built-in kinds.
+            "apiVersion": {
+                "type": "string",
+                "description": "APIVersion defines the versioned schema of this representation "
+                "of an object.",
+            },
+            "kind": {
+                "type": "string",
+                "description": "Kind is a string value representing the REST resource this "
+                "object represents.",
+            },
+            "metadata": {
+                "type": "object",
+                "description": "Standard object's metadata: name, namespace, labels, "
+                "annotations, ...",
+            },
             "spec": spec,
             "status": status,
         },

@@ -8,6 +8,8 @@ server). The rules on the benchmark's settings are declared beside them
 
 from __future__ import annotations
 
+import re
+
 from ckptbench.operator.spec.names import (
     JOBSET_CREATED,
     MAX_TOTAL_BYTES,
@@ -18,6 +20,9 @@ from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.rule import Rule
 from ckptbench.workload.contract.state_settings import LAYER_SIZE_CEL, PADDING_SIZE_CEL
+
+# A '..' path segment (RE2 and Python's re read it alike).
+_BACKSTEP = "(^|/)[.][.](/|$)"
 
 
 def _under_a_mount(spec: Spec) -> bool:
@@ -46,6 +51,17 @@ RULES_OF_THE_CR: tuple[Rule[Spec], ...] = (
         "self.backend != 'file' || self.checkpointPath.startsWith('/')",
         "must be an absolute path for {backend} file",
         lambda s: s.backend is not Backend.FILE or s.checkpoint_path.startswith("/"),
+    ),
+    # Before the rule that the path lie under a mount: that rule compares the path as written,
+    # and '..' is the one segment that leaves a prefix ("/data/../etc" starts with "/data/").
+    # CEL cannot resolve a path, so a backstep is refused rather than resolved ('.' and '//' stay
+    # under their prefix, as Kubernetes' own mountPath check reasons).
+    Rule(
+        "checkpoint_path",
+        f"self.backend != 'file' || !self.checkpointPath.matches('{_BACKSTEP}')",
+        "must not contain a '..' segment for {backend} file: the path must name the place it "
+        "reaches, so the rule that it lie under a volume mount holds",
+        lambda s: s.backend is not Backend.FILE or not re.search(_BACKSTEP, s.checkpoint_path),
     ),
     Rule(
         "checkpoint_path",

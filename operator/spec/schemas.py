@@ -30,17 +30,45 @@ def crd_schema(schema: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
 
 
 FREE_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+
+
+def _free(description: str) -> dict[str, Any]:
+    return {**FREE_OBJECT, "description": description}
+
+
+# Every field carries a description, as Kubernetes' own types do, so `kubectl explain` says
+# what each is (tests/test_crd.py walks every schema for one without).
 RESOURCES_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "limits": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-        "requests": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        "limits": _free(
+            "The most a rank's container may use, as a pod's: cpu, memory, ephemeral-storage "
+            "quantities."
+        ),
+        "requests": _free(
+            "What a rank's container is scheduled with, as a pod's: cpu, memory, "
+            "ephemeral-storage quantities."
+        ),
         "claims": {
             "type": "array",
             "maxItems": MAX_LIST_ITEMS,
             "items": FREE_OBJECT,
+            "description": "Dynamic resource claims the container uses, as a pod's "
+            "(each names one of the pod's resourceClaims).",
         },
     },
+}
+_VOLUME_SOURCE_DESCRIPTIONS = {
+    "persistentVolumeClaim": "A PersistentVolumeClaim in the benchmark's namespace "
+    "(claimName, readOnly); a shared checkpoint folder needs one every rank can mount "
+    "(ReadWriteMany).",
+    "csi": "A CSI ephemeral volume (driver, volumeAttributes, nodePublishSecretRef), e.g. the GCS "
+    "FUSE or a Lustre driver.",
+    "emptyDir": "An empty directory for the pod's life (medium, sizeLimit): each rank's own, not "
+    "shared between ranks.",
+    "configMap": "A ConfigMap's keys as files (name, items with relative paths).",
+    "secret": "A Secret's keys as files (secretName, items with relative paths); the chart's "
+    "workload.allowedSecretNames lists the Secrets a benchmark may mount.",
 }
 # Volumes, mounts and tolerations list their keys without preserving unknown ones: strict field
 # validation (kubectl's default) rejects a hostPath or a mountPropagation by name, and a server
@@ -52,8 +80,13 @@ VOLUMES_SCHEMA: dict[str, Any] = {
         "type": "object",
         "required": ["name"],
         "properties": {
-            "name": {"type": "string", "maxLength": 63, "pattern": DNS_LABEL},
-            **{source: FREE_OBJECT for source in VOLUME_SOURCES},
+            "name": {
+                "type": "string",
+                "maxLength": 63,
+                "pattern": DNS_LABEL,
+                "description": "The volume's name, unique in the spec; volumeMounts name it.",
+            },
+            **{source: _free(_VOLUME_SOURCE_DESCRIPTIONS[source]) for source in VOLUME_SOURCES},
         },
     },
 }
@@ -64,11 +97,32 @@ VOLUME_MOUNTS_SCHEMA: dict[str, Any] = {
         "type": "object",
         "required": ["name", "mountPath"],
         "properties": {
-            "name": {"type": "string", "maxLength": 63, "pattern": DNS_LABEL},
-            "mountPath": {"type": "string", "maxLength": 1024, "pattern": "^/"},
-            "readOnly": {"type": "boolean"},
-            "subPath": {"type": "string", "maxLength": 1024},
-            "subPathExpr": {"type": "string", "maxLength": 1024},
+            "name": {
+                "type": "string",
+                "maxLength": 63,
+                "pattern": DNS_LABEL,
+                "description": "The volume to mount: one of volumes.",
+            },
+            "mountPath": {
+                "type": "string",
+                "maxLength": 1024,
+                "pattern": "^/",
+                "description": "Where in a rank's container, an absolute path (not /tmp, the "
+                "operator's own); a file checkpointPath lies under one of these.",
+            },
+            "readOnly": {"type": "boolean", "description": "Mount it read-only."},
+            "subPath": {
+                "type": "string",
+                "maxLength": 1024,
+                "description": "A relative path inside the volume to mount instead of its root "
+                "(no '..').",
+            },
+            "subPathExpr": {
+                "type": "string",
+                "maxLength": 1024,
+                "description": "As subPath, with $(VAR) expanded from the container's "
+                "environment (e.g. $(POD_NAME)); relative, no '..'.",
+            },
         },
     },
 }
@@ -78,11 +132,32 @@ TOLERATIONS_SCHEMA: dict[str, Any] = {
     "items": {
         "type": "object",
         "properties": {
-            "key": {"type": "string", "maxLength": 317},
-            "operator": {"type": "string", "enum": list(TOLERATION_OPERATORS)},
-            "value": {"type": "string", "maxLength": 63},
-            "effect": {"type": "string", "enum": list(TAINT_EFFECTS)},
-            "tolerationSeconds": {"type": "integer"},
+            "key": {
+                "type": "string",
+                "maxLength": 317,
+                "description": "The taint key tolerated; the chart's "
+                "workload.allowedTolerationKeys lists the keys a benchmark may name.",
+            },
+            "operator": {
+                "type": "string",
+                "enum": list(TOLERATION_OPERATORS),
+                "description": "Equal (the taint's value must be value) or Exists (any value).",
+            },
+            "value": {
+                "type": "string",
+                "maxLength": 63,
+                "description": "The taint value tolerated, with operator Equal.",
+            },
+            "effect": {
+                "type": "string",
+                "enum": list(TAINT_EFFECTS),
+                "description": "The taint effect tolerated; empty: every effect.",
+            },
+            "tolerationSeconds": {
+                "type": "integer",
+                "description": "With effect NoExecute: how long a rank stays on a node after "
+                "the taint appears (unset: for ever).",
+            },
         },
     },
 }

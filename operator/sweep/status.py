@@ -15,11 +15,19 @@ sweep CRD's status schema is generated from (``kubectl explain ckbs.status``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field
 
-from ckptbench.operator.spec.status_schema import StatusModel
+from ckptbench.operator.spec.status_schema import (
+    CONDITIONS_LIST_MAP,
+    MAX_CONDITIONS,
+    Condition,
+    StatusModel,
+)
+from ckptbench.operator.status import conditions as cond
+from ckptbench.operator.status.phases import COMPLETE, FAILED_CONDITION
 from ckptbench.operator.sweep.cells import Cell, child_name
 from ckptbench.workload.contract.checkpoint.sizes import GIB
 from ckptbench.workload.contract.results import intervals
@@ -136,6 +144,13 @@ class SweepStatus(StatusModel):
         None,
         description="The same, as one line: name (settings); or 'indistinguishable (names)' "
         "when intervals overlap.",
+    )
+    conditions: list[Condition] | None = Field(
+        None,
+        description="metav1-style conditions, of the benchmark's types that a sweep has: "
+        "Complete (every cell succeeded) and Failed (a cell failed, or the spec is invalid).",
+        max_length=MAX_CONDITIONS,
+        json_schema_extra=CONDITIONS_LIST_MAP,
     )
 
 
@@ -304,3 +319,32 @@ def _one_line(
 def invalid_status(problem: str) -> SweepStatus:
     """A sweep whose spec (or a cell's) is invalid: nothing is created; the message says why."""
     return SweepStatus(phase=FAILED, reason="InvalidSpec", message=problem[:2000])
+
+
+def with_conditions(
+    status: SweepStatus,
+    previous: Mapping[str, Any] | None,
+    now: datetime,
+    generation: int | None,
+) -> SweepStatus:
+    """The status with its conditions, derived from its phase as a benchmark's are: each keeps
+    its previous lastTransitionTime while its status does not change (``previous``: the status as
+    read from the API)."""
+
+    def make(type_: str, state: cond.ConditionStatus, why: str, text: str) -> Condition:
+        return cond.make_condition(type_, state, why, text, now, generation)
+
+    phase, total = status.phase, status.cells_total or 0
+    if phase == SUCCEEDED:
+        complete = make(
+            COMPLETE, "True", "AllCellsSucceeded", f"{total} of {total} cells succeeded"
+        )
+    else:
+        complete = make(COMPLETE, "False", phase, f"the sweep is {phase.lower()}")
+    if phase == FAILED:
+        why = status.reason or "CellsFailed"
+        failed = make(FAILED_CONDITION, "True", why, status.message or why)
+    else:
+        failed = make(FAILED_CONDITION, "False", "NotFailed", "the sweep has not failed")
+    merged = cond.merge_conditions((previous or {}).get("conditions"), [complete, failed])
+    return status.model_copy(update={"conditions": merged})

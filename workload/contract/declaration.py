@@ -41,7 +41,9 @@ class Setting:
     list; a CheckpointBenchmarkSweep's axes and cells). ``runner``: the option is the local
     runner's own, which sets the field itself (``--storage`` also starts an emulator or not).
     ``backends`` and ``layout``: where the setting acts (empty: everywhere); a result records a
-    setting only where it acted, so a gcsfs row shows no gcs thread count.
+    setting only where it acted, so a gcsfs row shows no gcs thread count. ``recorded_in``: the
+    setting another one resolves it into; a result records only that one (asyncSave is
+    recorded as the save mode it means, not beside it).
     """
 
     unit: str | None = None
@@ -52,6 +54,7 @@ class Setting:
     runner: bool = False
     backends: tuple[str, ...] = ()
     layout: str | None = None  # "model" or "reference": acts only with that layout
+    recorded_in: str | None = None
 
     def acts_in(self, settings: Placed) -> bool:
         if self.backends and settings.backend.value not in self.backends:
@@ -84,6 +87,7 @@ class Declared:
     name: str
     field: FieldInfo
     setting: Setting
+    owner: type[BaseModel]  # the settings class whose body declares it (its room)
 
     @property
     def flag(self) -> str:
@@ -106,4 +110,5 @@ def declared_fields(model: type[BaseModel], first_from: type[BaseModel]) -> Iter
         setting = next((m for m in info.metadata if isinstance(m, Setting)), None)
         if setting is None:
             raise TypeError(f"{name}: a benchmark setting needs its Setting metadata")
-        yield Declared(name, info, setting)
+        owner = next(c for c in model.__mro__ if name in vars(c).get("__annotations__", {}))
+        yield Declared(name, info, setting, owner)

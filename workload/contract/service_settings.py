@@ -8,7 +8,7 @@ are the checkpoint backends' and the data readers' alike (``gcs``, ``s3``, ...).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, Field
 
@@ -22,6 +22,8 @@ GCS_PROJECT_BACKENDS = ("gcs", "gcsfs", "dataflux")
 
 class ServiceSettings(BaseModel):
     """The storage service: a GCP project, or an S3 endpoint, region and addressing."""
+
+    OPTIONS_GROUP: ClassVar[str] = "service"
 
     project: Annotated[str | None, Setting(backends=GCS_PROJECT_BACKENDS, metavar="ID")] = Field(
         None,

@@ -26,7 +26,7 @@ Adding a setting: declare it, with any rule it needs, in the room it belongs to 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
@@ -70,6 +70,9 @@ class BenchmarkSettings(StateSettings):
 
     Where the checkpoints go and the storage backends' knobs are :class:`StorageSettings`."""
 
+    # The group its settings are listed in by `ckptbench run --help` (and `sizes`).
+    OPTIONS_GROUP: ClassVar[str] = "run"
+
     # -- how samples run -------------------------------------------------------------------------
     procedure: Annotated[Procedure, Setting(axis=True, metavar="NAME")] = choice(
         Procedure.CKPTBENCH,
@@ -103,7 +106,7 @@ class BenchmarkSettings(StateSettings):
         "default) or automatic (Python's default, as a training loop that never touches the "
         "collector runs). Collection time inside an operation is reported either way.",
     )
-    async_save: Annotated[bool, Setting(axis=True)] = Field(
+    async_save: Annotated[bool, Setting(axis=True, recorded_in="save_mode")] = Field(
         False,
         description="Save with dcp.async_save: time blocked (including DCP's staging copy, a "
         "second full shard in memory until the upload completes) and time until durable are "
@@ -228,13 +231,19 @@ class BenchmarkSettings(StateSettings):
         """Every declared setting as JSON values, as it ran: what a result records.
 
         Procedure defaults are resolved (the samples that ran, not "default"), so a result says
-        how to run it again whatever the defaults become.
+        how to run it again whatever the defaults become. The save mode is recorded resolved and
+        asyncSave, which it resolves, not at all: a record never says ``async_save=False`` beside
+        ``save_mode=thread``.
         """
         out = self.model_dump(mode="json", include=set(_declared_names()))
         out["sample_count"] = self.samples
         out["warmup_samples"] = self.warmups
         out["save_mode"] = self.saving.value
-        return {d.name: out[d.name] for d in declared() if d.setting.acts_in(self)}
+        return {
+            d.name: out[d.name]
+            for d in declared()
+            if d.setting.acts_in(self) and d.setting.recorded_in is None
+        }
 
 
 # The rules that span the settings of how samples run (rule.py says how a rule is read).
@@ -272,6 +281,14 @@ _RUN_RULES: tuple[Rule[BenchmarkSettings], ...] = (
         "must be default with {staging_shared_memory} or {staging_async}: they are options of "
         "DCP's DefaultStager",
         lambda s: not (s.staging_shared_memory or s.staging_async) or s.stager is Stager.DEFAULT,
+    ),
+    Rule(
+        "stager",
+        "!has(self.stager) || self.stager != 'default' || (has(self.saveMode) ? "
+        "self.saveMode != 'sync' : (has(self.asyncSave) && self.asyncSave))",
+        "cannot be default with a sync save ({save_mode} sync, or neither {save_mode} nor "
+        "{async_save} set): dcp.save stages nothing, so the stager would be ignored",
+        lambda s: s.stager is not Stager.DEFAULT or s.saving is not SaveMode.SYNC,
     ),
     # Refused up front: DCP's DefaultStager would fail in the first save (non-blocking copy
     # asserts an accelerator) or pin nothing useful, and a silently dropped option would make the

@@ -10,7 +10,7 @@ fields follow the class (:data:`STATE_RULES`), read by the rank's config and the
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
@@ -27,6 +27,9 @@ REFERENCE_PADDING_SIZE = 196
 
 class StateSettings(StorageSettings):
     """The state each rank holds, saves and loads: the same for every rank."""
+
+    # The group its settings are listed in by `ckptbench run --help` (and `sizes`).
+    OPTIONS_GROUP: ClassVar[str] = "state"
 
     world_size: Annotated[int, Setting(local_default=2, axis=True)] = Field(
         4,

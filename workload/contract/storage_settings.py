@@ -11,7 +11,7 @@ takes its URL scheme follows the class (:data:`STORAGE_RULES`).
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field, field_validator
 
@@ -54,6 +54,9 @@ def s3_bucket_problem(bucket: str) -> str | None:
 
 class StorageSettings(ServiceSettings):
     """Where the checkpoints go, and how: the storage backend and its knobs."""
+
+    # The group its settings are listed in by `ckptbench run --help` (and `sizes`).
+    OPTIONS_GROUP: ClassVar[str] = "storage"
 
     backend: Annotated[Backend, Setting(axis=True, metavar="NAME")] = choice(
         Backend.GCS,

@@ -123,6 +123,16 @@ def _maybe_emulator(bucket: str | None, storage: str) -> Iterator[GcsEmulator | 
 
 def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, RunSummary]], bool]:
     """Run each cell in turn; returns the summaries and whether every run succeeded."""
+    with contextlib.ExitStack() as stack:
+        # --quiet: the cells' headers, progress and rank lines go nowhere; what went wrong is
+        # still said, by the failure lines under the table and the exit lines below.
+        shown = stack.enter_context(open(os.devnull, "w")) if p.quiet else err
+        return _execute(p, stop, shown, err)
+
+
+def _execute(
+    p: Plan, stop: threading.Event, shown: Any, err: Any
+) -> tuple[list[tuple[str, RunSummary]], bool]:
     runs: list[tuple[str, RunSummary]] = []
     ok = True
     with _maybe_emulator(p.emulator_bucket, p.storage) as emu:
@@ -139,7 +149,7 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
         if emulator_url:
             # gcsfs stalls ~60 s per bucket call on an emulator unless this is off at import.
             extra_env[GCSFS_HNS_FLAG] = "false"
-        progress = Progress(len(p.cells), err)
+        progress = Progress(len(p.cells), shown)
         for index, cell in enumerate(p.cells):
             if stop.is_set():
                 break
@@ -154,13 +164,13 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, R
                 f"{'' if config.even_shards else ' (uneven shards)'}, "
                 f"{config.samples} samples + {config.warmups} warm-up, on {where}, "
                 f"run {config.run_id}",
-                file=err,
+                file=shown,
                 flush=True,
             )
             outcome = run_ranks(
                 config,
                 stop=stop,
-                out=err,
+                out=shown,
                 label=label,
                 timeout=p.timeout,
                 extra_env=extra_env,

@@ -49,6 +49,7 @@ class Option:
     sweep: bool = True  # a value option takes a comma list, one cell per value
     const: Any = True  # the value a switch gives its field when present
     answers_for: tuple[str, ...] = ()  # config fields it sets indirectly, for error messages
+    group: str = "runner"  # the --help group it is listed in (a setting's: where it is declared)
 
     @property
     def dest(self) -> str:
@@ -151,12 +152,34 @@ def _local_default(d: settings.Declared) -> Any:
     return None if d.field.is_required() else d.field.default
 
 
+def group_of(d: settings.Declared) -> str:
+    """The --help group of a declared setting: its room's, so a new setting lands in the group
+    of the class it is declared in, with no edit here."""
+    return str(vars(d.owner)["OPTIONS_GROUP"])
+
+
+# Each group's title and description in --help: a room's from its class (its OPTIONS_GROUP and
+# its docstring's first paragraph), then the runner's own.
+def room_groups(model: type) -> dict[str, str]:
+    rooms = [cls for cls in model.__mro__ if "OPTIONS_GROUP" in vars(cls)]
+    return {
+        str(vars(cls)["OPTIONS_GROUP"]): " ".join((cls.__doc__ or "").split("\n\n")[0].split())
+        for cls in rooms
+    }
+
+
+RUNNER_GROUP = "Where the ranks run and where their results go: the local runner's own options."
+GROUPS: dict[str, str] = {**room_groups(settings.BenchmarkSettings), "runner": RUNNER_GROUP}
+
+
 def from_setting(d: settings.Declared, default: Any = _DECLARED) -> Option:
     """The option of a declared setting; ``default`` replaces its default (``ckptbench sizes``
     sizes a model preset at 8 ranks unless told otherwise)."""
     parse = _parser_of(d)
     if parse is None:  # a switch: sets the opposite of the declared default
-        return Option(d.flag, _help(d, None, None), d.name, const=not d.field.default)
+        return Option(
+            d.flag, _help(d, None, None), d.name, const=not d.field.default, group=group_of(d)
+        )
     if default is _DECLARED:
         default = _local_default(d)
     return Option(
@@ -167,6 +190,7 @@ def from_setting(d: settings.Declared, default: Any = _DECLARED) -> Option:
         default,
         metavar=d.setting.metavar or "N",
         sweep=d.setting.axis,
+        group=group_of(d),
     )
 
 
@@ -208,6 +232,10 @@ _RUNNER: tuple[Option, ...] = (
         "show every log line of the storage libraries, their known noise too (gcsfs's moveTo "
         "fallback against the emulator, urllib3's retries); by default each rank hides it and "
         "says how many it hid",
+    ),
+    Option(
+        "--quiet",
+        "show no progress and no rank lines: only the table, the failures under it and errors",
     ),
     Option(
         "--json",
@@ -277,12 +305,23 @@ def build_parser() -> argparse.ArgumentParser:
             "take a comma list; the run then measures every combination (one cell each) in turn."
         ),
     )
-    for o in OPTIONS:
-        add_option(p, o)
+    add_options(p, OPTIONS)
     return p
 
 
-def add_option(p: argparse.ArgumentParser, o: Option) -> None:
+def add_options(
+    p: argparse.ArgumentParser, listed: Sequence[Option], described: Mapping[str, str] = GROUPS
+) -> None:
+    """``listed`` on ``p``, each in its named group (described in ``described``), the groups in
+    the order their first option comes."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for o in listed:
+        if o.group not in groups:
+            groups[o.group] = p.add_argument_group(f"{o.group} options", described[o.group])
+        add_option(groups[o.group], o)
+
+
+def add_option(p: argparse._ActionsContainer, o: Option) -> None:
     """``o`` on parser ``p``: a switch, or text parsed later by :func:`values_of`."""
     if o.is_switch:
         p.add_argument(o.flag, dest=o.dest, action="store_true", help=o.help)

@@ -50,6 +50,7 @@ class Plan:
     json: target.Target | None = None  # --json: where the summaries go, checked before the run
     csv: target.Target | None = None
     verbose: bool = False  # --verbose: the ranks show the storage libraries' known noise
+    quiet: bool = False  # --quiet: no progress, no rank lines; the table and errors only
 
     @property
     def configs(self) -> list[WorkloadConfig]:
@@ -183,8 +184,10 @@ def plan(args: argparse.Namespace) -> Plan:
         if emulator_bucket is not None:
             check_emulator_can(cell)
         check_memory(cell, memory.available_bytes())
-    verbose = bool(args.verbose)
-    return Plan(planned, emulator_bucket, storage, timeout, **outputs, verbose=verbose)
+    verbose, quiet = bool(args.verbose), bool(args.quiet)
+    if verbose and quiet:
+        raise UsageError("--quiet: contradicts --verbose (which shows rank lines --quiet hides)")
+    return Plan(planned, emulator_bucket, storage, timeout, **outputs, verbose=verbose, quiet=quiet)
 
 
 def _outputs(args: argparse.Namespace) -> dict[str, target.Target]:

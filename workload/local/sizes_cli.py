@@ -58,8 +58,7 @@ def _parser(plan: Sequence[options.Option]) -> argparse.ArgumentParser:
         "needs, computed, not run. An option shown with [,...] takes a comma list: one report "
         f"per combination (at most {MAX_REPORTS}).",
     )
-    for o in plan:
-        options.add_option(p, o)
+    options.add_options(p, plan)
     p.add_argument(
         "--mlperf",
         action="store_true",
@@ -109,6 +108,10 @@ def configs(plan: Sequence[options.Option], args: argparse.Namespace) -> list[Wo
         except ValidationError as exc:
             raise UsageError(explain(exc)) from None
     return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return _parser(plan_options())
 
 
 def main(argv: Sequence[str]) -> int:

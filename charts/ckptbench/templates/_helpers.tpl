@@ -113,10 +113,25 @@ watched ones, or the release namespace when the operator watches the whole clust
 {{- end }}
 
 {{/*
-Whether the cluster serves an optional API the chart can create objects of. Each optional object
-is created only when its API is there: on a cluster without the Prometheus Operator or Kueue,
-the install goes through and NOTES.txt says what was skipped, instead of failing at apply time.
-`helm template` sees only what --api-versions names.
+Whether an optional object is rendered, from its `enabled` value and whether the cluster serves
+its API: (list <enabled> <served>). `auto`: where the API is served, so an install on a cluster
+without the Prometheus Operator or Kueue goes through (NOTES.txt says what was skipped) instead of
+failing at apply time; `true`: always, for `helm template` in a GitOps pipeline that knows nothing
+of the cluster's APIs (it sees only what --api-versions names); `false`: never. toString: the
+value is a boolean or the string "auto", and Go templates' eq refuses to compare the two types.
+*/}}
+{{- define "ckptbench.renders" -}}
+{{- $enabled := toString (index . 0) }}
+{{- if or (eq $enabled "true") (and (eq $enabled "auto") (index . 1)) }}true{{ end }}
+{{- end }}
+
+{{/* Whether an optional object is wanted at all (`auto` or `true`). */}}
+{{- define "ckptbench.wanted" -}}
+{{- if ne (toString .) "false" }}true{{ end }}
+{{- end }}
+
+{{/*
+Whether the cluster serves an optional API the chart can create objects of.
 */}}
 {{- define "ckptbench.hasServiceMonitor" -}}
 {{- if .Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor" }}true{{ end }}

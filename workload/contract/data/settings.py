@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
 
@@ -30,7 +30,9 @@ MAX_SAMPLES_PER_FILE = 1_000_000
 
 
 class DataSettings(ServiceSettings):
-    """The settings of one data-loading benchmark: the same for every rank."""
+    """The dataset, the readers and the training step: the same for every rank."""
+
+    OPTIONS_GROUP: ClassVar[str] = "data"
 
     backend: Annotated[Reader, Setting(axis=True, metavar="NAME")] = choice(
         Reader.GCS,

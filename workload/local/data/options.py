@@ -5,9 +5,9 @@ shares with ``ckptbench run`` (where the data goes, its outputs, its timeout).""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from ckptbench.workload.contract.data import settings as data_settings
-from ckptbench.workload.contract.service_settings import ServiceSettings
 from ckptbench.workload.local import options as run_options
 from ckptbench.workload.local.options import Option
 
@@ -17,16 +17,10 @@ _SHARED_RUNNER = ("--storage", "--emulator", "--timeout", "--verbose", "--json",
 OPTIONS: tuple[Option, ...] = (
     *(run_options.from_setting(d) for d in data_settings.declared() if not d.setting.runner),
     *(
-        Option(
-            o.flag,
-            o.help.replace("CheckpointBenchmark", "DataLoadingBenchmark"),
-            o.field,
-            o.parse,
-            o.default,
-            o.metavar,
-            o.sweep,
-            o.const,
-            ("data_path",) if o.flag == "--storage" else o.answers_for,
+        dataclasses.replace(
+            o,
+            help=o.help.replace("CheckpointBenchmark", "DataLoadingBenchmark"),
+            answers_for=("data_path",) if o.flag == "--storage" else o.answers_for,
         )
         for o in map(run_options.option, _SHARED_RUNNER)
     ),
@@ -37,7 +31,10 @@ OPTION_OF: dict[str, str] = {
     **{f: o.flag for o in OPTIONS for f in o.answers_for},
 }
 
-_SERVICE = {d.name for d in data_settings.declared() if d.name in ServiceSettings.model_fields}
+GROUPS: dict[str, str] = {
+    **run_options.room_groups(data_settings.DataSettings),
+    "runner": run_options.RUNNER_GROUP,
+}
 
 
 def option(flag: str) -> Option:
@@ -59,17 +56,5 @@ def build_parser() -> argparse.ArgumentParser:
             "list; the run then measures every combination (one cell each) in turn."
         ),
     )
-    groups = {
-        "dataset": p.add_argument_group("the dataset and the training step"),
-        "service": p.add_argument_group("the storage service"),
-        "runner": p.add_argument_group("this machine's run"),
-    }
-    for o in OPTIONS:
-        if o.field is None or o.flag == "--storage":
-            group = groups["runner"]
-        elif o.field in _SERVICE:
-            group = groups["service"]
-        else:
-            group = groups["dataset"]
-        run_options.add_option(group, o)  # type: ignore[arg-type]
+    run_options.add_options(p, OPTIONS, GROUPS)
     return p

@@ -3,13 +3,15 @@
 Several files are drawn as one: their cells side by side, each named ``A: label``, ``B: label``
 (A the first file), as ``ckptbench compare`` letters them; the HTML form adds the comparison.
 
-Three panels: save and load throughput per cell, each bar with its 95% confidence interval (the
-best of each marked only where the intervals tell it apart; otherwise the panel names the cells
-that cannot be told apart), save against load
+Up to three panels: save and load throughput per cell, each bar with its 95% confidence interval
+(the best of each marked only where the intervals tell it apart; otherwise the panel names the
+cells that cannot be told apart), save against load
 throughput (one point per cell, with the line where they are equal), and throughput against world
 size for cells that differ only in world size. When some cell saved async or ran a training step,
 a second row: each cell's stall, staging and background, its overhead per checkpoint interval
-against CheckFreq's 3.5%, and its step time without a checkpoint and with one in flight. The
+against CheckFreq's 3.5%, and its step time without a checkpoint and with one in flight. A panel
+is drawn only when the results hold what it draws (:data:`HAS_DATA`): no scaling panel for one
+world size, no overhead or step-time panel without a training step. The
 HTML form embeds the SVG beside the table. matplotlib is in the optional ``report`` extra;
 without it the command says how to install it.
 """
@@ -21,7 +23,7 @@ import html
 import io
 import string
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +36,7 @@ from ckptbench.workload.local.outputs.document import Document, read_json
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.typing import HashableList
 
 FORMATS = (".png", ".svg", ".html")
 SAVE_COLOUR, LOAD_COLOUR = "#1f77b4", "#ff7f0e"
@@ -168,18 +171,6 @@ def _scaling(ax: Axes, doc: Document, unit: report_rows.Unit) -> None:
     ax.set_xlabel("world size (ranks)")
     ax.set_ylabel(f"throughput ({unit.name}/s)")
     sizes = {s.world_size for _, s in doc.runs}
-    if len(sizes) < 2:
-        ax.text(
-            0.5,
-            0.5,
-            f"one world size ({min(sizes)}):\ngive --world-size a list\nto see scaling",
-            ha="center",
-            va="center",
-            transform=ax.transAxes,
-        )
-        ax.set_xticks([])
-        ax.set_yticks([])
-        return
     for key, cells in scaling_groups(doc.runs).items():
         for op, colour, style in (("save", SAVE_COLOUR, "-"), ("load", LOAD_COLOUR, "--")):
             points = [(n, v) for n, s in cells if (v := _rate(s, op, unit)) is not None]
@@ -273,6 +264,43 @@ def _step_times(ax: Axes, doc: Document) -> None:
     ax.legend(fontsize=8)
 
 
+# Whether the results hold what each panel draws: a panel without it would be empty axes.
+def _measured(s: RunSummary) -> bool:
+    return s.succeeded and (s.save is not None or s.load is not None)
+
+
+HAS_DATA: dict[str, Callable[[Document], bool]] = {
+    # Every cell has a bar or its "(failed)" tick.
+    "per cell": lambda doc: True,
+    "save vs load": lambda doc: any(
+        s.succeeded and s.save is not None and s.load is not None for _, s in doc.runs
+    ),
+    "scaling": lambda doc: len({s.world_size for _, s in doc.runs if _measured(s)}) >= 2,
+    "save costs": lambda doc: has_costs(doc) and any(s.save is not None for _, s in doc.runs),
+    "overhead": lambda doc: any(s.train is not None for _, s in doc.runs),
+    "step times": lambda doc: any(s.train is not None for _, s in doc.runs),
+}
+# The grid, four columns a row: each row's panels in order, the first widened over what the
+# others leave (it carries a label per cell).
+ROWS = (("per cell", "save vs load", "scaling"), ("save costs", "overhead", "step times"))
+COLUMNS = 4
+
+
+def panel_rows(doc: Document) -> list[list[str]]:
+    """The panels ``doc`` has data for, row by row; a row with none is left out."""
+    rows = [[name for name in row if HAS_DATA[name](doc)] for row in ROWS]
+    return [row for row in rows if row]
+
+
+def _mosaic(rows: Sequence[Sequence[str]]) -> list[HashableList[str]]:
+    mosaic: list[HashableList[str]] = []
+    for row in rows:
+        cells: HashableList[str] = [row[0]] * (COLUMNS - len(row) + 1)
+        cells += row[1:]
+        mosaic.append(cells)
+    return mosaic
+
+
 def draw(doc: Document) -> Figure:
     try:
         from matplotlib.figure import Figure
@@ -283,17 +311,20 @@ def draw(doc: Document) -> Figure:
     unit = report_rows.unit_for(
         [op.throughput_bytes_per_second for _, s in doc.runs for op in (s.save, s.load) if op]
     )
-    costs = has_costs(doc)
-    fig = Figure(figsize=(15, 10 if costs else 5), layout="constrained")
-    rows = "AABC;DDEF" if costs else "AABC"  # matplotlib's one-character mosaic
-    axes = fig.subplot_mosaic(rows)
-    _per_cell(axes["A"], doc, unit)
-    _save_vs_load(axes["B"], doc, unit)
-    _scaling(axes["C"], doc, unit)
-    if costs:
-        _save_costs(axes["D"], doc)
-        _overhead(axes["E"], doc)
-        _step_times(axes["F"], doc)
+    rows = panel_rows(doc)
+    fig = Figure(figsize=(15, 5 * len(rows)), layout="constrained")
+    axes = fig.subplot_mosaic(_mosaic(rows))
+    drawers: dict[str, Callable[[Axes], None]] = {
+        "per cell": lambda ax: _per_cell(ax, doc, unit),
+        "save vs load": lambda ax: _save_vs_load(ax, doc, unit),
+        "scaling": lambda ax: _scaling(ax, doc, unit),
+        "save costs": lambda ax: _save_costs(ax, doc),
+        "overhead": lambda ax: _overhead(ax, doc),
+        "step times": lambda ax: _step_times(ax, doc),
+    }
+    for row in rows:
+        for name in row:
+            drawers[name](axes[name])
     fig.suptitle(f"ckptbench: {doc.name}, {len(doc.runs)} cells")
     return fig
 
