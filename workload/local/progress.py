@@ -17,6 +17,9 @@ from typing import IO
 from ckptbench.workload.contract.config import WorkloadConfig
 
 SAMPLE_DONE = re.compile(r"^\[rank 0\] load (?:warm-up )?\d+/\d+:")
+# ckptbench data's: rank 0 ends each epoch of its first accelerator with this line
+# (ckptbench.workload.rank.data.procedure).
+EPOCH_DONE = re.compile(r"^\[rank 0\] epoch \d+/\d+:")
 # Below this a cell is short enough that a line per sample is noise beside the ranks' own lines.
 QUIET_SECONDS = 10.0
 
@@ -39,8 +42,11 @@ class Progress:
         out: IO[str],
         clock: Callable[[], float] = time.monotonic,
         quiet_seconds: float = QUIET_SECONDS,
+        done: re.Pattern[str] = SAMPLE_DONE,
+        step: str = "sample",
     ) -> None:
         self.cells = cells
+        self.done_pattern, self.step = done, step
         self.out = out
         self.clock = clock
         self.quiet_seconds = quiet_seconds
@@ -55,10 +61,14 @@ class Progress:
 
     def start_cell(self, index: int, label: str, config: WorkloadConfig) -> str:
         """Begin cell ``index`` (0-based); returns its prefix ``cell i/N`` (empty for one cell)."""
+        return self.start(index, label, config.warmups + config.samples)
+
+    def start(self, index: int, label: str, steps: int) -> str:
+        """Begin cell ``index`` of ``steps`` steps (samples, epochs); returns its prefix."""
         with self._lock:
             self._index = index
             self._label = label
-            self._total_samples = config.warmups + config.samples
+            self._total_samples = steps
             self._done = 0
             self._cell_started = self.clock()
             self._first_done = None
@@ -73,7 +83,7 @@ class Progress:
 
     def line(self, rank: int, text: str) -> None:
         """A line a rank printed (called from the runner's reader threads)."""
-        if not SAMPLE_DONE.match(text):  # rank 0's lines only: every rank loads every sample
+        if not self.done_pattern.match(text):  # rank 0's lines only: every rank runs every step
             return
         with self._lock:
             now = self.clock()
@@ -95,7 +105,8 @@ class Progress:
         per_sample = (now - first) / (self._done - 1) if self._done >= 2 else elapsed
         eta = per_sample * left
         text = (
-            f"{self.prefix(self._index)}{self._label}: sample {self._done}/{self._total_samples} "
+            f"{self.prefix(self._index)}{self._label}: {self.step} {self._done}/"
+            f"{self._total_samples} "
             f"done, {fmt_duration(elapsed)} in, ETA {fmt_duration(eta)}"
         )
         cells_left = self.cells - self._index - 1

@@ -22,6 +22,7 @@ from ckptbench.workload.local.data.options import build_parser
 from ckptbench.workload.local.data.plan import Plan, plan
 from ckptbench.workload.local.emulator import EmulatorError
 from ckptbench.workload.local.options import UsageError
+from ckptbench.workload.local.progress import EPOCH_DONE, Progress
 from ckptbench.workload.local.runner import run_ranks
 from ckptbench.workload.local.s3_server import S3Server
 from ckptbench.workload.rank.process import environment
@@ -47,12 +48,14 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[dict[str, An
             extra_env[EMULATOR_ENV] = emu.url
         if p.verbose:
             extra_env[VERBOSE_LOGS_ENV] = "1"
+        progress = Progress(len(p.cells), err, done=EPOCH_DONE, step="epoch")
         for index, cell in enumerate(p.cells):
             if stop.is_set():
                 break
             c = cell.config
+            prefix = progress.start(index, cell.label, c.resolved_epochs)
             print(
-                f"[{index + 1}/{len(p.cells)}] {cell.label}: {c.world_size} rank(s) x "
+                f"{prefix}{cell.label}: {c.world_size} rank(s) x "
                 f"{c.accelerators_per_rank} accelerator(s), {c.dataset.name} on "
                 f"{(emulator_url and f'emulator {emulator_url}') or c.data_path}, run {c.run_id}",
                 file=err,
@@ -61,7 +64,9 @@ def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[dict[str, An
             outcome = run_ranks(
                 c, stop=stop, out=err, label=cell.label, timeout=p.timeout,
                 extra_env=extra_env, command=DATA_WORKER, parse=DataRankResult.from_message,
+                watch=progress.line,
             )  # fmt: skip
+            progress.end_cell()
             summary = figures.summarize(outcome.results, c.world_size, c.resolved_au_floor)
             missing = outcome.missing_why()
             if missing:

@@ -105,9 +105,11 @@ def run(
     plan: Plan,
     stop: threading.Event,
     busy: Callable[[float], None] = time.sleep,
+    on_epoch: Callable[[int, Figures], None] | None = None,
 ) -> Figures:
     """Every epoch of one accelerator; ``make_loader(epoch)`` gives the epoch's loader (its
-    sampler or dataset set to the epoch). ``busy`` is the accelerator computing."""
+    sampler or dataset set to the epoch). ``busy`` is the accelerator computing; ``on_epoch``
+    hears of each epoch's end."""
     fig = Figures()
     for epoch in range(plan.epochs):
         loader = make_loader(epoch)
@@ -146,4 +148,6 @@ def run(
         fig.verify_seconds += checking
         fig.epoch_seconds.append(time.perf_counter() - start - checking)
         fig.epoch_samples.append(samples)
+        if on_epoch is not None:
+            on_epoch(epoch, fig)
     return fig

@@ -108,8 +108,20 @@ def run(
     loaders = [_loader_of(config, d, g) for d, g in zip(datasets, accelerators, strict=True)]
     meeting.barrier("start")
     plan = plan_of(config)
+
+    def said(epoch: int, fig: accelerator.Figures) -> None:
+        # The local runner counts these lines for its ETA (local/progress.py, EPOCH_DONE).
+        log(
+            f"epoch {epoch + 1}/{plan.epochs}: {fig.epoch_samples[-1]} samples in "
+            f"{fig.epoch_seconds[-1]:.3f} s (first accelerator)"
+        )
+
+    def one(k: int) -> accelerator.Figures:
+        tell = said if config.rank == 0 and k == 0 else None
+        return accelerator.run(loaders[k], plan, stop, on_epoch=tell)
+
     with ThreadPoolExecutor(len(loaders), thread_name_prefix="accelerator") as pool:
-        figures = list(pool.map(lambda make: accelerator.run(make, plan, stop), loaders))
+        figures = list(pool.map(one, range(len(loaders))))
     mine = _result(config, figures, prepared, listing, store)
     everyone = meeting.gather("result", mine.to_message())
     return mine, [DataRankResult.from_message(text) for text in everyone]
