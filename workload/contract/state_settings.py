@@ -57,12 +57,17 @@ class StateSettings(StorageSettings):
         "not with model.",
         json_schema_extra=no_crd_default,
     )
-    model: Annotated[models.Preset | None, Setting(axis=True, metavar="PRESET")] = choice(
+    model: Annotated[str | None, Setting(axis=True, metavar="MODEL")] = Field(
         None,
-        "A Llama 3 preset instead of the reference layout (torchtitan's shapes and key names): "
-        "llama3-debug, llama3-8b, llama3-70b, mlperf-llama3-70b (MLPerf Storage's config, 128 "
-        "heads) or llama3-405b. Every rank holds its Shard(0) rows of every parameter (and "
-        "AdamW state) as a DTensor, as FSDP2 does. Exclusive with layerSize and paddingSize.",
+        min_length=1,
+        max_length=4096,
+        description="A model instead of the reference layout: a Llama 3 preset (torchtitan's "
+        "shapes and key names: llama3-debug, llama3-8b, llama3-70b, mlperf-llama3-70b (MLPerf "
+        "Storage's config, 128 heads), llama3-405b, mlperf-llama3-1t), a shipped Hugging Face "
+        "config (mixtral-8x7b, vit-base, t0-3b, qwen2-7b, gpt2; transformers' names) or, in a "
+        "local run, a path to a config.json. Every rank holds its Shard(0) rows of every "
+        "parameter (and AdamW state) as a DTensor, as FSDP2 does. Exclusive with layerSize and "
+        "paddingSize.",
     )
     layers: Annotated[int | None, Setting(layout="model", axis=True)] = Field(
         None,
@@ -167,6 +172,9 @@ LAYER_SIZE_CEL = f"(has(self.layerSize) ? self.layerSize : {REFERENCE_LAYER_SIZE
 PADDING_SIZE_CEL = f"(has(self.paddingSize) ? self.paddingSize : {REFERENCE_PADDING_SIZE})"
 
 
+_MODEL_NAMES_CEL = "[" + ", ".join(f"'{n}'" for n in models.model_names()) + "]"
+
+
 def _model_alone(s: StateSettings) -> bool:
     return s.model is None or not ({"layer_size", "padding_size"} & s.model_fields_set)
 
@@ -174,6 +182,13 @@ def _model_alone(s: StateSettings) -> bool:
 # The rules that span the state's settings (rule.py says how a rule is read); settings.RULES
 # holds them with the others.
 STATE_RULES: tuple[Rule[StateSettings], ...] = (
+    Rule(
+        "model",
+        f"!has(self.model) || self.model in {_MODEL_NAMES_CEL} || self.model.endsWith('.json')",
+        f"must be a model preset or shipped config ({', '.join(models.model_names())}) or a "
+        "path to a config.json",
+        lambda s: s.model is None or s.model in models.model_names() or s.model.endswith(".json"),
+    ),
     Rule(
         "model",
         "!has(self.model) || (!has(self.layerSize) && !has(self.paddingSize))",

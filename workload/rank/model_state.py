@@ -231,6 +231,11 @@ def _state(
     config: WorkloadConfig, mesh: DeviceMesh, *, fill: bool, saved_world: int
 ) -> dict[str, Any]:
     spec = _spec(config)
+    if spec.preset not in models.PRESETS:
+        # Imported here: transformers takes seconds to import, and only these models need it.
+        from ckptbench.workload.rank import hf_meta
+
+        hf_meta.check(spec)
     out: dict[str, Any] = {}
     for t in models.state_tensors(spec):
         if t.sharded:
