@@ -26,13 +26,18 @@ def meta_model(config: dict[str, Any], dtype: str) -> torch.nn.Module:
     name, _, _ = hf_shapes.family(config)
     built = transformers.AutoConfig.for_model(**config)
     with torch.device("meta"):
-        model: transformers.PreTrainedModel = getattr(transformers, name)(built)
-    head = model.get_output_embeddings()
-    if config.get("tie_word_embeddings", True) is False and isinstance(head, torch.nn.Linear):
-        # T5's config forces tying; from_pretrained unties when the checkpoint holds its own
-        # head, as every T5 v1.1 checkpoint does (the config's tie_word_embeddings false).
-        if head.weight is model.get_input_embeddings().weight:
-            head.weight = torch.nn.Parameter(torch.empty_like(head.weight))
+        model: torch.nn.Module = getattr(transformers, name)(built)
+    head = getattr(model, "lm_head", None)
+    # T5's config forces tying; from_pretrained unties when the checkpoint holds its own head, as
+    # every T5 v1.1 checkpoint does (its config's tie_word_embeddings false). A tied head is
+    # shared, so named_parameters() lists it under the embedding's name only.
+    tied = "lm_head.weight" not in dict(model.named_parameters())
+    if (
+        config.get("tie_word_embeddings", True) is False
+        and isinstance(head, torch.nn.Linear)
+        and tied
+    ):
+        head.weight = torch.nn.Parameter(torch.empty_like(head.weight))
     return model.to(_DTYPES[dtype])
 
 

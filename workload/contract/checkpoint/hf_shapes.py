@@ -52,7 +52,9 @@ SHIPPED: dict[str, Shipped] = {
     "t0-3b": Shipped(
         "bigscience/T0_3B", 2_850_000_000, "Hugging Face's page for bigscience/T0_3B: 2.85B params"
     ),
-    "qwen2-7b": Shipped("Qwen/Qwen2-7B", 7_620_000_000, "Hugging Face's page for Qwen/Qwen2-7B: 7.62B"),
+    "qwen2-7b": Shipped(
+        "Qwen/Qwen2-7B", 7_620_000_000, "Hugging Face's page for Qwen/Qwen2-7B: 7.62B params"
+    ),
     "gpt2": Shipped("openai-community/gpt2", 124_000_000, "Hugging Face's gpt2 model card: 124M"),
 }
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from ckptbench.workload.contract.checkpoint import hf_shapes
-from ckptbench.workload.contract.checkpoint.hf_shapes import ModelError
+from ckptbench.workload.contract.checkpoint.hf_shapes import ModelError as ModelError
 
 
 class Preset(enum.StrEnum):
