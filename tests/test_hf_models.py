@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -17,7 +17,7 @@ import torch
 from ckptbench.workload.contract.checkpoint import hf_shapes, models
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.local import sizes_cli
-from ckptbench.workload.rank import hf_meta
+from ckptbench.workload.rank import hf_meta, model_state
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(hf_shapes.SHIPPED)
@@ -164,6 +164,21 @@ def test_the_rank_refuses_sizes_that_leave_a_parameter_out(
         with pytest.raises(models.ModelError, match=r"^model: gpt2: transformers builds, "
                            r"uncounted: transformer\.ln_f\.bias \(768,\) float32"):  # fmt: skip
             hf_meta.check(models.ModelSpec("gpt2"))
+    finally:
+        models._model_parameters.cache_clear()
+        hf_meta.check.cache_clear()
+
+
+def test_the_rank_checks_its_state_before_building_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    name, shapes, keys = hf_shapes.FAMILIES["gpt2"]
+    monkeypatch.setitem(hf_shapes.FAMILIES, "gpt2", (name, lambda c: shapes(c)[1:], keys))
+    models._model_parameters.cache_clear()
+    hf_meta.check.cache_clear()
+    config = WorkloadConfig(model="gpt2", layers=1, checkpoint_path="/tmp/x", backend="file")
+    try:
+        # The check comes first: no mesh is needed to refuse (None would fail on first use).
+        with pytest.raises(models.ModelError, match=r"uncounted: transformer\.wte\.weight"):
+            model_state._state(config, cast(Any, None), fill=True, saved_world=1)
     finally:
         models._model_parameters.cache_clear()
         hf_meta.check.cache_clear()

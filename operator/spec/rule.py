@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 
