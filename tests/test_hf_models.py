@@ -143,6 +143,15 @@ def test_the_sizes_are_what_transformers_builds(name: str, dtype: models.DtypePr
     hf_meta.check(models.ModelSpec(name, layers=1, dtype=dtype))
 
 
+@pytest.mark.parametrize("name", SHIPPED)
+def test_layers_scales_every_stack(name: str) -> None:
+    """One layer means one block in each stack: T5's decoder as well as its encoder."""
+    names = [p.fqn for p in models.model_parameters(models.ModelSpec(name, layers=1))]
+    blocks = {m[1] for n in names if (m := re.search(r"\.(?:layers|h|block)\.(\d+)\.", n))}
+    assert blocks == {"0"}
+    assert models.dimensions(models.ModelSpec(name, layers=1))[0] == 1
+
+
 @pytest.mark.parametrize(("label", "config"), _variants(), ids=[v[0] for v in _variants()])
 def test_each_family_option_is_what_transformers_builds(
     label: str, config: dict[str, Any], tmp_path: Path
