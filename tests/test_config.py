@@ -201,7 +201,7 @@ _GROW = {
     [
         (
             {"CKPTBENCH_MODEL": "bert"},
-            "CKPTBENCH_MODEL (model): must be a model preset or shipped config (llama3-debug",
+            "CKPTBENCH_MODEL (model): String should match pattern '^(llama3-debug|",
         ),
         (
             {"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYER_SIZE": "10"},

@@ -170,7 +170,7 @@ CASES = [
         "saveMode",
         "cel",
     ),
-    Case("model-unknown-preset", _with(model="bert"), "model", "cel"),
+    Case("model-unknown-preset", _with(model="bert"), "model", "schema"),
     # A config.json path is for local runs: the operator has no file to size the ranks from.
     Case("model-config-path", _with(model="/configs/mixtral.json"), "model", "cel"),
     Case("layers-without-model", _with(layers=2), "layers", "cel"),

@@ -28,7 +28,6 @@ BASE: dict[str, Any] = {"checkpoint_path": "gs://bucket/ckpt", "world_size": 4}
 
 # (the field the refusal names, settings that break exactly one rule about it)
 VIOLATIONS: list[tuple[str, dict[str, Any]]] = [
-    ("model", {"model": "bert"}),
     ("model", {"model": "llama3-debug", "layer_size": 10}),
     ("layers", {"layers": 2}),
     ("vocab", {"vocab": 2048}),
