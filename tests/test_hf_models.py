@@ -14,7 +14,8 @@ from typing import Any, cast
 import pytest
 import torch
 
-from ckptbench.workload.contract.checkpoint import hf_shapes, models
+from ckptbench.workload.contract.checkpoint import hf_shapes, memory_plan, models
+from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.local import sizes_cli
 from ckptbench.workload.rank import hf_meta, model_state
@@ -64,6 +65,16 @@ def test_ckptbench_sizes_prints_mixtral_within_half_a_percent(
     # 12 B/param and a 4-byte step per parameter tensor; rank 0 holds an eighth of every tensor.
     assert sized["total_bytes"] == 12 * 46_702_792_704 + 4 * 291
     assert sized["memory_peak_bytes_estimate"] > sized["largest_rank_bytes"] > 65 * 1024**3
+
+
+def test_the_memory_plan_counts_transformers_in_a_hugging_face_rank() -> None:
+    def baseline(model: str) -> int:
+        config = WorkloadConfig(model=model, checkpoint_path="/tmp/x", backend="file")
+        return config.memory_estimate().baseline_bytes
+
+    llama = memory_plan.BASELINE_BYTES[Backend.FILE] + memory_plan.MODEL_RUNTIME_BYTES
+    assert baseline("llama3-debug") == llama
+    assert baseline("vit-base") == llama + memory_plan.TRANSFORMERS_BYTES
 
 
 def test_the_state_is_every_parameter_sharded_on_dim_0_with_adamw() -> None:
