@@ -17,8 +17,11 @@ import torch
 from ckptbench.workload.contract.checkpoint import hf_shapes, memory_plan, models
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.local import sizes_cli
 from ckptbench.workload.rank import hf_meta, model_state
+from tests import workers
+from tests.workers import small_config
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(hf_shapes.SHIPPED)
@@ -202,6 +205,30 @@ def test_the_rank_checks_its_state_before_building_it(monkeypatch: pytest.Monkey
     finally:
         models._model_parameters.cache_clear()
         hf_meta.check.cache_clear()
+
+
+@pytest.mark.timeout(180)
+def test_a_config_the_sizes_cannot_follow_is_refused_before_the_rendezvous(
+    tmp_path: Path,
+) -> None:
+    # GPT-2 with cross-attention: transformers adds a crossattention block to every layer, which
+    # the pure rules do not count. Only rank 1 of 2 is started: a refusal after the rendezvous
+    # would wait there instead (its deadline is longer than this test's).
+    path = tmp_path / "gpt2-cross.json"
+    base = json.loads((hf_shapes.CONFIG_DIR / "gpt2.json").read_text())
+    path.write_text(json.dumps({**base, "add_cross_attention": True}))
+    config = small_config(
+        str(tmp_path / "ckpt"), model=str(path), layers=1, rendezvous_timeout_seconds=600
+    )
+    [w] = workers.run(config, tmp_path, ranks=[1], timeout=150)
+    assert w.proc.returncode == 2, workers.logs([w])
+    result = RankResult.from_termination_message(w.termination_path.read_text())
+    assert result.error is not None
+    assert result.error.startswith(
+        f"ModelRefused: model: {path}: transformers builds, uncounted: "
+        "transformer.h.0.crossattention."
+    ), result.error
+    assert "rendezvous" not in w.stderr.lower()
 
 
 def test_the_rank_refuses_a_dtype_other_than_the_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
