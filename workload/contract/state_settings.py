@@ -78,13 +78,15 @@ class StateSettings(StorageSettings):
         None,
         ge=1,
         le=1000,
-        description="With model: override the number of layers (scaled-down runs).",
+        description="With model: override the number of layers (scaled-down runs); of every "
+        "stack of a Hugging Face model (a T5's encoder and decoder alike).",
     )
     vocab: Annotated[int | None, Setting(layout="model", axis=True)] = Field(
         None,
         ge=1,
         le=10_000_000,
-        description="With model: override the vocabulary size (scaled-down runs).",
+        description="With model: override the vocabulary size (scaled-down runs; a vision "
+        "model has none).",
     )
     optimizer: Annotated[models.Optimizer, Setting(layout="model", axis=True, metavar="NAME")] = (
         choice(
