@@ -199,7 +199,10 @@ _GROW = {
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"CKPTBENCH_MODEL": "gpt2"}, "CKPTBENCH_MODEL (model): Input should be 'llama3-debug'"),
+        (
+            {"CKPTBENCH_MODEL": "bert"},
+            "CKPTBENCH_MODEL (model): String should match pattern '^(llama3-debug|",
+        ),
         (
             {"CKPTBENCH_MODEL": "llama3-8b", "CKPTBENCH_LAYER_SIZE": "10"},
             "CKPTBENCH_MODEL (model): is exclusive with layer_size and padding_size",

@@ -171,7 +171,9 @@ CASES = [
         "saveMode",
         "cel",
     ),
-    Case("model-unknown-preset", _with(model="gpt2"), "model", "schema"),
+    Case("model-unknown-preset", _with(model="bert"), "model", "schema"),
+    # A config.json path is for local runs: the operator has no file to size the ranks from.
+    Case("model-config-path", _with(model="/configs/mixtral.json"), "model", "cel"),
     Case("layers-without-model", _with(layers=2), "layers", "cel"),
     Case("vocab-without-model", _with(vocab=2048), "vocab", "cel"),
     Case("model-zero-layers", _with(model="llama3-8b", layers=0), "layers", "schema"),

@@ -27,6 +27,8 @@ def container(raw: dict[str, Any]) -> dict[str, Any]:
     [
         # The two specs the operator admitted without limits.
         {"worldSize": 1, "model": "llama3-405b", "checkpointPath": "gs://bucket/x"},
+        # A shipped Hugging Face config, sized from its config.json with no torch in the operator.
+        {"worldSize": 8, "model": "mixtral-8x7b", "checkpointPath": "gs://bucket/x"},
         {
             "worldSize": 1,
             "layerSize": 10_000_000,
@@ -54,6 +56,13 @@ def test_the_405b_shard_on_one_rank_is_bounded_by_its_plan() -> None:
     raw = {"worldSize": 1, "model": "llama3-405b", "checkpointPath": "gs://bucket/x"}
     limit = parse_quantity(container(raw)["resources"]["limits"]["memory"])
     assert limit > 800 * GIB  # the shard is the whole model: the pod stays Pending, not OOM
+
+
+def test_a_mixtral_rank_is_bounded_by_its_eighth_of_the_model() -> None:
+    raw = {"worldSize": 8, "model": "mixtral-8x7b", "checkpointPath": "gs://bucket/x"}
+    limit = parse_quantity(container(raw)["resources"]["limits"]["memory"])
+    # 46.7B parameters at 12 B each over 8 ranks is 65.2 GiB a rank, before the plan's headroom.
+    assert 65.2 * GIB * PLAN_HEADROOM < limit < 66 * GIB * PLAN_HEADROOM
 
 
 def test_a_given_limit_is_kept_and_a_larger_request_raises_the_planned_limit() -> None:

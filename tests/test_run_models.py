@@ -49,7 +49,7 @@ def test_models_as_a_comma_list_are_cells(tmp_path: Path, memory_of_machine: lis
 @pytest.mark.parametrize(
     ("argv", "names"),
     [
-        (["--model", "gpt2"], ["--model", "unknown model 'gpt2'", "llama3-debug"]),
+        (["--model", "bert"], ["--model", "should match pattern", "llama3-debug", "gpt2"]),
         (["--model", "llama3-8b", "--layer-size", "10"], ["--model", "--layer-size", "exclusive"]),
         (["--layers", "2"], ["--layers", "needs --model"]),
         (["--model", "llama3-8b", "--dtype", "fp8"], ["--dtype", "'fp8'"]),

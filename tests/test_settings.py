@@ -63,6 +63,8 @@ def _other_value(d: Declared) -> Any:
         return not default
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         return next(m for m in kind if m not in taken and m.value != "multipart")
+    if d.name == "model":
+        return "gpt2"  # a shipped Hugging Face config, beside the Llama 3 preset of _context
     if d.name == "checkpoint_path":
         return "/tmp/ckptbench-settings"
     if d.name == "project":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 
@@ -31,7 +30,7 @@ class Spec(Protocol):
     @property
     def padding_size(self) -> int: ...
     @property
-    def model(self) -> models.Preset | None: ...
+    def model(self) -> str | None: ...
     @property
     def memory_check(self) -> bool: ...
     @property

@@ -47,6 +47,13 @@ RULES_OF_THE_CR: tuple[Rule[Spec], ...] = (
         ),
     ),
     Rule(
+        "model",
+        "!has(self.model) || !self.model.endsWith('.json')",
+        "takes a preset or shipped config by name here: a config.json path is for local runs "
+        "(the operator sizes each rank's memory before its pod starts, from no file of its own)",
+        lambda s: s.model is None or not s.model.endswith(".json"),
+    ),
+    Rule(
         "checkpoint_path",
         "self.backend != 'file' || self.checkpointPath.startsWith('/')",
         "must be an absolute path for {backend} file",

@@ -78,6 +78,10 @@ class WorkloadConfig(BenchmarkSettings):
         for rule in SETTINGS_RULES:
             if not rule.check(self):
                 raise rule.broken(self)
+        spec = self.model_spec
+        if spec is not None:
+            # A config path must be readable, of a family whose shapes are computed (ModelError).
+            models.model_parameters(spec)
         # The rank's own: what a path must hold beyond its backend's scheme.
         url_scheme, sep, _ = self.checkpoint_path.partition("://")
         if self.backend is Backend.FILE and sep and url_scheme != "file":

@@ -23,6 +23,8 @@ from ckptbench.workload.contract.storage_settings import StorageSettings
 MAX_WORLD_SIZE = 10_000  # rank hostnames stay DNS labels (see operator/spec/names.py)
 REFERENCE_LAYER_SIZE = 100_000  # the reference's published table
 REFERENCE_PADDING_SIZE = 196
+# A model by name (a Llama 3 preset, a shipped Hugging Face config) or a config.json's path.
+MODEL_PATTERN = "^(" + "|".join(models.model_names()) + r"|.+\.json)$"
 
 
 class StateSettings(StorageSettings):
@@ -60,24 +62,34 @@ class StateSettings(StorageSettings):
         "not with model.",
         json_schema_extra=no_crd_default,
     )
-    model: Annotated[models.Preset | None, Setting(axis=True, metavar="PRESET")] = choice(
+    model: Annotated[str | None, Setting(axis=True, metavar="MODEL")] = Field(
         None,
-        "A Llama 3 preset instead of the reference layout (torchtitan's shapes and key names): "
-        "llama3-debug, llama3-8b, llama3-70b, mlperf-llama3-70b (MLPerf Storage's config, 128 "
-        "heads) or llama3-405b. Every rank holds its Shard(0) rows of every parameter (and "
-        "AdamW state) as a DTensor, as FSDP2 does. Exclusive with layerSize and paddingSize.",
+        min_length=1,
+        max_length=4096,
+        # A schema constraint, as the presets' enum was: the API server refuses a bad name in a
+        # benchmark and in a sweep's axis alike (whose values keep the field's constraints).
+        pattern=MODEL_PATTERN,
+        description="A model instead of the reference layout: a Llama 3 preset (torchtitan's "
+        "shapes and key names: llama3-debug, llama3-8b, llama3-70b, mlperf-llama3-70b (MLPerf "
+        "Storage's config, 128 heads), llama3-405b, mlperf-llama3-1t), a shipped Hugging Face "
+        "config (mixtral-8x7b, vit-base, t0-3b, qwen2-7b, gpt2; transformers' names) or, in a "
+        "local run, a path to a config.json. Every rank holds its Shard(0) rows of every "
+        "parameter (and AdamW state) as a DTensor, as FSDP2 does. Exclusive with layerSize and "
+        "paddingSize.",
     )
     layers: Annotated[int | None, Setting(layout="model", axis=True)] = Field(
         None,
         ge=1,
         le=1000,
-        description="With model: override the number of layers (scaled-down runs).",
+        description="With model: override the number of layers (scaled-down runs); of every "
+        "stack of a Hugging Face model (a T5's encoder and decoder alike).",
     )
     vocab: Annotated[int | None, Setting(layout="model", axis=True)] = Field(
         None,
         ge=1,
         le=10_000_000,
-        description="With model: override the vocabulary size (scaled-down runs).",
+        description="With model: override the vocabulary size (scaled-down runs; a vision "
+        "model has none).",
     )
     optimizer: Annotated[models.Optimizer, Setting(layout="model", axis=True, metavar="NAME")] = (
         choice(

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ckptbench.workload.contract import cells, settings
-from ckptbench.workload.contract.checkpoint import memory_plan, models
+from ckptbench.workload.contract.checkpoint import hf_shapes, memory_plan, models
 from ckptbench.workload.contract.checkpoint.sizes import GIB, format_bytes
 from ckptbench.workload.contract.choices import Backend, Stager
 from ckptbench.workload.contract.config import WorkloadConfig
@@ -178,14 +178,18 @@ def mlperf_v3(s: models.ModelSizes) -> dict[str, float | int]:
 
 def as_dict(s: models.ModelSizes, config: WorkloadConfig) -> dict[str, object]:
     mem = config.memory_estimate()
+    layers, vocab = models.dimensions(s.spec)
+    shipped = hf_shapes.SHIPPED.get(s.spec.preset)
     return {
         "model": s.spec.preset,
-        "layers": s.spec.arch.n_layers,
-        "vocab": s.spec.arch.vocab_size,
+        "layers": layers,
+        "vocab": vocab,
         "optimizer": s.spec.optimizer.value,
         "dtype": s.spec.dtype.value,
         "world_size": s.world_size,
         "parameters": s.parameters,
+        # The count published for a shipped config, unscaled: the sizes are checked against it.
+        "published_parameters": shipped and shipped.published_params,
         "total_bytes": s.total_bytes,
         "largest_rank_bytes": s.largest_rank_bytes,
         "smallest_rank_bytes": s.smallest_rank_bytes,
@@ -213,6 +217,7 @@ def describe(s: models.ModelSizes, config: WorkloadConfig) -> str:
         ("model", s.spec.describe()),
         ("world size", f"{s.world_size} ranks, Shard(0) by torch.chunk"),
         ("parameters", f"{s.parameters:,} in {s.parameter_tensors} tensors"),
+        *_published_rows(s),
         (
             "checkpoint",
             f"{format_bytes(s.total_bytes)} ({s.total_bytes:,} B, "
@@ -244,6 +249,15 @@ def describe(s: models.ModelSizes, config: WorkloadConfig) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _published_rows(s: models.ModelSizes) -> list[tuple[str, str]]:
+    """A shipped config's published parameter count beside ours (unscaled runs only)."""
+    shipped = hf_shapes.SHIPPED.get(s.spec.preset)
+    if shipped is None or s.spec.layers is not None or s.spec.vocab is not None:
+        return []
+    ratio = s.parameters / shipped.published_params
+    return [("published", f"{shipped.published_params:,.0f} ({shipped.source}); ours {ratio:.4f}x")]
 
 
 def _saving_rows(config: WorkloadConfig, mem: memory_plan.MemoryEstimate) -> list[tuple[str, str]]:

@@ -209,6 +209,22 @@ def _step_value(config: WorkloadConfig, key: str) -> torch.Tensor:
     return fill_slice(torch.empty((), dtype=torch.float32), config.seed, key, 0)
 
 
+def model_refusal(config: WorkloadConfig) -> str | None:
+    """Why this rank's Hugging Face model cannot run as it was sized (transformers builds other
+    parameters than the sizes counted), or None; the worker asks before its rendezvous."""
+    spec = config.model_spec
+    if spec is None or spec.preset in models.PRESETS:
+        return None
+    # Imported here: transformers takes seconds to import, and only these models need it.
+    from ckptbench.workload.rank import hf_meta
+
+    try:
+        hf_meta.check(spec)
+    except models.ModelError as exc:
+        return str(exc)
+    return None
+
+
 def build_state(config: WorkloadConfig) -> dict[str, Any]:
     """This rank's state: its rows of every sharded tensor, every replicated item; nothing on a
     rank that does not save (a restore onto more ranks), which still makes the saving mesh."""
@@ -231,6 +247,9 @@ def _state(
     config: WorkloadConfig, mesh: DeviceMesh, *, fill: bool, saved_world: int
 ) -> dict[str, Any]:
     spec = _spec(config)
+    refused = model_refusal(config)
+    if refused is not None:
+        raise models.ModelError(refused)
     out: dict[str, Any] = {}
     for t in models.state_tensors(spec):
         if t.sharded:

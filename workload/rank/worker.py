@@ -26,7 +26,7 @@ from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
 from ckptbench.workload.contract.results.figures import summarize
 from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.contract.results.summaries import RunSummary
-from ckptbench.workload.rank import loop, rendezvous
+from ckptbench.workload.rank import loop, model_state, rendezvous
 from ckptbench.workload.rank.operations import AfterSave
 from ckptbench.workload.rank.process import cpus, environment, heartbeat, memory, termination
 from ckptbench.workload.storage import noise
@@ -91,8 +91,9 @@ def _run(config: WorkloadConfig, after_save: AfterSave | None) -> int:
         backends.prepare_s3(config)
     threads = cpus.limit_torch_threads()
     say = _logger(config.rank)
-    refused = _memory_refusal(config)
-    kind = "MemoryRefused"
+    refused, kind = model_state.model_refusal(config), "ModelRefused"
+    if refused is None:
+        refused, kind = _memory_refusal(config), "MemoryRefused"
     if refused is None:
         refused, kind = _storage_refusal(config), "StorageRefused"
     if refused is not None:

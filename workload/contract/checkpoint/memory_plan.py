@@ -73,6 +73,11 @@ BASELINE_BYTES: dict[Backend, int] = {
 # per-item planning objects. Measured: ``--model llama3-debug --layers 1 --vocab 256`` (197 items,
 # 5.6 MiB of state) peaked at 330 MiB on ``file``, 292 + 5.6 + 32.
 MODEL_RUNTIME_BYTES = 32 * MIB
+# A Hugging Face model's rank also imports transformers and builds the model on the meta device
+# (rank/hf_meta.py): RSS after torch and DCP grew by 72 to 75 MiB for each of mixtral-8x7b,
+# qwen2-7b, t0-3b and vit-base (transformers 5.24.0, 2026-11-28), the modules it loads, not the
+# model's size.
+TRANSFORMERS_BYTES = 75 * MIB
 # storage/gcs/parts.py's ZERO_COPY_MIN_BYTES: smaller writes are copied into a part buffer.
 ZERO_COPY_MIN_BYTES = 1 << 20
 # storage/gcs/objects.py's _READ_SLICE: each transfer thread reads a range in slices this big, and
@@ -104,6 +109,7 @@ class RankLoad:
     async_save: bool
     metadata_bytes: int = 0  # .metadata, pickled, read by every rank on load (models only)
     model: bool = False
+    transformers: bool = False  # a Hugging Face model: transformers and its meta build
     copied_bytes: int = 0  # gcs: payload in tensors below ZERO_COPY_MIN_BYTES
     heap_bytes: int = 0  # payload in tensors below HEAP_BLOCK_MAX_BYTES
     heap_item_bytes: int = 0  # the largest of those tensors
@@ -126,6 +132,7 @@ class MemoryEstimate:
     slack_bytes: int = 0  # free heap glibc keeps below its trim threshold
     checkpointer_bytes: int = 0  # save_mode process: the second process per rank
     train_bytes: int = 0  # the training step's matrices
+    transformers: bool = False  # the baseline holds transformers and a meta build
 
     @property
     def _always_bytes(self) -> int:
@@ -165,7 +172,8 @@ class MemoryEstimate:
             f"shard or load template {format_bytes(self.shard_bytes)} + the larger of saving "
             f"({' + '.join(save)}) and loading ({' + '.join(load)}) + allocator slack "
             f"{format_bytes(self.slack_bytes)} + baseline {format_bytes(self.baseline_bytes)} "
-            f"(interpreter, torch, storage client){beside}"
+            f"(interpreter, torch, storage client{', transformers' if self.transformers else ''})"
+            f"{beside}"
         )
 
 
@@ -229,6 +237,7 @@ def rank_load(config: BenchmarkSettings) -> RankLoad:
         train_bytes=train_bytes(config),
         metadata_bytes=metadata,
         model=spec is not None,
+        transformers=spec is not None and spec.preset not in models.PRESETS,
         copied_bytes=copied_bytes(tensors),
         heap_bytes=heap_bytes(tensors),
         heap_item_bytes=largest_heap_item(tensors),
@@ -347,6 +356,7 @@ def staging_bytes(load: RankLoad) -> int:
 
 def estimate(load: RankLoad) -> MemoryEstimate:
     baseline = BASELINE_BYTES[load.backend] + (MODEL_RUNTIME_BYTES if load.model else 0)
+    baseline += TRANSFORMERS_BYTES if load.transformers else 0
     return MemoryEstimate(
         baseline_bytes=baseline,
         shard_bytes=load.shard_bytes,
@@ -358,6 +368,7 @@ def estimate(load: RankLoad) -> MemoryEstimate:
         save_buffer_bytes=save_buffer_bytes(load),
         load_buffer_bytes=load_buffer_bytes(load),
         metadata_bytes=load.metadata_bytes,
+        transformers=load.transformers,
     )
 
 

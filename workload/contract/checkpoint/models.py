@@ -1,18 +1,23 @@
-"""Llama 3 presets as FSDP2 leaves them in a DCP checkpoint: names, shapes, dtypes and sizes.
+"""Model presets as FSDP2 leaves them in a DCP checkpoint: names, shapes, dtypes and sizes.
 
+A model is a Llama 3 preset (torchtitan's shapes and key names, ``models/llama3``) or a Hugging
+Face config (a shipped name or a path to a config.json; transformers' names, ``hf_shapes``).
 Pure arithmetic, no torch: the operator and ``ckptbench sizes`` size a run before anything is
-allocated, and the rank program builds exactly the tensors listed here. Shapes and key names are
-torchtitan's (``models/llama3``); sharding is FSDP2's ``Shard(0)`` with ``torch.chunk``'s rule.
-Facts and sources: ``docs/models.md``.
+allocated, and the rank program builds exactly the tensors listed here. Sharding is FSDP2's
+``Shard(0)`` with ``torch.chunk``'s rule. Facts and sources: ``docs/models.md``.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import NamedTuple
+
+from ckptbench.workload.contract.checkpoint import hf_shapes
+from ckptbench.workload.contract.checkpoint.hf_shapes import ModelError as ModelError
 
 
 class Preset(enum.StrEnum):
@@ -122,10 +127,6 @@ MLPERF_V3: dict[str, MlperfCheckpoint] = {
 }
 
 
-class ModelError(ValueError):
-    """A model setting is wrong; the message starts with the field's name."""
-
-
 def architecture(preset: str, layers: int | None = None, vocab: int | None = None) -> Architecture:
     """The preset's architecture with the layer count and vocabulary overridden where given."""
     if preset not in PRESETS:
@@ -181,6 +182,12 @@ def parameter_count(arch: Architecture) -> int:
     return sum(p.numel for p in parameters(arch))
 
 
+def model_names() -> list[str]:
+    """What ``model`` takes by name: the Llama 3 presets, then the shipped Hugging Face configs
+    (or else a path to a config.json)."""
+    return [*PRESETS, *hf_shapes.SHIPPED]
+
+
 @dataclass(frozen=True)
 class StateTensor:
     """One tensor of the checkpoint. ``sharded``: a ``Shard(0)`` DTensor; else replicated."""
@@ -207,7 +214,8 @@ class StateTensor:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A preset with its overrides and profile: everything that decides the checkpoint's shape."""
+    """A preset or Hugging Face config (``preset``: a name or a config.json path) with its
+    overrides and profile: everything that decides the checkpoint's shape."""
 
     preset: str
     layers: int | None = None
@@ -225,11 +233,42 @@ class ModelSpec:
         return f"{self.preset}{extra}, optimizer {self.optimizer.value}, dtype {self.dtype.value}"
 
 
+@functools.lru_cache(maxsize=32)
+def _model_parameters(preset: str, layers: int | None, vocab: int | None) -> tuple[Param, ...]:
+    if preset in PRESETS:
+        return tuple(parameters(architecture(preset, layers, vocab)))
+    config = hf_shapes.effective_config(preset, layers, vocab)
+    return tuple(Param(name, shape) for name, shape in hf_shapes.hf_parameters(config))
+
+
+def model_parameters(spec: ModelSpec) -> list[Param]:
+    """Every parameter of the spec's model: a Llama 3 preset's (torchtitan's names) or a Hugging
+    Face config's (transformers' names, ``hf_shapes``), with its overrides."""
+    if spec.layers is not None and spec.layers < 1:
+        raise ModelError(f"layers: must be at least 1 (got {spec.layers})")
+    if spec.vocab is not None and spec.vocab < 1:
+        raise ModelError(f"vocab: must be at least 1 (got {spec.vocab})")
+    return list(_model_parameters(spec.preset, spec.layers, spec.vocab))
+
+
+def dimensions(spec: ModelSpec) -> tuple[int, int | None]:
+    """(layers, vocabulary size) of the spec's model, overrides applied; no vocabulary: None."""
+    if spec.preset in PRESETS:
+        arch = architecture(spec.preset, spec.layers, spec.vocab)
+        return arch.n_layers, arch.vocab_size
+    config = hf_shapes.effective_config(spec.preset, spec.layers, spec.vocab)
+    layers = int(config[hf_shapes.family(config)[2][0]])
+    return layers, config.get("vocab_size")
+
+
+WEIGHT_DTYPES = {"fp32": "float32", "mlperf": "float16", "bf16": "bfloat16"}
+
+
 def state_tensors(spec: ModelSpec) -> list[StateTensor]:
     """The checkpoint's tensors, as torchtitan flattens model and optimizer state."""
-    weight_dtype = {"fp32": "float32", "mlperf": "float16", "bf16": "bfloat16"}[spec.dtype.value]
+    weight_dtype = WEIGHT_DTYPES[spec.dtype.value]
     moment_dtype = "bfloat16" if spec.dtype is DtypeProfile.BF16 else "float32"
-    params = parameters(spec.arch)
+    params = model_parameters(spec)
     out = [StateTensor(p.fqn, p.shape, weight_dtype, True, i, 0) for i, p in enumerate(params)]
     if spec.optimizer is Optimizer.NONE:
         return out
@@ -250,7 +289,7 @@ def param_group_keys(spec: ModelSpec) -> list[str]:
         return []
     return [
         f"optimizer.param_groups.{p.fqn}.{name}"
-        for p in parameters(spec.arch)
+        for p in model_parameters(spec)
         for name in PARAM_GROUP_KEYS
     ]
 
@@ -396,8 +435,8 @@ def model_sizes(spec: ModelSpec, world_size: int) -> ModelSizes:
     return ModelSizes(
         spec=spec,
         world_size=world_size,
-        parameters=parameter_count(spec.arch),
-        parameter_tensors=len(parameters(spec.arch)),
+        parameters=sum(p.numel for p in model_parameters(spec)),
+        parameter_tensors=len(model_parameters(spec)),
         sharded_tensors=len(sharded),
         replicated_tensors=len(replicated),
         byte_items=len(shared_keys),
