@@ -21,7 +21,8 @@ import pytest
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.settings import heartbeat_period
-from ckptbench.workload.local.runner import RanksOutcome, run_ranks
+from ckptbench.workload.local.outcome import RanksOutcome
+from ckptbench.workload.local.runner import run_ranks
 from tests import workers
 
 # A rank that lives but does nothing (no I/O) for 4 s, beating its heartbeat or not.

@@ -28,7 +28,8 @@ import pytest
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.local import cli as run_cli
-from ckptbench.workload.local.runner import RanksOutcome, rank_env, run_ranks
+from ckptbench.workload.local.outcome import RanksOutcome
+from ckptbench.workload.local.runner import rank_env, run_ranks
 from tests.workers import children_by_parent, ckptbench
 
 # ---------------------------------------------------------------------------------------------

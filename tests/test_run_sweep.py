@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ckptbench.workload.local.progress import SAMPLE_DONE
+from ckptbench.workload.local.outputs.progress import SAMPLE_DONE
 from tests.workers import ckptbench
 
 pytestmark = pytest.mark.slow

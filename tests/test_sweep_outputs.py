@@ -18,7 +18,7 @@ from ckptbench.workload.contract.results.rank import OpTiming, RankResult
 from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local import report
 from ckptbench.workload.local.outputs import compare, csvfile, document, plot
-from ckptbench.workload.local.progress import Progress
+from ckptbench.workload.local.outputs.progress import Progress
 
 GIB = 1024**3
 

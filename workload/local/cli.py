@@ -28,11 +28,12 @@ from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local import preflight, report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
 from ckptbench.workload.local.options import UsageError, build_parser, parse_size
+from ckptbench.workload.local.outcome import RanksOutcome
 from ckptbench.workload.local.outputs import csvfile, document
+from ckptbench.workload.local.outputs.progress import Progress
 from ckptbench.workload.local.outputs.target import Target
 from ckptbench.workload.local.plan import EMULATOR_BUCKET, Plan, plan
-from ckptbench.workload.local.progress import Progress
-from ckptbench.workload.local.runner import RanksOutcome, run_ranks
+from ckptbench.workload.local.runner import run_ranks
 from ckptbench.workload.local.s3_server import S3Server
 from ckptbench.workload.rank.process import environment
 

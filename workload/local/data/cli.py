@@ -22,7 +22,7 @@ from ckptbench.workload.local.data.options import build_parser
 from ckptbench.workload.local.data.plan import Plan, plan
 from ckptbench.workload.local.emulator import EmulatorError
 from ckptbench.workload.local.options import UsageError
-from ckptbench.workload.local.progress import EPOCH_DONE, Progress
+from ckptbench.workload.local.outputs.progress import EPOCH_DONE, Progress
 from ckptbench.workload.local.runner import run_ranks
 from ckptbench.workload.local.s3_server import S3Server
 from ckptbench.workload.rank.process import environment

@@ -19,6 +19,7 @@ from ckptbench.workload.contract.data.layout import Dataset
 from ckptbench.workload.rank.data import content, dataflux_seam
 from ckptbench.workload.rank.data.batches import Item
 from ckptbench.workload.rank.data.datasets import files_of
+from ckptbench.workload.storage import session
 
 
 def _items(ds: Dataset, name: str, data: bytes) -> Iterator[Item]:
@@ -89,8 +90,6 @@ class DatafluxStream(tud.IterableDataset[Item]):
 
 def _s3_options(config: DataConfig) -> dict[str, Any]:
     from s3torchconnector import S3ClientConfig, S3ReaderConstructor
-
-    from ckptbench.workload.storage import session
 
     where = session.prepare_s3(config)
     reader = (

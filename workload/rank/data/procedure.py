@@ -110,7 +110,7 @@ def run(
     plan = plan_of(config)
 
     def said(epoch: int, fig: accelerator.Figures) -> None:
-        # The local runner counts these lines for its ETA (local/progress.py, EPOCH_DONE).
+        # The local runner counts these lines for its ETA (local/outputs/progress.py, EPOCH_DONE).
         log(
             f"epoch {epoch + 1}/{plan.epochs}: {fig.epoch_samples[-1]} samples in "
             f"{fig.epoch_seconds[-1]:.3f} s (first accelerator)"

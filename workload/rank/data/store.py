@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from ckptbench.workload.contract.data.choices import Reader
 from ckptbench.workload.contract.data.config import DataConfig
 from ckptbench.workload.storage import session
+from ckptbench.workload.storage.gcs.client import make_client
 from ckptbench.workload.storage.retry import (
     DEFAULT_POLICY,
     call_with_retry,
@@ -48,8 +49,6 @@ class Store:
 
     def _make(self) -> Any:
         if self.reader in (Reader.GCS, Reader.DATAFLUX):
-            from ckptbench.workload.storage.gcs.client import make_client
-
             return make_client(self.project)
         if self.reader is Reader.GCSFS:
             import fsspec
