@@ -113,6 +113,16 @@ watched ones, or the release namespace when the operator watches the whole clust
 {{- end }}
 
 {{/*
+kopf's peering object of the replicas: read, watched, and patched with each replica's keep-alive.
+A KopfPeering in each watched namespace, or the ClusterKopfPeering when cluster-wide.
+*/}}
+{{- define "ckptbench.peeringRule" -}}
+- apiGroups: ["kopf.dev"]
+  resources: [{{ if .Values.watch.allNamespaces }}"clusterkopfpeerings"{{ else }}"kopfpeerings"{{ end }}]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+
+{{/*
 Whether the cluster serves an optional API the chart can create objects of. Each optional object
 is created only when its API is there: on a cluster without the Prometheus Operator or Kueue,
 the install goes through and NOTES.txt says what was skipped, instead of failing at apply time.
