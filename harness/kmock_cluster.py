@@ -68,6 +68,9 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     # list them then; kmock 0.8 answers a namespace listing with 500).
     "v1/namespaces": _resource("Namespace", namespaced=False, status=False, verbs=READ_VERBS),
     "v1/events": _resource("Event", status=False),
+    # kopf's peering objects, for replicas started with --peering (kopf's CRD has no status
+    # subresource: each replica merges its keep-alive into the status of the object itself).
+    "kopf.dev/v1/kopfpeerings": _resource("KopfPeering", status=False),
 }
 
 
@@ -155,12 +158,16 @@ class EmulatorThread:
             await self._stop.wait()
 
 
-def write_kubeconfig(path: Path, url: str, namespace: str = "default") -> Path:
+def write_kubeconfig(
+    path: Path, url: str, namespace: str = "default", token: str = "kmock-test-token"
+) -> Path:
+    """A kubeconfig for the emulator; ``token`` tells one client's requests from another's in
+    the emulator's request log (kmock checks none)."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "kmock", "cluster": {"server": url}}],
-        "users": [{"name": "kmock", "user": {"token": "kmock-test-token"}}],
+        "users": [{"name": "kmock", "user": {"token": token}}],
         "contexts": [
             {
                 "name": "kmock",

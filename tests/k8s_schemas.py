@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import yaml
 
 SCHEMAS = Path(__file__).parent / "schemas"
 
@@ -18,6 +19,7 @@ _CORE = {
     ("v1", "Service"): "service-v1.json",
     ("v1", "ServiceAccount"): "serviceaccount-v1.json",
     ("apps/v1", "Deployment"): "deployment-apps-v1.json",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudget-policy-v1.json",
     ("batch/v1", "Job"): "job-batch-v1.json",
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): "clusterrole-rbac-v1.json",
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "clusterrolebinding-rbac-v1.json",
@@ -62,7 +64,32 @@ def schema_for(api_version: str, kind: str) -> dict[str, Any]:
         path = SCHEMAS / "crd" / f"{group}_{version}_{kind}.json"
         if path.exists():
             return _load(path)
+        own = _project_crds().get((group, version, kind))
+        if own is not None:
+            return own
     raise UnknownKind(f"no vendored schema for apiVersion={api_version!r} kind={kind!r}")
+
+
+@functools.cache
+def _project_crds() -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The schema of each kind the project's own CRDs (crds/) define, by group, version, kind:
+    kopf's peering objects, which the chart ships, have no upstream schema to vendor."""
+    found: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for path in sorted((Path(__file__).parents[1] / "crds").glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            schema = dict(version["schema"]["openAPIV3Schema"])
+            # Every object carries apiVersion, kind and metadata, which a CRD's schema leaves out.
+            schema["properties"] = {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string", "enum": [spec["names"]["kind"]]},
+                "metadata": {"type": "object"},
+                **schema.get("properties", {}),
+            }
+            schema["additionalProperties"] = False
+            found[(spec["group"], version["name"], spec["names"]["kind"])] = schema
+    return found
 
 
 def pod_template_schema() -> dict[str, Any]:

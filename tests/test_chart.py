@@ -65,6 +65,11 @@ NAMESPACED_RULES = {
     *{("", "events", v) for v in ("create", "patch")},
     *{("events.k8s.io", "events", v) for v in ("create", "patch")},
 }
+# kopf's peering object of the replicas: a KopfPeering per watched namespace, or the cluster's.
+PEERING_RULES = {("kopf.dev", "kopfpeerings", v) for v in ("get", "list", "watch", "patch")}
+CLUSTER_PEERING_RULES = {
+    ("kopf.dev", "clusterkopfpeerings", v) for v in ("get", "list", "watch", "patch")
+}
 CLUSTER_ONLY_RULES = {
     ("", "namespaces", "list"),
     ("", "namespaces", "watch"),
@@ -184,11 +189,14 @@ def test_every_rendered_object_validates_against_its_schema(render: Any, name: s
 
 
 EXPECTED_KINDS = {
-    "default": {"ServiceAccount", "Role", "RoleBinding", "Service", "Deployment"},
+    "default": {
+        *("ServiceAccount", "Role", "RoleBinding", "Service", "Deployment"),
+        *("KopfPeering", "PodDisruptionBudget"),
+    },
     "service-monitor": {"ServiceMonitor"},
     "dashboard": {"ConfigMap"},
     "kueue": {"ResourceFlavor", "ClusterQueue", "LocalQueue"},
-    "cluster-wide": {"ClusterRole", "ClusterRoleBinding", "LocalQueue"},
+    "cluster-wide": {"ClusterRole", "ClusterRoleBinding", "LocalQueue", "ClusterKopfPeering"},
 }
 
 
@@ -307,6 +315,7 @@ def test_optional_parts_are_off_by_default(render: Any) -> None:
         ("watch.namespaces={Not_A_Namespace}", "watch.namespaces"),
         ("kueue.clusterQueue.queueingStrategy=LIFO", "kueue.clusterQueue.queueingStrategy"),
         ("replicaCuont=1", "replicaCuont"),
+        ("peering.lifetime=1", "peering.lifetime"),
     ],
 )
 def test_values_schema_refuses_bad_values(helm: str, setting: str, field: str) -> None:
@@ -369,7 +378,7 @@ def test_namespaced_rbac_grants_exactly_the_contract_in_each_watched_namespace(
     assert set(roles) == set(bindings) == {"team-a", "team-b"}
     (account,) = of_kind(objects, "ServiceAccount")
     for namespace, role in roles.items():
-        assert rule_triples(role["rules"]) == NAMESPACED_RULES, namespace
+        assert rule_triples(role["rules"]) == NAMESPACED_RULES | PEERING_RULES, namespace
         binding = bindings[namespace]
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
@@ -399,7 +408,9 @@ def test_cluster_wide_rbac_adds_only_kopf_scanning(render: Any) -> None:
     assert not of_kind(objects, "Role") and not of_kind(objects, "RoleBinding")
     (role,) = of_kind(objects, "ClusterRole")
     (binding,) = of_kind(objects, "ClusterRoleBinding")
-    assert rule_triples(role["rules"]) == NAMESPACED_RULES | CLUSTER_ONLY_RULES
+    assert rule_triples(role["rules"]) == (
+        NAMESPACED_RULES | CLUSTER_PEERING_RULES | CLUSTER_ONLY_RULES
+    )
     assert binding["roleRef"]["kind"] == "ClusterRole"
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"][0]["namespace"] == NAMESPACE
@@ -624,6 +635,48 @@ def test_every_value_is_documented() -> None:
     assert not undocumented, f"values without a comment: {undocumented}"
 
 
+# ---- replicas: kopf's peering and the disruption budget --------------------------------------
+
+
+@pytest.mark.parametrize("name", ["default", "namespaces", "cluster-wide"])
+def test_two_replicas_peer_through_the_objects_the_chart_creates(render: Any, name: str) -> None:
+    objects = render(name)
+    (deployment,) = of_kind(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    # The new pod joins (and leads) before an old one goes.
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    container = operator_container(objects)
+    main = importlib.import_module("ckptbench.operator.runtime.main")
+    options = main.parse_args(container["args"], environ={})
+    assert options.peering_lifetime == 60
+    identity = {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert {"name": main.ENV_POD_ID, "valueFrom": identity} in container["env"]
+    if name == "cluster-wide":
+        (peering,) = of_kind(objects, "ClusterKopfPeering")
+        assert not of_kind(objects, "KopfPeering")
+        assert peering["metadata"]["name"] == options.peering
+    else:
+        peerings = of_kind(objects, "KopfPeering")
+        # One where kopf looks for it: in every namespace the operator watches.
+        assert {p["metadata"]["namespace"] for p in peerings} == set(options.namespaces)
+        assert {p["metadata"]["name"] for p in peerings} == {options.peering}
+    (budget,) = of_kind(objects, "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+
+
+def test_one_replica_gets_no_budget_and_the_lifetime_reaches_the_operator(helm: str) -> None:
+    result = run_helm(helm, *template_args(["replicaCount=1", "peering.lifetime=15"]))
+    assert result.returncode == 0, result.stderr
+    objects = tuple(d for d in yaml.safe_load_all(result.stdout) if d)
+    assert not of_kind(objects, "PodDisruptionBudget")
+    main = importlib.import_module("ckptbench.operator.runtime.main")
+    assert main.parse_args(operator_container(objects)["args"], environ={}).peering_lifetime == 15
+
+
 # ---- the Deployment's command line against the operator's parser ----------------------------
 
 
@@ -748,7 +801,7 @@ def uninstall_part(text: str, heading: str) -> str:
 def test_uninstall_steps_delete_every_crd_the_chart_installs(helm: str) -> None:
     """Helm never deletes a chart's CRDs: each place that tells how to uninstall names them all."""
     crds = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in (CHART / "crds").glob("*")}
-    assert len(crds) == 2
+    assert len(crds) == 4  # ours and kopf's peering CRDs
     places = {
         "NOTES.txt": uninstall_part(install_notes(helm, []), "Uninstall"),
         "README.md": uninstall_part((ROOT / "README.md").read_text(), "Uninstall with"),

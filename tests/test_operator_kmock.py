@@ -445,3 +445,55 @@ def test_the_operator_refuses_what_the_admin_did_not_allow_and_creates_nothing(
             assert f"{field}: " in message and "not allowed by the operator's policy" in message
             assert "(allowed: " in message and allowed in message, message
             assert client.get(JOBSET, "jobsets", ns, name) is None, f"{name}: a JobSet was made"
+
+
+def pod_lists(emulator: EmulatorThread, bench: str) -> int:
+    """The reads of ``bench``'s pods by a list call of their own (not kopf's watch of all)."""
+    assert emulator.emulator is not None
+    selector = render_labels.benchmark_selector(bench)
+    return sum(
+        1
+        for r in list(emulator.emulator._requests)
+        if r.method == "GET"
+        and r.resource is not None
+        and r.resource.plural == "pods"
+        and r.params.get("labelSelector") == selector
+    )
+
+
+def test_pods_are_read_from_the_watch_fed_index_changes_and_deletions_alike(
+    client: Client, operator: Operator, emulator: EmulatorThread
+) -> None:
+    client.create(CKB, spec_names.PLURAL, benchmark("indexed"))
+    wait_for("the JobSet", lambda: client.get(JOBSET, "jobsets", NS, "indexed"))
+    running = rank_pod("indexed", 0, "Running", None, 0)
+    running["status"] = {"phase": "Running"}
+    client.create("v1", "pods", running)
+    results = {
+        rank: RankResult(
+            rank=rank,
+            bytes=sizes.shard_bytes(rank, WORLD, LAYER, PADDING),
+            save=OpTiming.of([1.0, 2.0], [1.0, 2.0]),
+            load=OpTiming.of([0.5, 0.5], [0.4, 0.4]),
+            verified=True,
+        ).to_termination_message()
+        for rank in range(WORLD)
+    }
+    for rank in range(1, WORLD):
+        client.create("v1", "pods", rank_pod("indexed", rank, "Succeeded", results[rank], 0))
+    wait_for("three ranks reported", lambda: status_of(client, "indexed").get("ranksReported") == 3)
+    # A pod that changes (rank 0 finishes): the index holds the new pod, the status follows.
+    finished = rank_pod("indexed", 0, "Succeeded", results[0], 0)
+    name = finished["metadata"]["name"]
+    client.patch("v1", "pods", NS, name, {"status": finished["status"]})
+    wait_for("status Succeeded", phase_is(client, "indexed", "Succeeded"))
+    # A pod deleted: its result leaves the index, and the status with it.
+    gone = rank_pod("indexed", WORLD - 1, "Succeeded", None, 0)["metadata"]["name"]
+    client.delete("v1", "pods", NS, gone)
+    status = wait_for(
+        "the deleted rank gone from the status",
+        lambda: (s := status_of(client, "indexed")).get("ranksReported") == WORLD - 1 and s,
+    )
+    assert status["phase"] != "Succeeded"
+    # Every read of the pods came from the watch: the operator listed none of them itself.
+    assert pod_lists(emulator, "indexed") == 0

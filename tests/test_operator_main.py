@@ -59,6 +59,38 @@ DEFAULTS = Options((), 8080, 8081, None, "IfNotPresent", "INFO")
             {"CKPTBENCH_DEFAULT_IMAGE": "img:1"},
             Options((), 8080, 8081, "img:2", "IfNotPresent", "DEBUG"),
         ),
+        ([], {}, Options((), 8080, 8081, None, "IfNotPresent", "INFO", peering=None)),
+        (
+            ["--peering", "ckptbench", "--peering-lifetime", "15"],
+            {"CKPTBENCH_OPERATOR_PEERING": "other"},
+            Options(
+                (),
+                8080,
+                8081,
+                None,
+                "IfNotPresent",
+                "INFO",
+                peering="ckptbench",
+                peering_lifetime=15,
+            ),
+        ),
+        (
+            [],
+            {
+                "CKPTBENCH_OPERATOR_PEERING": "ops.ckptbench",
+                "CKPTBENCH_OPERATOR_PEERING_LIFETIME": "9",
+            },
+            Options(
+                (),
+                8080,
+                8081,
+                None,
+                "IfNotPresent",
+                "INFO",
+                peering="ops.ckptbench",
+                peering_lifetime=9,
+            ),
+        ),
     ],
 )
 def test_options(argv: list[str], env: dict[str, str], expected: Options) -> None:
@@ -81,6 +113,11 @@ def test_options(argv: list[str], env: dict[str, str], expected: Options) -> Non
         (["--resync-seconds", "0"], {}, "--resync-seconds"),
         ([], {"CKPTBENCH_OPERATOR_RESYNC_SECONDS": "90000"}, "CKPTBENCH_OPERATOR_RESYNC_SECONDS"),
         (["--default-image-pull-policy", "Sometimes"], {}, "--default-image-pull-policy"),
+        (["--peering", "Ckptbench"], {}, "--peering"),
+        (["--peering", "-x"], {}, "--peering"),
+        ([], {"CKPTBENCH_OPERATOR_PEERING": "a b"}, "CKPTBENCH_OPERATOR_PEERING"),
+        (["--peering-lifetime", "1"], {}, "--peering-lifetime"),
+        ([], {"CKPTBENCH_OPERATOR_PEERING_LIFETIME": "x"}, "CKPTBENCH_OPERATOR_PEERING_LIFETIME"),
     ],
 )
 def test_bad_options_exit_2_naming_the_option(

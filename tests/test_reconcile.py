@@ -219,3 +219,39 @@ async def test_the_reconciler_keeps_what_each_benchmark_read_until_it_is_forgott
     await reconciler.forget(NS, NAME)
     await reconciler.reconcile(NS, NAME, "pod")
     assert len(read) == 4  # forgotten: read anew
+
+
+async def test_with_a_pod_index_the_pods_are_read_from_it_not_listed() -> None:
+    api = Finished(owned_jobset())
+    index = {(NS, NAME): [status_pods.kept(pod) for pod in api.list_pods(NS, NAME)]}
+    api.calls.clear()
+    reconciler = Reconciler(api=api, defaults=DEFAULTS, clock=lambda: NOW, pod_index=index)
+    await reconciler.reconcile(NS, NAME, "pod")
+    assert "list_pods" not in api.calls
+    assert api.status["phase"] == "Succeeded"
+    # The same status as from the pods listed whole: what the index keeps is all that is read.
+    listed = Finished(owned_jobset())
+    await Reconciler(api=listed, defaults=DEFAULTS, clock=lambda: NOW).reconcile(NS, NAME, "pod")
+    assert listed.status == api.status
+
+
+async def test_a_replica_that_does_not_lead_resyncs_nothing() -> None:
+    api = FakeApi(owned_jobset())
+    asked: list[str | None] = []
+
+    async def leading(namespace: str | None) -> bool:
+        asked.append(namespace)
+        return False
+
+    reconciler = Reconciler(
+        api=api,
+        defaults=DEFAULTS,
+        clock=lambda: NOW,
+        debounce_seconds=0,
+        namespaces=(NS,),
+        leading=leading,
+    )
+    await reconciler.resync_once()
+    await asyncio.gather(*reconciler._tasks)
+    assert asked == [NS]
+    assert api.calls == [] and api.status == {}

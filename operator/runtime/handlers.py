@@ -3,6 +3,10 @@
 - a CheckpointBenchmark created, resumed (operator restart) or its spec edited: reconcile now;
   kopf retries a reconcile that raised, with backoff;
 - a JobSet or pod carrying the benchmark label changes: reconcile its benchmark soon (coalesced);
+- every pod carrying the benchmark label is kept, as the status code reads it, in the
+  ``benchmark_pods`` index by (namespace, benchmark): kopf updates it from the pod watch before
+  any handler runs, and holds every handler back until the pods are first listed, so a reconcile
+  reads its pods without an API call and never sees a partial list after a start or a takeover;
 - every ``--resync-seconds``, every benchmark listed anew is reconciled again
   (:meth:`Reconciler.resync_forever`, started here), so a missed or failed event leaves a status
   stale for one interval at most. A re-list rather than a kopf timer: timers need a finalizer on
@@ -28,6 +32,7 @@ from ckptbench.operator.render.labels import (
 from ckptbench.operator.runtime.reconcile import Reconciler
 from ckptbench.operator.runtime.registration import Watched, deleted, on_spec_change
 from ckptbench.operator.spec import names
+from ckptbench.operator.status.pods import kept
 
 _WATCHED_LABELS: dict[str, Any] = {
     LABEL_BENCHMARK: kopf.PRESENT,
@@ -43,9 +48,22 @@ BENCHMARKS = Watched("reconciler", Reconciler, "CheckpointBenchmark and its pods
 BENCHMARKS.close_on_cleanup()
 
 
+POD_INDEX = "benchmark_pods"  # the index's name: its function's, as kopf names it
+
+
+@kopf.index("", "v1", "pods", labels=_WATCHED_LABELS)
+def benchmark_pods(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(BENCHMARKS.namespace(namespace), labels[LABEL_BENCHMARK]): kept(body)}
+
+
 @kopf.on.startup()
-async def start_resync(memo: Any, **_: Any) -> None:
-    BENCHMARKS.of(memo).start_resync()
+async def start_resync(memo: Any, **kwargs: Any) -> None:
+    reconciler = BENCHMARKS.of(memo)
+    # kopf hands every handler each index by its function's name (typed loosely for activities).
+    reconciler.pod_index = kwargs[POD_INDEX]
+    reconciler.start_resync()
 
 
 @on_spec_change(names.PLURAL)

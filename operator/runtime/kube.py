@@ -49,6 +49,9 @@ Resource = tuple[str, str, str]
 BENCHMARKS: Resource = (names.GROUP, names.VERSION, names.PLURAL)
 SWEEPS: Resource = (names.GROUP, names.VERSION, sweep_crd.PLURAL)
 JOBSETS: Resource = (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)
+# kopf's peering objects (kopf.dev/v1), read to know whether this replica leads (runtime/peering).
+PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
+PEERINGS, CLUSTER_PEERINGS = "kopfpeerings", "clusterkopfpeerings"
 
 
 class Kube:
@@ -129,6 +132,16 @@ class Kube:
             namespace, label_selector=benchmark_selector(benchmark), _preload_content=False
         )
         return _labelled(_json(response), benchmark_labels(benchmark))
+
+    def get_peering(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """kopf's peering object: the namespace's KopfPeering, or (None) the ClusterKopfPeering."""
+        if namespace is not None:
+            return self._get((PEERING_GROUP, PEERING_VERSION, PEERINGS), namespace, name)
+        return _or_none(
+            lambda: self._custom.get_cluster_custom_object(
+                PEERING_GROUP, PEERING_VERSION, CLUSTER_PEERINGS, name, _preload_content=False
+            )
+        )
 
     # -- sweeps ------------------------------------------------------------------------------------
 

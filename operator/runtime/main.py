@@ -1,7 +1,8 @@
 """``ckptbench operator``: run the kopf operator, its liveness endpoint and its metrics server.
 
-kopf runs standalone (no peering objects), so run one replica. Imports nothing from the workload
-but its pure models: the operator's image carries no torch.
+With ``--peering NAME`` the replicas join kopf's peering object NAME and only one of them works
+at a time (runtime/peering.py); without it kopf runs standalone, and so must a single replica.
+Imports nothing from the workload but its pure models: the operator's image carries no torch.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ import argparse
 import ipaddress
 import logging
 import os
+import re
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from ckptbench.operator.spec import policy as admin
 
@@ -26,6 +29,12 @@ ENV_DEFAULT_IMAGE = "CKPTBENCH_DEFAULT_IMAGE"
 ENV_DEFAULT_PULL_POLICY = "CKPTBENCH_DEFAULT_IMAGE_PULL_POLICY"
 ENV_RESYNC_SECONDS = "CKPTBENCH_OPERATOR_RESYNC_SECONDS"
 DEFAULT_RESYNC_SECONDS = 60.0
+ENV_PEERING = "CKPTBENCH_OPERATOR_PEERING"
+ENV_PEERING_LIFETIME = "CKPTBENCH_OPERATOR_PEERING_LIFETIME"
+# kopf's default: a replica killed outright is replaced this long after its last keep-alive.
+DEFAULT_PEERING_LIFETIME = 60
+# kopf's identity of the replica in the peering object (kopf reads the same variable).
+ENV_POD_ID = "POD_ID"
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 N = TypeVar("N", int, float)
@@ -47,6 +56,8 @@ class Options:
     allowed_service_accounts: frozenset[str] = frozenset()
     allowed_secrets: frozenset[str] = frozenset()
     bind_address: str = DEFAULT_BIND_ADDRESS
+    peering: str | None = None  # None: standalone
+    peering_lifetime: int = DEFAULT_PEERING_LIFETIME
 
     @property
     def health_url(self) -> str:
@@ -97,6 +108,20 @@ def _address(text: str) -> str:
 
 
 _seconds = _bounded(float, "number of seconds", 1, 86_400)
+_lifetime = _bounded(int, "whole number of seconds", 2, 3_600)
+
+
+# A Kubernetes object's name: a DNS subdomain.
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+
+
+def _peering_name(text: str) -> str:
+    name = text.strip()
+    if not _OBJECT_NAME.fullmatch(name):
+        raise argparse.ArgumentTypeError(
+            f"not an object name (lower-case letters, digits, '-' and '.'): {text!r}"
+        )
+    return name
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Options:
@@ -104,7 +129,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     env = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(
         prog="ckptbench operator",
-        description="Run the CheckpointBenchmark operator (kopf, standalone: one replica).",
+        description="Run the CheckpointBenchmark operator (kopf; with --peering, as one of "
+        "several replicas of which one works at a time).",
     )
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument(
@@ -155,6 +181,24 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         help=f"reconcile every benchmark this often, whatever events arrive (env "
         f"{ENV_RESYNC_SECONDS}, default {DEFAULT_RESYNC_SECONDS:g})",
     )
+    parser.add_argument(
+        "--peering",
+        type=_peering_name,
+        default=None,
+        metavar="NAME",
+        help=f"join kopf's peering object NAME (a KopfPeering in each watched namespace, a "
+        f"ClusterKopfPeering with --all-namespaces) so that of several replicas one works at a "
+        f"time (env {ENV_PEERING}; default: standalone, run one replica)",
+    )
+    parser.add_argument(
+        "--peering-lifetime",
+        type=_lifetime,
+        default=None,
+        metavar="SECONDS",
+        help=f"how long a replica's peering record lasts unrenewed: a replica killed outright is "
+        f"replaced this long after its last keep-alive (env {ENV_PEERING_LIFETIME}, default "
+        f"{DEFAULT_PEERING_LIFETIME})",
+    )
     admin.add_options(parser)
     args = parser.parse_args(list(argv))
 
@@ -200,6 +244,14 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
         bind_address=args.bind_address
         if args.bind_address is not None
         else from_env(ENV_BIND_ADDRESS, "--bind-address", _address, DEFAULT_BIND_ADDRESS),
+        peering=args.peering
+        if args.peering is not None
+        else from_env(ENV_PEERING, "--peering", _peering_name, None),
+        peering_lifetime=args.peering_lifetime
+        if args.peering_lifetime is not None
+        else from_env(
+            ENV_PEERING_LIFETIME, "--peering-lifetime", _lifetime, DEFAULT_PEERING_LIFETIME
+        ),
     )
 
 
@@ -212,7 +264,7 @@ def main(argv: Sequence[str]) -> int:
     import kopf
 
     from ckptbench.operator.render.jobset import RenderDefaults
-    from ckptbench.operator.runtime import handlers, kube, metrics, sweep_handlers
+    from ckptbench.operator.runtime import handlers, kube, metrics, peering, sweep_handlers
     from ckptbench.operator.runtime.reconcile import Reconciler
     from ckptbench.operator.runtime.sweeps import SweepReconciler
 
@@ -226,7 +278,19 @@ def main(argv: Sequence[str]) -> int:
     # Watching named namespaces needs no cluster-wide discovery of namespaces and CRDs (nor the
     # RBAC for it); the resources are known in advance.
     settings.scanning.disabled = not options.clusterwide
-    settings.peering.standalone = True
+    me = None
+    if options.peering is None:
+        settings.peering.standalone = True
+    else:
+        me = peering.Peering(
+            name=options.peering,
+            identity=os.environ.get(ENV_POD_ID) or f"{socket.gethostname()}/{os.getpid()}",
+            priority=peering.start_priority(),
+            lifetime=options.peering_lifetime,
+        )
+        settings.peering.lifetime = me.lifetime
+        # Keep-alives every few seconds would fill the log otherwise; pauses are still logged.
+        settings.peering.stealth = True
     # Only our JobSets and pods stream to the operator, not every pod of the watched namespaces.
     for group, plural in (("jobset.x-k8s.io", "jobsets"), ("", "pods")):
         settings.watching.label_selectors[group, plural] = handlers.WATCH_SELECTOR
@@ -244,6 +308,7 @@ def main(argv: Sequence[str]) -> int:
         defaults=defaults,
         namespaces=options.namespaces,
         resync_seconds=options.resync_seconds,
+        leading=None if me is None else peering.gate(api.get_peering, me),
     )
     sweeps = SweepReconciler(api=api, policy=defaults.policy)
     server, thread = metrics.serve(options.metrics_port, options.bind_address)
@@ -257,7 +322,11 @@ def main(argv: Sequence[str]) -> int:
     )
     try:
         kopf.run(
-            standalone=True,
+            standalone=me is None,
+            peering_name=None if me is None else me.name,
+            priority=None if me is None else me.priority,
+            # kopf types the identity as its own NewType of str, not exported.
+            identity=None if me is None else cast(Any, me.identity),
             clusterwide=options.clusterwide,
             namespaces=list(options.namespaces),
             liveness_endpoint=options.health_url,

@@ -1,7 +1,8 @@
 """One reconcile of a CheckpointBenchmark, and the reconciler that runs it on events and resyncs.
 
 A reconcile reads the benchmark, makes sure its JobSet exists (creating it at most once: an
-existing one, 409 AlreadyExists, counts as done), reads the JobSet's pods, computes the status
+existing one, 409 AlreadyExists, counts as done), reads the JobSet's pods (from the operator's
+watch-fed pod index: no list call, see :class:`Reconciler`), computes the status
 with the pure :func:`~ckptbench.operator.status.compute.compute_status`, and patches it only when
 it changed.
 The spec the JobSet was rendered from is kept in an annotation on the JobSet: a later edit of the
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -54,6 +55,21 @@ class Api(Protocol):
     def list_benchmarks(self, namespace: str | None) -> list[Key]: ...
 
 
+# The pods of each benchmark by (namespace, name), kept current by the pod watch (kopf's
+# ``@kopf.index``, registered in handlers): a reconcile reads them without an API call.
+PodIndex = Mapping[Key, Iterable[Mapping[str, Any]]]
+PodRead = Callable[[str, str], Sequence[Mapping[str, Any]]]
+
+
+def index_reader(index: PodIndex) -> PodRead:
+    """The pods of a benchmark as the index holds them now (none yet: an empty list)."""
+
+    def read(namespace: str, name: str) -> list[Mapping[str, Any]]:
+        return list(index.get((namespace, name), ()))
+
+    return read
+
+
 @dataclass(frozen=True)
 class Outcome:
     status: BenchmarkStatus
@@ -69,9 +85,12 @@ def reconcile_once(
     name: str,
     now: datetime,
     memo: StatusMemo | None = None,
+    pods: PodRead | None = None,
 ) -> Outcome | None:
     """Bring the benchmark's JobSet and status up to date. None when the benchmark is gone.
-    ``memo`` is what the benchmark's last reconcile kept for this one."""
+    ``memo`` is what the benchmark's last reconcile kept for this one; ``pods`` reads its pods
+    (by default a list call)."""
+    read_pods = api.list_pods if pods is None else pods
     live = read_live(api.get_benchmark, metrics.remove_benchmark, namespace, name)
     if live is None:
         return None
@@ -116,11 +135,10 @@ def reconcile_once(
         ran, change = _ran_spec(jobset, current, problem)
         if ran is None:  # unreachable: no JobSet means a valid current spec
             raise RuntimeError("no spec to compute the status from")
-        pods = api.list_pods(namespace, name) if jobset is not None else []
         status = st.compute_status(
             ran,
             jobset,
-            pods,
+            read_pods(namespace, name) if jobset is not None else [],
             previous,
             now,
             generation=generation,
@@ -221,13 +239,21 @@ def _ran_spec(
 class Reconciler(Coalescing):
     """Runs reconciles one at a time per benchmark, and coalesces bursts of pod events into one
     (:class:`~ckptbench.operator.runtime.coalesce.Coalescing`); lists the benchmarks anew every
-    ``resync_seconds``."""
+    ``resync_seconds``.
+
+    ``pod_index``, set by the operator's startup handler, is where reconciles read pods; without
+    one (tests, and the bench's "before") each reconcile lists them. ``leading``, when set, is
+    asked before each resync: a replica that is not the leader (kopf peering paused it, so no
+    watch event reaches its handlers) must not reconcile on its own clock either.
+    """
 
     api: Api
     defaults: RenderDefaults
     namespaces: tuple[str, ...] = ()  # empty: every namespace
     resync_seconds: float = 60.0
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    pod_index: PodIndex | None = None
+    leading: Callable[[str | None], Awaitable[bool]] | None = None
     # Per benchmark, what its last reconcile kept: each message is read once, not every time.
     _memos: dict[Key, StatusMemo] = field(default_factory=dict, init=False)
 
@@ -236,6 +262,7 @@ class Reconciler(Coalescing):
         async with self.lock(key):
             with metrics.observe_reconcile(handler):
                 memo = self._memos.setdefault(key, StatusMemo())
+                pods = None if self.pod_index is None else index_reader(self.pod_index)
                 try:
                     return await asyncio.to_thread(
                         reconcile_once,
@@ -245,6 +272,7 @@ class Reconciler(Coalescing):
                         name,
                         self.clock(),
                         memo,
+                        pods,
                     )
                 except Exception as exc:
                     await asyncio.to_thread(
@@ -265,6 +293,8 @@ class Reconciler(Coalescing):
 
     async def resync_once(self) -> None:
         for namespace in self.namespaces or (None,):
+            if self.leading is not None and not await self.leading(namespace):
+                continue
             try:
                 keys = await asyncio.to_thread(self.api.list_benchmarks, namespace)
             except Exception:

@@ -32,6 +32,19 @@ EXCERPT = 200
 
 Read = RankRecord | str  # a message's rank record, or why it is not a ckptbench result
 Stamp = tuple[str, str]  # what says a pod's message is the one read: its version, or itself
+# The metadata this module reads of a pod; with the pod's status, all the status code reads.
+KEPT_METADATA = ("name", "labels", "annotations", "resourceVersion", "deletionTimestamp")
+
+
+def kept(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """What the status code reads of a pod, and nothing else: the operator's watch-fed pod index
+    holds this for every rank (a pod's spec, its containers and their environment, is most of
+    its size and is never read)."""
+    meta = _meta(pod)
+    return {
+        "metadata": {key: meta[key] for key in KEPT_METADATA if key in meta},
+        "status": pod.get("status") or {},
+    }
 
 
 class ReadMessages:

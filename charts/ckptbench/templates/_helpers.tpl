@@ -131,6 +131,16 @@ value is a boolean or the string "auto", and Go templates' eq refuses to compare
 {{- end }}
 
 {{/*
+kopf's peering object of the replicas: read, watched, and patched with each replica's keep-alive.
+A KopfPeering in each watched namespace, or the ClusterKopfPeering when cluster-wide.
+*/}}
+{{- define "ckptbench.peeringRule" -}}
+- apiGroups: ["kopf.dev"]
+  resources: [{{ if .Values.watch.allNamespaces }}"clusterkopfpeerings"{{ else }}"kopfpeerings"{{ end }}]
+  verbs: ["get", "list", "watch", "patch"]
+{{- end }}
+
+{{/*
 Whether the cluster serves an optional API the chart can create objects of.
 */}}
 {{- define "ckptbench.hasServiceMonitor" -}}
