@@ -13,7 +13,6 @@ import functools
 from typing import Any
 
 import torch
-import transformers
 
 from ckptbench.workload.contract.checkpoint import hf_shapes, models
 
@@ -24,6 +23,8 @@ Described = list[tuple[str, tuple[int, ...], str]]
 def meta_model(config: dict[str, Any], dtype: str) -> torch.nn.Module:
     """The config's model on the meta device in ``dtype``, as ``from_pretrained`` leaves it."""
     name, _, _ = hf_shapes.family(config)
+    import transformers  # seconds to import, and only a Hugging Face model's rank needs it
+
     built = transformers.AutoConfig.for_model(**config)
     with torch.device("meta"):
         model: torch.nn.Module = getattr(transformers, name)(built)

@@ -28,6 +28,7 @@ from torch.distributed.tensor import DTensor, Shard
 
 from ckptbench.workload.contract.checkpoint import models
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.rank import hf_meta
 from ckptbench.workload.rank.content import BLOCK, splitmix64
 from ckptbench.workload.rank.failures import VerificationError
 
@@ -215,9 +216,6 @@ def model_refusal(config: WorkloadConfig) -> str | None:
     spec = config.model_spec
     if spec is None or spec.preset in models.PRESETS:
         return None
-    # Imported here: transformers takes seconds to import, and only these models need it.
-    from ckptbench.workload.rank import hf_meta
-
     try:
         hf_meta.check(spec)
     except models.ModelError as exc:
