@@ -297,3 +297,31 @@ def test_a_run_that_cannot_work_is_refused_by_name_before_anything_starts(
     assert proc.returncode == 2
     assert says in proc.stderr, proc.stderr
     assert "[rank" not in proc.stderr
+
+
+def test_clean_removes_a_dataset_by_its_manifest_and_nothing_else(tmp_path: Path) -> None:
+    store = tmp_path / "data"
+    store.mkdir()
+    args = ("--storage", str(store), "--backend", "file", "--preset", "mlperf-cosmoflow",
+            "--files", "3", "--sample-size", "4KiB", "--world-size", "1")  # fmt: skip
+    assert data(*args).returncode == 0
+    (folder,) = (store / "datasets").iterdir()
+    stranger = folder / "data" / "notes.txt"
+    stranger.write_text("not the dataset's")
+
+    def clean(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "ckptbench.cli", "clean", f"file://{folder}", *extra],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    dry = clean("--dry-run")
+    assert dry.returncode == 0 and "4 object(s)" in dry.stdout
+    assert len(list((folder / "data").iterdir())) == 4
+    done = clean()
+    assert done.returncode == 0, done.stderr
+    assert "deleted 4 object(s)" in done.stdout
+    assert [p.name for p in folder.rglob("*") if p.is_file()] == ["notes.txt"]
+    again = clean()
+    assert again.returncode == 2 and "no dataset manifest" in again.stderr
+    assert stranger.exists()

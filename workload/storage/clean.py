@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ckptbench.workload.contract.storage_settings import s3_bucket_problem
-from ckptbench.workload.storage import layout, objects
+from ckptbench.workload.storage import clean_dataset, layout, objects
 
 # How long aborting one unfinished multipart upload may take, retries included.
 ABORT_SECONDS = 60.0
@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="ckptbench clean",
         description="Delete the files ckptbench's runs left under a prefix (checkpoints and "
         "results of its run layout, unfinished multipart uploads); nothing else, and never the "
-        "prefix itself.",
+        "prefix itself. Given a data-loading dataset's folder (<dataPath>/datasets/<name>), "
+        "delete that dataset by its manifest.",
     )
     parser.add_argument(
         "url",
@@ -137,6 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ckptbench clean: {args.url!r}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     url = prefix.url
+    if clean_dataset.is_dataset(url):
+        status = clean_dataset.clean(url, args.project, args.dry_run)
+        if prefix.root is not None and not args.dry_run:
+            _prune_empty(prefix.root)
+        return status
     try:
         names, others = _names(prefix, args.project)
         if prefix.is_object_store:
@@ -191,6 +197,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"could not abort the multipart uploads of: {', '.join(left)}", file=sys.stderr)
             status = 1
     return status
+
+
+def _prune_empty(root: Path) -> None:
+    """A removed dataset's folders, once empty (its data/ folder, then its own)."""
+    for folder in (root / "data", root):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _names(prefix: Prefix, project: str | None) -> tuple[list[str], int]:
