@@ -70,6 +70,11 @@ class WorkloadConfig(BenchmarkSettings):
         "/dev/termination-log",
         description="Where the compact result goes (Kubernetes termination message); empty: none.",
     )
+    result_file: str | None = Field(
+        None,
+        description="Where the full result goes too, every sample kept (the local runner reads "
+        "it: past 4 KiB the termination message drops the samples); empty: none.",
+    )
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Self:
