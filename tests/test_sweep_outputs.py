@@ -299,9 +299,7 @@ def test_compare_scales_the_throughput_ratios_interval_by_each_cells_own_bytes(
     # B saves twice the bytes (4 ranks of 1 GiB) in the same seconds: twice the throughput, and
     # an interval around twice, not around the ratio of the seconds alone.
     a = _doc(tmp_path, "a.json", [("gcs", _summary([2.0, 2.0], [1.0, 1.0], axes={}))])
-    b = _doc(
-        tmp_path, "b.json", [("gcs", _summary([2.0, 2.0], [1.0, 1.0], axes={}, world_size=4))]
-    )
+    b = _doc(tmp_path, "b.json", [("gcs", _summary([2.0, 2.0], [1.0, 1.0], axes={}, world_size=4))])
     assert compare.main([str(a), str(b)]) == 0
     lines = capsys.readouterr().out.splitlines()
     at = lines.index("gcs")
