@@ -16,6 +16,7 @@ import pytest
 
 from ckptbench.workload.contract.results import figures
 from ckptbench.workload.contract.results.rank import OpStats, OpTiming, RankResult, TrainTiming
+from ckptbench.workload.contract.results.summaries import RunSummary
 
 SHARD = 1000
 TOTAL = 2 * SHARD
@@ -52,7 +53,7 @@ def _train(rank: int) -> TrainTiming:
     )  # fmt: skip
 
 
-def _summary() -> figures.RunSummary:
+def _summary() -> RunSummary:
     results = [
         RankResult(rank=r, bytes=SHARD, save=_save(r), delete=_delete(r), train=_train(r))
         for r in (0, 1)

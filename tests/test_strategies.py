@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.filesystem import FileSystemReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
