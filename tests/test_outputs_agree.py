@@ -270,3 +270,31 @@ def test_a_resharding_loads_per_rank_figures_are_what_each_rank_read_over_its_io
     assert table["load ranks left out"] == "1"
     assert table["load I/O fastest rank (s)"] == f"{min(io.values()):.3f}"
     assert float(table["load I/O fastest rank (s)"]) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_run_past_the_termination_messages_room_for_samples_reports_what_its_summary_does(
+    tmp_path: Path,
+) -> None:
+    """Each rank's termination message (4 KiB) has dropped its sample lists by 24 samples of
+    the real worker (tests/test_run_cli.py has 120 of a stand-in), yet the table, the JSON and
+    the CSV read every sample, as the summary.json the ranks wrote does."""
+    stdout, run, row, results = _run(
+        tmp_path, "--layer-size", "10", "--padding-size", "2", "--world-size", "2",
+        "--samples", "24", "--warmup", "0",
+    )  # fmt: skip
+    ranks = _rank_results(results, 2)
+    for r in ranks:  # what a pod's termination message carries: no samples
+        assert r.save is not None and r.save.seconds is not None
+        compact = RankResult.from_termination_message(r.to_termination_message())
+        assert compact.save is not None and compact.save.seconds is None
+    summary = json.loads((results / "summary.json").read_text())
+    table = _table(stdout)
+    for op in ("save", "load", "delete"):
+        assert run[op]["samples"] == 24
+        assert run[op] == summary[op], op
+    for op in ("save", "load"):
+        for label, field, _, _ in _SECONDS:
+            assert table[f"{op} {label}"] == f"{summary[op][field]:.3f}", (op, label)
+            assert float(row[f"{op}_{field}"]) == summary[op][field], (op, field)

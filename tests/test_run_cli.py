@@ -27,6 +27,8 @@ import pytest
 
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.results import figures
+from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.local import cli as run_cli
 from ckptbench.workload.local.outcome import RanksOutcome
 from ckptbench.workload.local.runner import rank_env, run_ranks
@@ -147,6 +149,7 @@ def test_rank_env_is_what_the_worker_parses(tmp_path: Path) -> None:
             "rank": 2,
             "termination_log": str(tmp_path / "r2.json"),
             "heartbeat_file": str(tmp_path / "r2.beat"),
+            "result_file": str(tmp_path / "r2.full.json"),
             "master_port": 41234,
             "master_addr": "127.0.0.1",
         }
@@ -177,9 +180,19 @@ FAKE_WORKER = textwrap.dedent(
     if mode in ("fail", "crash", "hang"):
         time.sleep(600)  # a rank stuck in a collective whose peer is gone
     t = OpTiming.of([0.5], [0.25])
+    if mode == "long":
+        # 120 samples, each rank slowest in turn: the max over ranks per sample is no rank's.
+        n = 120
+        t = OpTiming.of([1.0 + (i + rank) % 2 + i / n for i in range(n)], [0.25] * n,
+                        started_at=[i + rank / 10 for i in range(n)],
+                        ended_at=[i + 1 + rank / 5 for i in range(n)])
+    result = RankResult(rank=rank, bytes=1000, save=t, load=t, verified=True)
     with open(log, "w") as f:
-        f.write(RankResult(rank=rank, bytes=1000, save=t, load=t, verified=True)
-                .to_termination_message())
+        f.write(result.to_termination_message())
+    full = os.environ.get("CKPTBENCH_RESULT_FILE")
+    if full:  # what the worker does (worker.write_result_file), without torch
+        with open(full, "w") as f:
+            f.write(result.model_dump_json(exclude_none=True))
     """
 )
 
@@ -249,6 +262,25 @@ def test_supervisor_collects_every_rank(fake_worker: list[str]) -> None:
     # Only rank 0's progress is streamed.
     assert "[rank 1] started" not in out
     assert not any(_alive(p) for p in pids)
+
+
+def test_a_long_runs_figures_read_every_sample_the_termination_messages_drop(
+    fake_worker: list[str],
+) -> None:
+    """Past 4 KiB a rank's termination message drops its samples; the runner reads the full
+    result each rank wrote beside it, so the table and the JSON (made of its results) have the
+    per-sample max over ranks, as the summary.json the ranks write from their full results."""
+    outcome, _, _, _ = _run_fake(fake_worker, "long", 2)
+    assert [r.rank for r in outcome.results] == [0, 1]
+    for r in outcome.results:
+        assert r.save is not None and r.save.seconds is not None and len(r.save.seconds) == 120
+        compact = RankResult.from_termination_message(r.to_termination_message())
+        assert compact.save is not None and compact.save.seconds is None  # what a pod carries
+    summary = figures.summarize(outcome.results, 2, 2000)
+    assert summary.save is not None and summary.save.seconds is not None
+    assert summary.save.max_seconds == pytest.approx(2 + 119 / 120, abs=1e-6)  # rank 0's last
+    assert summary.save.mean_seconds == pytest.approx(2 + 119 / 240, abs=1e-6)  # of the maxima
+    assert summary.save.span_mean_seconds == pytest.approx(1.2, abs=1e-6)
 
 
 def test_supervisor_stops_the_others_when_a_rank_fails(fake_worker: list[str]) -> None:

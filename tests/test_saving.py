@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
+from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+from torch.distributed.checkpoint.state_dict_saver import AsyncSaveResponse
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
@@ -152,3 +154,21 @@ def test_the_default_stager_with_a_sync_save_is_refused_by_name(
     with pytest.raises(ValidationError, match=r"stager: cannot be default with a sync save"):
         one_rank(tmp_path, stager="default", **sync)
     assert one_rank(tmp_path, stager="default", async_save=True).stager is Stager.DEFAULT
+
+
+def test_staging_runs_from_the_call_and_the_background_from_the_return() -> None:
+    """An async save called 20 s ago that returned 10 s ago (a 10 s stall), whose staging copy
+    and upload end now: staging took 20 s from the call, the background 10 s from the return
+    (not the 20 s since the call: the stall is not counted twice)."""
+    staged: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    upload: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    response = AsyncSaveResponse(staging_completion=staged, upload_completion=upload)
+    now = time.perf_counter()
+    in_flight = saving.InFlight(response, now - 20.0, now - 10.0)
+    staged.set_result(None)
+    upload.set_result(Metadata(state_dict_metadata={}))
+    times = in_flight.wait(timeout=5.0)
+    # The futures completed just above; the margin only covers a descheduled test process.
+    assert times.stall == pytest.approx(10.0)
+    assert times.staging == pytest.approx(20.0, abs=4.0)
+    assert times.background == pytest.approx(10.0, abs=4.0)

@@ -4,12 +4,15 @@ object through the backend's stream) and replicated (every rank the whole state,
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.workload.contract.checkpoint import sizes
@@ -64,6 +67,7 @@ def test_full_gathers_to_rank_0_which_alone_writes_one_object_and_reads_it_back(
     assert first.verified is True and second.verified is True
     total = sizes.total_bytes(config.layer_size, config.padding_size)
     assert (first.load_bytes, second.load_bytes) == (total, 0)
+    assert (first.bytes, second.bytes) == (total, 0)  # rank 0 alone writes, all of it
     assert first.resources is not None and second.resources is not None
     assert second.resources.sent_bytes == 0  # rank 1 only sent its tensors to rank 0
     for sample in range(config.warmups + config.samples):
@@ -88,10 +92,28 @@ def test_replicated_every_rank_holds_all_and_dcp_writes_each_tensor_once(tmp_pat
         for i in range(config.warmups + config.samples)
     )
     for r in results:
-        assert r.verified is True and r.bytes == total and r.load_bytes == total
+        assert r.verified is True and r.load_bytes == total
         assert r.resources is not None and r.resources.sent_bytes > 0  # DCP spreads the writes
+    # Each rank's bytes, which its throughput is, are the tensor bytes it wrote, as every
+    # checkpoint's metadata says (not the whole state it holds), and they add up to the state.
+    for i in range(config.warmups + config.samples):
+        assert _written_by_rank(config.checkpoint_id(i)) == {r.rank: r.bytes for r in results}
+    assert sum(r.bytes for r in results) == total
     # Each tensor written once: the ranks' bytes sent add up to what storage holds.
     assert sum(r.resources.sent_bytes for r in results if r.resources) == stored
+
+
+def _written_by_rank(checkpoint_id: str) -> dict[int, int]:
+    """Tensor bytes in each rank's data file (``__{rank}_0.distcp``), from DCP's metadata."""
+    metadata = FileSystemReader(checkpoint_id.removeprefix("file://")).read_metadata()
+    written: dict[int, int] = {}
+    for index, info in metadata.storage_data.items():
+        entry = metadata.state_dict_metadata[index.fqn]
+        assert isinstance(entry, TensorStorageMetadata)
+        rank = int(info.relative_path.split("_")[2])
+        nbytes = math.prod(entry.size) * entry.properties.dtype.itemsize
+        written[rank] = written.get(rank, 0) + nbytes
+    return written
 
 
 def _run(tmp_path: Path, *argv: str) -> list[dict[str, object]]:

@@ -293,6 +293,20 @@ def test_compare_notes_cells_that_differ_in_size(
     assert "note: gcs: world size differs (A 2, B 4)" in capsys.readouterr().out
 
 
+def test_compare_scales_the_throughput_ratios_interval_by_each_cells_own_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # B saves twice the bytes (4 ranks of 1 GiB) in the same seconds: twice the throughput, and
+    # an interval around twice, not around the ratio of the seconds alone.
+    a = _doc(tmp_path, "a.json", [("gcs", _summary([2.0, 2.0], [1.0, 1.0], axes={}))])
+    b = _doc(tmp_path, "b.json", [("gcs", _summary([2.0, 2.0], [1.0, 1.0], axes={}, world_size=4))])
+    assert compare.main([str(a), str(b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("gcs")
+    assert lines[at + 1].split()[-5:] == ["1.000", "2.000", "2.00x", "[2.00,", "2.00]"]
+    assert lines[at + 2].split()[-5:] == ["2.000", "4.000", "2.00x", "[2.00,", "2.00]"]
+
+
 def test_compare_lines_up_single_runs_of_different_backends_and_names_what_differs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

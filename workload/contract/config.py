@@ -68,6 +68,11 @@ class WorkloadConfig(BenchmarkSettings):
         "/dev/termination-log",
         description="Where the compact result goes (Kubernetes termination message); empty: none.",
     )
+    result_file: str | None = Field(
+        None,
+        description="Where the full result goes too, every sample kept (the local runner reads "
+        "it: past 4 KiB the termination message drops the samples); empty: none.",
+    )
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Self:
@@ -139,14 +144,21 @@ class WorkloadConfig(BenchmarkSettings):
 
     @property
     def shard_bytes(self) -> int:
-        """Tensor bytes this rank saves (0 on a rank that only loads)."""
+        """Tensor bytes this rank writes when it saves (0 on a rank that only loads).
+
+        Replicated, every rank holds the whole state, but DCP's planner keeps each tensor in the
+        plan of one rank only: the one with the least planned so far, ties to the lower rank.
+        The reference layout's tensors are all one size, so that deals them round-robin, and a
+        rank writes the sharded layout's shard (tests/test_strategies.py reads what each rank
+        wrote from the checkpoint's metadata). Full, rank 0 writes the whole state gathered to
+        it and the other ranks write nothing."""
         if not self.saves:
             return 0
+        if self.strategy is Strategy.FULL:
+            return sizes.total_bytes(self.layer_size, self.padding_size) if self.rank == 0 else 0
         spec = self.model_spec
         if spec is not None:
             return models.rank_bytes(models.state_tensors(spec), self.world_size, self.rank)
-        if self.strategy is Strategy.REPLICATED:
-            return sizes.total_bytes(self.layer_size, self.padding_size)
         return sizes.shard_bytes(self.rank, self.world_size, self.layer_size, self.padding_size)
 
     def whole(self) -> WorkloadConfig:

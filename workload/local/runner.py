@@ -139,6 +139,11 @@ def _state(pid: int) -> str:
     }.get(state[0] if state else "", "")
 
 
+def full_result_file(result_file: Path) -> Path:
+    """Where the rank writes its full result, beside its termination message (``result_file``)."""
+    return result_file.with_suffix(".full.json")
+
+
 def rank_env(
     config: Ranked,
     rank: int,
@@ -154,6 +159,7 @@ def rank_env(
     env["CKPTBENCH_RANK"] = str(rank)
     env["CKPTBENCH_TERMINATION_LOG"] = str(result_file)
     env["CKPTBENCH_HEARTBEAT_FILE"] = str(result_file.with_suffix(".beat"))
+    env["CKPTBENCH_RESULT_FILE"] = str(full_result_file(result_file))
     env["CKPTBENCH_MASTER_ADDR"] = "127.0.0.1"
     env["CKPTBENCH_MASTER_PORT"] = str(master_port)
     # N ranks share this machine's cores: without this each would start one intra-op thread per
@@ -350,6 +356,18 @@ def _print_tail(r: _Rank, printer: _Printer) -> None:
         printer.line(r.rank, text)
 
 
+def _read_result_text(r: _Rank) -> str:
+    """The rank's full result, or its termination message if it wrote no full result (it died
+    first). The full result keeps every sample, which a long run's message drops: the figures
+    over ranks need them, and the summary the ranks write from their full results has them."""
+    full = full_result_file(r.result_file)
+    with contextlib.suppress(FileNotFoundError):
+        text = full.read_text()
+        if text.strip():
+            return text
+    return r.result_file.read_text()
+
+
 def _read_results(
     ranks: list[_Rank], parse: Callable[[str], Any]
 ) -> tuple[list[Any], dict[int, str]]:
@@ -357,7 +375,7 @@ def _read_results(
     unreadable: dict[int, str] = {}
     for r in ranks:
         try:
-            text = r.result_file.read_text()
+            text = _read_result_text(r)
         except FileNotFoundError:
             continue
         except OSError as exc:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -57,13 +58,22 @@ class Step:
         return time.perf_counter() - t0
 
 
-def matrix_for(target_seconds: float, seed: int = 0) -> int:
-    """The matrix side whose step takes about ``target_seconds`` here (work grows as N^3)."""
+def step_seconds(side: int, seed: int = 0) -> float:
+    """A step's time at matrix side ``side`` here: the median of three, after a first touch."""
+    step = Step(side, seed)
+    step()  # first touch
+    return statistics.median(step() for _ in range(3))
+
+
+def matrix_for(
+    target_seconds: float, seed: int = 0, timed: Callable[[int], float] | None = None
+) -> int:
+    """The matrix side whose step takes about ``target_seconds`` here (work grows as N^3).
+    ``timed`` gives a step's seconds at a side (default: :func:`step_seconds`, measured)."""
+    took_at = timed if timed is not None else lambda side: step_seconds(side, seed)
     side = 256
     for _ in range(_SEARCH_ROUNDS):
-        step = Step(side, seed)
-        step()  # first touch
-        took = statistics.median(step() for _ in range(3))
+        took = took_at(side)
         scaled = int(side * (target_seconds / max(took, 1e-6)) ** (1 / 3))
         side = max(TRAIN_MATRIX_MIN, min(TRAIN_TARGET_MATRIX_MAX, scaled))
     return side

@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 import torch.distributed as dist
@@ -104,6 +105,7 @@ def _run(config: WorkloadConfig, after_save: AfterSave | None) -> int:
             rank=config.rank, host=socket.gethostname(), bytes=config.shard_bytes, error=error
         )
         write_termination_log(config, result, say)
+        write_result_file(config, result, say)
         return EXIT_CONFIG
     if config.rank == 0:
         say(
@@ -132,6 +134,7 @@ def _run(config: WorkloadConfig, after_save: AfterSave | None) -> int:
         )
 
     write_termination_log(config, result, say)
+    write_result_file(config, result, say)
     env = environment.describe(config, torch_threads=threads, allocator=allocator.record())
     # After a failure the storage is often what failed: the termination log already holds the
     # essentials, so do not keep a failed pod alive for a full retry budget per results file.
@@ -227,6 +230,22 @@ def _logger(rank: int) -> Callable[[str], None]:
         print(message, file=sys.stderr, flush=True)
 
     return say
+
+
+def write_result_file(
+    config: WorkloadConfig, result: RankResult, say: Callable[[str], None]
+) -> bool:
+    """Write the full result, samples and all, where the local runner reads it: the figures
+    over ranks need every rank's samples, which a long run's termination message drops."""
+    if not config.result_file:
+        return False
+    path = Path(config.result_file)
+    try:
+        path.write_text(result.model_dump_json(exclude_none=True))
+    except OSError as exc:
+        say(f"warning: cannot write the result file {path}: {exc}")
+        return False
+    return True
 
 
 def write_termination_log(
