@@ -39,7 +39,6 @@ from ckptbench.workload.contract.choices import (
     Procedure,
     SaveMode,
     Stager,
-    Strategy,
     default_samples,
     default_warmups,
 )

@@ -120,7 +120,8 @@ class StateSettings(StorageSettings):
         "coordinator consolidates them into one file, timed apart as the save's finish; backend "
         "file only) or torch-save (the whole state gathered to rank 0 and saved as one "
         "torch.save object, as PyTorch Lightning's single-file checkpoint; the same save as "
-        "strategy full, which always writes it). torch-save needs the reference layout.",
+        "strategy full, which always writes it). torch-save needs the reference layout. "
+        "Default dcp (torch-save with strategy full).",
         json_schema_extra=no_crd_default,
     )
     compression: Annotated[Compression, Setting(axis=True, metavar="NAME")] = choice(
@@ -249,18 +250,24 @@ STATE_RULES: tuple[Rule[StateSettings], ...] = (
         "safetensors needs {backend} file and a {strategy} other than full: DCP's Hugging Face "
         "reader (safetensors' safe_open) and its consolidation open local files, and full "
         "writes torch-save",
-        lambda s: s.format is not Format.SAFETENSORS or s.backend is Backend.FILE,
+        lambda s: (
+            s.format is not Format.SAFETENSORS
+            or (s.backend is Backend.FILE and s.strategy is not Strategy.FULL)
+        ),
     ),
     Rule(
         "format",
         "!has(self.format) || self.format != 'torch-save' || "
+        "(has(self.strategy) && self.strategy == 'full') || "
         "((!has(self.strategy) || self.strategy != 'replicated') && !has(self.model) && "
         "!has(self.loadShardOffset))",
         "torch-save needs the reference layout (no {model}), no {load_shard_offset} and a "
         "{strategy} other than replicated: the state is gathered to rank 0, which saves and "
         "loads it alone",
+        # strategy full's own rule above speaks for it (full always writes torch-save).
         lambda s: (
             s.format is not Format.TORCH_SAVE
+            or s.strategy is Strategy.FULL
             or (
                 s.strategy is not Strategy.REPLICATED
                 and s.model is None

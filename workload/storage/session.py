@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageReader
 from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageReader
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from ckptbench.workload.contract.choices import Backend, Format

@@ -158,9 +158,7 @@ def count_traffic(writer_or_reader: T) -> T:
     return writer_or_reader
 
 
-def needed_bytes(
-    plan: LoadPlan, metadata: Metadata, storage_data: dict[Any, Any]
-) -> int | None:
+def needed_bytes(plan: LoadPlan, metadata: Metadata, storage_data: dict[Any, Any]) -> int | None:
     """The stored bytes a load plan needs: for each item, its stored blob (framing included)
     scaled to the part of the saved chunk the rank needs. A rank loading a whole saved chunk
     needs its whole blob; on a resharding load it may need half a chunk, and a reader that

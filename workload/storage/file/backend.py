@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
-from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageWriter
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
+from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageWriter
 
 from ckptbench.workload.contract.checkpoint.sizes import format_bytes
 from ckptbench.workload.storage.file.paths import local_path
