@@ -18,6 +18,8 @@ import torch
 from safetensors import safe_open
 
 from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.choices import Format, Strategy
+from tests.workers import small_config
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
@@ -145,3 +147,12 @@ def test_zstd_on_object_stores_stores_less(tmp_path: Path, where: list[str]) -> 
         stored = run["extra"]["checkpoint"]["stored_bytes"]
         # The synthetic content compresses to about 82%; uncompressed it is just above 100%.
         assert stored < 0.95 * total, (run["cell"], stored)
+
+
+def test_strategy_full_records_the_torch_save_it_writes(tmp_path: Path) -> None:
+    # strategy full has always saved one torch.save object: its result must not say dcp.
+    full = small_config(str(tmp_path / "c"), strategy="full")
+    assert full.format is Format.TORCH_SAVE and full.single_object
+    sharded = small_config(str(tmp_path / "c"), format="torch-save")
+    assert sharded.strategy is Strategy.SHARDED and sharded.single_object
+    assert not small_config(str(tmp_path / "c")).single_object
