@@ -114,7 +114,7 @@ def test_defaults_match_the_model() -> None:
     for name, node in spec_schema["properties"].items():
         if "default" in node:
             assert node["default"] == dumped[name], name
-        elif name in ("layerSize", "paddingSize"):
+        elif name in ("layerSize", "paddingSize", "format"):
             # No CRD default, so CEL can tell them apart from a model preset; the reference's
             # value applies when absent, and the description says which.
             assert f"Default {dumped[name]}" in node["description"], name

@@ -159,6 +159,33 @@ CASES = [
         "cel",
     ),
     Case("strategy-unknown", _with(strategy="diagonal"), "strategy", "schema"),
+    Case("format-unknown", _with(format="gguf"), "format", "schema"),
+    Case("format-safetensors-on-gcs", _with(format="safetensors"), "format", "cel"),
+    Case(
+        "format-safetensors-with-full",
+        _with(format="safetensors", strategy="full", backend="file", checkpointPath="/c"),
+        "format",
+        "cel",
+    ),
+    Case(
+        "format-torch-save-replicated",
+        _with(format="torch-save", strategy="replicated"),
+        "format",
+        "cel",
+    ),
+    Case("compression-unknown", _with(compression="gzip"), "compression", "schema"),
+    Case(
+        "compression-with-torch-save",
+        _with(compression="zstd", format="torch-save"),
+        "compression",
+        "cel",
+    ),
+    Case(
+        "compression-with-full",
+        _with(compression="zstd", strategy="full"),
+        "compression",
+        "cel",
+    ),
     Case(
         "strategy-full-async",
         _with(strategy="full", asyncSave=True, worldSize=2),

@@ -69,6 +69,22 @@ class Strategy(enum.StrEnum):
     REPLICATED = "replicated"  # every rank holds the whole state (DDP); DCP writes each item once
 
 
+class Format(enum.StrEnum):
+    """What a checkpoint is written as (docs/storage.md, "Formats")."""
+
+    DCP = "dcp"  # DCP's own: one torch.save-framed file per rank and a .metadata
+    # DCP's Hugging Face writer and reader: safetensors files, consolidated on the coordinator
+    SAFETENSORS = "safetensors"
+    TORCH_SAVE = "torch-save"  # one torch.save object of the whole state from rank 0 (Lightning's)
+
+
+class Compression(enum.StrEnum):
+    """How DCP's writer transforms each file's stream (its extensions)."""
+
+    NONE = "none"
+    ZSTD = "zstd"  # DCP's ZStandard stream extension
+
+
 class CacheMode(enum.StrEnum):
     """Whether the ``file`` backend's written files were evicted from the page cache."""
 

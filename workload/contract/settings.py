@@ -37,7 +37,6 @@ from ckptbench.workload.contract.choices import (
     Procedure,
     SaveMode,
     Stager,
-    Strategy,
     default_samples,
     default_warmups,
 )
@@ -247,6 +246,12 @@ class BenchmarkSettings(StateSettings):
 
 
 # The rules that span the settings of how samples run (rule.py says how a rule is read).
+# CEL of StateSettings.single_object: strategy full, or format torch-save.
+SINGLE_OBJECT_CEL = (
+    "((has(self.strategy) && self.strategy == 'full') || "
+    "(has(self.format) && self.format == 'torch-save'))"
+)
+
 _RUN_RULES: tuple[Rule[BenchmarkSettings], ...] = (
     Rule(
         "warmup_samples",
@@ -307,16 +312,17 @@ _RUN_RULES: tuple[Rule[BenchmarkSettings], ...] = (
     ),
     Rule(
         "async_save",
-        "!has(self.strategy) || self.strategy != 'full' || !has(self.asyncSave) || !self.asyncSave",
-        "cannot be true with {strategy} full: torch.save into a stream has no asynchronous form",
-        lambda s: not (s.strategy is Strategy.FULL and s.async_save),
+        f"!{SINGLE_OBJECT_CEL} || !has(self.asyncSave) || !self.asyncSave",
+        "cannot be true with {strategy} full or {format} torch-save: torch.save into a stream "
+        "has no asynchronous form",
+        lambda s: not (s.single_object and s.async_save),
     ),
     Rule(
         "save_mode",
-        "!has(self.strategy) || self.strategy != 'full' || !has(self.saveMode) || "
-        "self.saveMode == 'sync'",
-        "must be sync with {strategy} full: torch.save into a stream has no asynchronous form",
-        lambda s: not (s.strategy is Strategy.FULL and s.save_mode not in (None, SaveMode.SYNC)),
+        f"!{SINGLE_OBJECT_CEL} || !has(self.saveMode) || self.saveMode == 'sync'",
+        "must be sync with {strategy} full or {format} torch-save: torch.save into a stream has "
+        "no asynchronous form",
+        lambda s: not (s.single_object and s.save_mode not in (None, SaveMode.SYNC)),
     ),
     Rule(
         "train_every",

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from ckptbench.workload.contract.checkpoint import models, sizes
-from ckptbench.workload.contract.choices import Strategy
+from ckptbench.workload.contract.choices import Backend, Compression, Format, Strategy
 from ckptbench.workload.contract.declaration import Setting, choice, no_crd_default
 from ckptbench.workload.contract.rule import Rule
 from ckptbench.workload.contract.storage_settings import StorageSettings
@@ -126,6 +126,24 @@ class StateSettings(StorageSettings):
         "planner picks, and every rank loads all of it). full and replicated need the "
         "reference layout.",
     )
+    format: Annotated[Format, Setting(axis=True, metavar="FORMAT")] = Field(
+        Format.DCP,
+        strict=False,
+        validate_default=True,
+        description="What a checkpoint is written as: dcp (DCP's own, the default), safetensors "
+        "(DCP's Hugging Face writer and reader: each rank's safetensors file, then the "
+        "coordinator consolidates them into one file, timed apart as the save's finish; backend "
+        "file only) or torch-save (the whole state gathered to rank 0 and saved as one "
+        "torch.save object, as PyTorch Lightning's single-file checkpoint; the same save as "
+        "strategy full, which always writes it). torch-save needs the reference layout. "
+        "Default dcp (torch-save with strategy full).",
+        json_schema_extra=no_crd_default,
+    )
+    compression: Annotated[Compression, Setting(axis=True, metavar="NAME")] = choice(
+        Compression.NONE,
+        "none, or zstd: every file DCP writes goes through its ZStandard stream extension "
+        "(zstandard's default level), and is decompressed on load. Format dcp only.",
+    )
     load_shard_offset: Annotated[
         int | None, Setting(layout="reference", axis=True, metavar="K")
     ] = Field(
@@ -161,6 +179,20 @@ class StateSettings(StorageSettings):
         """Processes (pods) the run starts: worldSize, or loadWorldSize when the restore is onto
         more ranks than saved (the first worldSize of them save, all of them load)."""
         return max(self.world_size, self.load_world_size or 0)
+
+    @field_validator("format")
+    @classmethod
+    def _full_is_torch_save(cls, value: Format, info: ValidationInfo) -> Format:
+        # strategy full saves one torch.save object whatever format says (it was that before
+        # format was declared): a dcp there would make the result name a format never written.
+        if info.data.get("strategy") is Strategy.FULL and value is Format.DCP:
+            return Format.TORCH_SAVE
+        return value
+
+    @property
+    def single_object(self) -> bool:
+        """True when the whole state is saved as one torch.save object from rank 0."""
+        return self.format is Format.TORCH_SAVE
 
     def model_sizes(self) -> models.ModelSizes | None:
         """The model's sizes at this world size, or None for the reference layout."""
@@ -225,6 +257,47 @@ STATE_RULES: tuple[Rule[StateSettings], ...] = (
         lambda s: (
             s.strategy is Strategy.SHARDED or (s.model is None and s.load_shard_offset is None)
         ),
+    ),
+    Rule(
+        "format",
+        "!has(self.format) || self.format != 'safetensors' || "
+        "((!has(self.strategy) || self.strategy != 'full') && self.backend == 'file')",
+        "safetensors needs {backend} file and a {strategy} other than full: DCP's Hugging Face "
+        "reader (safetensors' safe_open) and its consolidation open local files, and full "
+        "writes torch-save",
+        lambda s: (
+            s.format is not Format.SAFETENSORS
+            or (s.backend is Backend.FILE and s.strategy is not Strategy.FULL)
+        ),
+    ),
+    Rule(
+        "format",
+        "!has(self.format) || self.format != 'torch-save' || "
+        "(has(self.strategy) && self.strategy == 'full') || "
+        "((!has(self.strategy) || self.strategy != 'replicated') && !has(self.model) && "
+        "!has(self.loadShardOffset))",
+        "torch-save needs the reference layout (no {model}), no {load_shard_offset} and a "
+        "{strategy} other than replicated: the state is gathered to rank 0, which saves and "
+        "loads it alone",
+        # strategy full's own rule above speaks for it (full always writes torch-save).
+        lambda s: (
+            s.format is not Format.TORCH_SAVE
+            or s.strategy is Strategy.FULL
+            or (
+                s.strategy is not Strategy.REPLICATED
+                and s.model is None
+                and s.load_shard_offset is None
+            )
+        ),
+    ),
+    Rule(
+        "compression",
+        "!has(self.compression) || self.compression == 'none' || "
+        "((!has(self.format) || self.format == 'dcp') && "
+        "(!has(self.strategy) || self.strategy != 'full'))",
+        "zstd needs {format} dcp (and a {strategy} other than full, which writes torch-save): it "
+        "is an extension of DCP's own file writer",
+        lambda s: s.compression is Compression.NONE or s.format is Format.DCP,
     ),
     Rule(
         "load_shard_offset",

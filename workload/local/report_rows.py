@@ -129,6 +129,8 @@ _OP_ROWS = (
     _Figure("collective overhead (s)", lambda o: o.collective_overhead_seconds, "seconds"),
     # Inside the figures above: automatic garbage collections (none with manual collection).
     _Figure("garbage collection (s)", lambda o: o.gc_mean_seconds or 0.0, "seconds"),
+    # Inside the I/O: the coordinator's .metadata, or format safetensors' consolidation.
+    _Figure("finish (s)", lambda o: o.finish_mean_seconds or 0.0, "seconds"),
 )
 # Deleting a checkpoint: the same statistics as save and load, without the rows that mean
 # nothing for it (DCP plans nothing, and a deletion rate in checkpoint bytes is in the CSV/JSON).

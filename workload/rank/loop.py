@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.contract.choices import Procedure, Strategy
+from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.rank import saving, state, training
@@ -145,7 +145,7 @@ class _Loop(Operations):
         if (
             config.load_world_size not in (None, config.world_size)
             or config.load_rank != config.rank
-            or config.strategy is Strategy.FULL
+            or config.single_object
         ):
             # A resharded load holds the load world's pieces, a load of another rank's shard
             # that rank's tensors, a full load the whole state on rank 0; the next save is

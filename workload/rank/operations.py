@@ -22,7 +22,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.contract.choices import CacheMode, Strategy
+from ckptbench.workload.contract.choices import CacheMode
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results.rank import OpTiming, TrainTiming
 from ckptbench.workload.rank import full, saving, state
@@ -137,7 +137,7 @@ class Operations:
                 # A rank a restore onto more ranks added: outside the saving group, it only
                 # waits at the brackets; its save is not recorded (loop._result).
                 return timing.Phases(planning=0.0, io=0.0)
-            if self.config.strategy is Strategy.FULL:
+            if self.config.single_object:
                 return full.save(self.config, session, checkpoint_id, shard)
             if self.saver is not None:
                 in_flight = self.saver.start(shard, writer)
@@ -179,7 +179,7 @@ class Operations:
         reader: timing.TimedReader = self._step("prepare load", prepare)
 
         def load() -> timing.Phases:
-            if self.config.strategy is Strategy.FULL:
+            if self.config.single_object:
                 return full.load(self.config, session, checkpoint_id, template)
             dcp_load(template, storage_reader=reader)
             return reader.phases
@@ -225,13 +225,13 @@ class Operations:
     def _load_view(self) -> WorkloadConfig | None:
         """The config whose tensors this rank loads (None: it loads nothing)."""
         config = self.config
-        if config.strategy is Strategy.FULL:
+        if config.single_object:
             return config.whole() if config.rank == 0 else None
         return config.loader()
 
     def _empty_template(self) -> dict[str, torch.Tensor]:
         view = self._load_view()
-        if view is None or self.config.strategy is Strategy.FULL:
+        if view is None or self.config.single_object:
             return {}  # the full strategy's rank 0 loads into a fresh dict: one copy held
         return state.empty_template(view)
 
@@ -239,7 +239,7 @@ class Operations:
         """Tensor bytes this rank's load brings in: its template's, or the whole state for the
         full strategy's rank 0."""
         view = self._load_view()
-        if self.config.strategy is Strategy.FULL:
+        if self.config.single_object:
             return 0 if view is None else view.total_bytes
         return state.tensor_bytes(template)
 

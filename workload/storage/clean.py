@@ -7,6 +7,9 @@ multipart uploads (parts no object listing shows, billed until aborted); nothing
 them. This deletes the files of ckptbench's run layout under the prefix (:mod:`.layout`), aborts
 the unfinished multipart uploads among them, says how many, and names those it could not remove.
 
+Given a data-loading dataset's folder (``<dataPath>/datasets/<name>``), it removes that dataset by
+the names its manifest implies, never by its prefix.
+
 It acts only on what ckptbench wrote: an empty or scheme-only URL, a whole bucket, a system
 folder or a home folder is refused before anything is listed, files outside the layout are left
 (and counted), and the folder it was given is never removed, only emptied of ckptbench's files.
@@ -24,8 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from ckptbench.workload.contract.data.layout import Dataset, Manifest
 from ckptbench.workload.contract.storage_settings import s3_bucket_problem
-from ckptbench.workload.storage import clean_dataset, layout, objects
+from ckptbench.workload.storage import layout, objects
 
 # How long aborting one unfinished multipart upload may take, retries included.
 ABORT_SECONDS = 60.0
@@ -138,8 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ckptbench clean: {args.url!r}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     url = prefix.url
-    if clean_dataset.is_dataset(url):
-        status = clean_dataset.clean(url, args.project, args.dry_run)
+    if is_dataset(url):
+        status = clean_dataset(url, args.project, args.dry_run)
         if prefix.root is not None and not args.dry_run:
             _prune_empty(prefix.root)
         return status
@@ -262,3 +268,59 @@ def _abort(url: str, gcs: Any, uploads: list[tuple[str, str]]) -> list[str]:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- a data-loading dataset (<dataPath>/datasets/<name>), removed by its manifest ---------------
+
+MANIFEST = "manifest.json"
+
+
+class NotADataset(ValueError):
+    """The folder holds no readable dataset manifest; the message says why."""
+
+
+def is_dataset(url: str) -> bool:
+    """Whether ``url`` names a dataset's folder (``.../datasets/<name>``)."""
+    parts = url.rstrip("/").split("/")
+    return len(parts) >= 2 and parts[-2] == "datasets"
+
+
+def names_of(url: str, project: str | None) -> list[str]:
+    """The dataset's names under ``url``, its manifest first, from the manifest."""
+    try:
+        text = objects.read_text(f"{url}/{MANIFEST}", project=project)
+    except Exception as exc:
+        raise NotADataset(f"no dataset manifest can be read there ({exc})") from exc
+    try:
+        manifest = Manifest.model_validate_json(text)
+    except ValidationError as exc:
+        raise NotADataset(f"{MANIFEST} is not a ckptbench dataset manifest: {exc}") from exc
+    ds = Dataset(url, manifest.format, manifest.files, manifest.samples_per_file,
+                 manifest.sample_bytes, manifest.seed)  # fmt: skip
+    if url.rstrip("/").rsplit("/", 1)[-1] != ds.name:
+        raise NotADataset(f"its manifest describes the dataset {ds.name}, not this folder")
+    return [MANIFEST, *(f"data/{ds.file_name(i)}" for i in range(ds.files))]
+
+
+def clean_dataset(url: str, project: str | None, dry_run: bool) -> int:
+    """Remove one data-loading dataset by the names its manifest implies, the manifest first
+    (once it is gone no run takes the rest for a whole dataset); whatever else is there stays."""
+    try:
+        names = names_of(url, project)
+    except NotADataset as exc:
+        print(f"ckptbench clean: {url}: {exc}; nothing deleted", file=sys.stderr)
+        return 2
+    if dry_run:
+        print(f"{len(names)} object(s) of the dataset under {url} would be deleted")
+        return 0
+    # The manifest alone first: once it is gone no run takes the rest for a whole dataset.
+    first = objects.delete_all(url, project=project, names=names[:1])
+    rest = objects.delete_all(url, project=project, names=names[1:]) if not first.failed else None
+    failed = first.failed + (rest.failed if rest is not None else names[1:])
+    deleted = first.deleted + (rest.deleted if rest is not None else 0)
+    print(f"deleted {deleted} object(s) of the dataset under {url}")
+    if failed:
+        shown = ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else "")
+        print(f"could not delete {len(failed)} object(s): {shown}", file=sys.stderr)
+        return 1
+    return 0

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch.distributed.checkpoint.filesystem import FileSystemReader
+from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageReader
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
-from ckptbench.workload.contract.choices import Backend
+from ckptbench.workload.contract.choices import Backend, Format
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
 from ckptbench.workload.contract.service_settings import ServiceSettings
@@ -36,6 +37,7 @@ from ckptbench.workload.storage.retry import (
     discard_policy,
 )
 from ckptbench.workload.storage.retry_causes import RetryCauses, report
+from ckptbench.workload.storage.torch_seam import extension_options
 from ckptbench.workload.storage.traffic import (
     TRAFFIC,
     CountingFileSystem,
@@ -93,30 +95,40 @@ class StorageSession:
 
     def writer(self, checkpoint_id: str) -> StorageWriter:
         config = self.config
+        # DCP's extensions for the compression chosen (none: no argument at all).
+        extensions = extension_options(config.compression)
         if config.backend is Backend.FILE:
             # A full disk is named as such (ENOSPC, the path, the bytes), not as torch's
             # "unexpected pos".
-            return count_traffic(
-                file_backend.writer(checkpoint_id, config.shard_bytes, config.total_bytes)
+            made = file_backend.writer(
+                checkpoint_id,
+                config.shard_bytes,
+                config.total_bytes,
+                safetensors=config.format is Format.SAFETENSORS,
+                **extensions,
             )
+            return count_traffic(made)
         if self._s3 is not None:
-            s3_writer: StorageWriter = count_traffic(self._s3.writer(checkpoint_id))
+            s3_writer: StorageWriter = count_traffic(self._s3.writer(checkpoint_id, extensions))
             return s3_writer
         if config.backend in (Backend.GCSFS, Backend.S3FS):
             from ckptbench.workload.storage.torch_seam import FsspecWriter
 
             fsspec_writer: StorageWriter = FsspecWriter(
-                checkpoint_id, sync_files=config.sync_files, **self._gcsfs_options
+                checkpoint_id, sync_files=config.sync_files, **self._gcsfs_options, **extensions
             )
             return count_traffic(fsspec_writer)
         from ckptbench.workload.storage.gcs.backend import GcsStorageWriter
 
-        return GcsStorageWriter(checkpoint_id, filesystem=self._gcs)
+        return GcsStorageWriter(checkpoint_id, extensions, filesystem=self._gcs)
 
     def reader(self, checkpoint_id: str) -> StorageReader:
         config = self.config
         if config.backend is Backend.FILE:
-            return count_traffic(FileSystemReader(str(local_path(checkpoint_id))))
+            path = str(local_path(checkpoint_id))
+            if config.format is Format.SAFETENSORS:
+                return count_traffic(HuggingFaceStorageReader(path))
+            return count_traffic(FileSystemReader(path))
         if self._s3 is not None:
             s3_reader: StorageReader = count_traffic(self._s3.reader(checkpoint_id))
             return s3_reader
@@ -147,8 +159,13 @@ class StorageSession:
                     stream.flush()
                     os.fsync(stream.fileno())
             return
-        if config.backend is Backend.GCSFS:
-            counted = CountingStream(self._gcsfs.open(url, mode), TRAFFIC)
+        if self._s3 is not None or config.backend in (Backend.GCSFS, Backend.S3FS):
+            inner = (
+                self._s3.object_stream(url, mode)
+                if self._s3 is not None
+                else self._gcsfs.open(url, mode)
+            )
+            counted = CountingStream(inner, TRAFFIC)
             try:
                 yield counted
             finally:

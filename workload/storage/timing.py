@@ -299,7 +299,8 @@ class TimedReader(_Timed[StorageReader], StorageReader):
 
         def done(_: Any) -> None:
             self._clock.io_done(started)
-            self.phases.read_bytes = traffic.TRAFFIC.received - received
+            # Unknown needs, unknown reads: a memory map's reads pass no counted stream.
+            self.phases.read_bytes = None if needed is None else traffic.TRAFFIC.received - received
             self.phases.needed_bytes = needed
 
         future.add_done_callback(done)

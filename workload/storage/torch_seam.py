@@ -23,6 +23,8 @@ from typing import IO, Any, cast
 
 import torch
 
+from ckptbench.workload.contract.choices import Compression
+
 WRITTEN_FOR = "2.13"
 
 
@@ -47,6 +49,7 @@ if _mismatch is not None:
 
 try:
     from torch.distributed._shard._utils import narrow_tensor_by_index
+    from torch.distributed.checkpoint._extension import ZStandard
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
     from torch.distributed.checkpoint.filesystem import (
         _item_size as item_size,
@@ -69,10 +72,25 @@ __all__ = [
     "StorageInfo",
     "StorageReaderTransforms",
     "TensorRecord",
+    "extension_options",
     "item_size",
     "narrow_tensor_by_index",
     "parse_tensor_blob",
 ]
+
+
+def extension_options(compression: Compression) -> dict[str, Any]:
+    """The keyword arguments that make a ``FileSystemWriter`` (or a subclass passing its keyword
+    arguments on) transform every file it writes for ``compression``: its experimental
+    ``_extensions``. None for no compression, so the writer is built exactly as without it.
+    Readers need nothing: DCP records each file's transforms in ``.metadata``."""
+    if compression is Compression.NONE:
+        return {}
+    if not ZStandard.is_available():
+        raise RuntimeError(
+            "compression zstd needs the zstandard package (pip install 'ckptbench[workload]')"
+        )
+    return {"_extensions": [ZStandard()]}
 
 
 def use_filesystem(writer_or_reader: Any, fs: Any, path: str) -> None:

@@ -158,14 +158,19 @@ def count_traffic(writer_or_reader: T) -> T:
     return writer_or_reader
 
 
-def needed_bytes(plan: LoadPlan, metadata: Metadata, storage_data: dict[Any, Any]) -> int:
+def needed_bytes(plan: LoadPlan, metadata: Metadata, storage_data: dict[Any, Any]) -> int | None:
     """The stored bytes a load plan needs: for each item, its stored blob (framing included)
     scaled to the part of the saved chunk the rank needs. A rank loading a whole saved chunk
     needs its whole blob; on a resharding load it may need half a chunk, and a reader that
-    reads the chunk whole then reads twice what it needs."""
+    reads the chunk whole then reads twice what it needs. None when the items are not blobs
+    of a known length (DCP's Hugging Face reader: safetensors' memory map reads them, past
+    every stream that counts bytes)."""
     total = 0
     for req in plan.items:
-        stored = int(storage_data[req.storage_index].length)
+        length = getattr(storage_data[req.storage_index], "length", None)
+        if length is None:
+            return None
+        stored = int(length)
         if req.type == LoadItemType.BYTE_IO:
             total += stored
             continue

@@ -191,6 +191,7 @@ READS: tuple[str, ...] = (
     "dtype",
     "load_world_size",
     "strategy",
+    "format",
     "async_save",
     "save_mode",
     "stager",
@@ -218,9 +219,9 @@ def rank_load(config: BenchmarkSettings) -> RankLoad:
         metadata = sized.metadata_bytes
     else:
         held = len(sizes.owned_indices(0, config.world_size, config.padding_size))
-        if config.strategy is not Strategy.SHARDED:
-            # full: rank 0 holds the whole state once gathered and once loaded; replicated:
-            # every rank holds it.
+        if config.strategy is not Strategy.SHARDED or config.single_object:
+            # full (and torch-save, its save on any strategy): rank 0 holds the whole state
+            # once gathered and once loaded; replicated: every rank holds it.
             held = config.padding_size
         item = sizes.tensor_bytes(config.layer_size)
         largest = held * item

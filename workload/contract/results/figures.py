@@ -129,6 +129,7 @@ def op_summary(op: OpPart | None, total_bytes: int, idle: int = 0) -> OpSummary 
         ),
         span_throughput_bytes_per_second_ci=rate_interval(total_bytes, span_ci),
         gc_mean_seconds=op.gc,
+        finish_mean_seconds=op.finish,
         seconds=per_sample,
         span_seconds=spans,
     )

@@ -58,6 +58,7 @@ class OpPart(NamedTuple):
     read_bytes: int
     needed_bytes: int
     read_ratio: float  # largest per-rank read / needed (0 when none counted)
+    finish: float | None  # largest finish mean (the coordinator's); None: no rank's took time
 
 
 class ResourcePart(NamedTuple):
@@ -138,6 +139,7 @@ def op_part(timings: Sequence[RankOp]) -> OpPart | None:
         read_bytes=sum(r for r, _ in counted),
         needed_bytes=sum(n for _, n in counted),
         read_ratio=max((r / n for r, n in counted), default=0.0),
+        finish=max((f for f in c.finish_mean if f is not None), default=None),
     )
 
 
@@ -175,6 +177,7 @@ def combine_ops(parts: Sequence[OpPart | None]) -> OpPart | None:
         read_bytes=sum(p.read_bytes for p in timed),
         needed_bytes=sum(p.needed_bytes for p in timed),
         read_ratio=max(p.read_ratio for p in timed),
+        finish=max((p.finish for p in timed if p.finish is not None), default=None),
     )
 
 

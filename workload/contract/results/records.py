@@ -75,6 +75,7 @@ class OpRecord(NamedTuple):
     ended_at: array[float] | None
     read_bytes: int | None
     needed_bytes: int | None
+    finish_mean: float | None  # None: finish took no time on this rank (not the coordinator)
 
     @classmethod
     def of(cls, t: OpTiming) -> OpRecord:
@@ -91,6 +92,7 @@ class OpRecord(NamedTuple):
             _samples(t.ended_at),
             t.read_bytes,
             t.needed_bytes,
+            t.finish.mean if t.finish is not None else None,
         )
 
 
@@ -206,6 +208,7 @@ class OpColumns(NamedTuple):
     ended_at: tuple[array[float] | None, ...]
     read_bytes: tuple[int | None, ...]
     needed_bytes: tuple[int | None, ...]
+    finish_mean: tuple[float | None, ...]
 
 
 def columns(timings: Sequence[RankOp]) -> OpColumns:

@@ -152,6 +152,12 @@ class OpSummary(BaseModel):
         description="Largest per-rank mean seconds of automatic garbage collection inside the "
         "operation (absent when no rank collected).",
     )
+    finish_mean_seconds: float | None = Field(
+        None,
+        description="Save: largest per-rank mean seconds of the storage writer's finish, part "
+        "of the I/O: the coordinator's .metadata write, or with format safetensors its "
+        "consolidation of every rank's file into one (absent when it took no time).",
+    )
     read_amplification: float | None = Field(
         None,
         description="Load: bytes the ranks read from storage during their data reads over the "

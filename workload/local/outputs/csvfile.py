@@ -101,6 +101,7 @@ _OP_FIGURES: list[tuple[str, Callable[[OpSummary], float | int | None]]] = [
     *_intervals("rank0_mean_seconds", lambda o: o.rank0_mean_seconds_ci, _same),
     ("rank0_stdev_seconds", lambda o: o.rank0_stdev_seconds),
     ("gc_mean_seconds", lambda o: o.gc_mean_seconds or 0.0),
+    ("finish_mean_seconds", lambda o: o.finish_mean_seconds or 0.0),
     ("read_amplification", lambda o: o.read_amplification),
     ("max_rank_read_amplification", lambda o: o.max_rank_read_amplification),
 ]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from torch.distributed.checkpoint.filesystem import FileSystem, FileSystemWriter
+from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageWriter
 
 from ckptbench.workload.contract.checkpoint.sizes import format_bytes
 from ckptbench.workload.storage.file.paths import local_path
@@ -99,11 +100,27 @@ class ReportingFileSystem(FileSystem):
         return DiskFull(code, text, str(path))
 
 
-def writer(checkpoint_id: str, rank_bytes: int, total_bytes: int) -> FileSystemWriter:
+def writer(
+    checkpoint_id: str,
+    rank_bytes: int,
+    total_bytes: int,
+    safetensors: bool = False,
+    **options: Any,
+) -> FileSystemWriter:
     """DCP's ``FileSystemWriter`` on ``checkpoint_id`` (a path or file:// URL), writing through
-    :class:`ReportingFileSystem`."""
+    :class:`ReportingFileSystem`; with ``safetensors``, DCP's ``HuggingFaceStorageWriter`` as a
+    distributed save does it (each rank its file under ``sharded/``, then the coordinator's
+    ``finish`` consolidates them into one file beside it). ``options`` go to the writer."""
     path = str(local_path(checkpoint_id))
-    out = FileSystemWriter(path)
+    out: FileSystemWriter
+    if safetensors:
+        out = HuggingFaceStorageWriter(
+            path, save_distributed=True, enable_consolidation=True, **options
+        )
+        # The writer moved its own path under sharded/; keep that, through our file system.
+        path = str(out.path)
+    else:
+        out = FileSystemWriter(path, **options)
     fs = ReportingFileSystem(rank_bytes, total_bytes)
     use_filesystem(out, fs, path)
     return out

@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import os
 import warnings
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack, cast
@@ -386,11 +386,23 @@ class GcsStorageWriter(_OnGcs, FileSystemWriter):
     ``threads`` parts of at most ``part_size_bytes`` are in flight at once per rank.
     """
 
-    def __init__(self, checkpoint_id: str, **options: Unpack[GcsOptions]) -> None:
+    def __init__(
+        self,
+        checkpoint_id: str,
+        writer_options: Mapping[str, Any] | None = None,
+        **options: Unpack[GcsOptions],
+    ) -> None:
         # One DCP write thread, hence one object per rank; the parallelism is inside it.
         # sync_files is off: durability comes from the upload's completion, and DCP's
         # fallback for streams without fileno() would os.sync() the local disk.
-        super().__init__(checkpoint_id, single_file_per_rank=True, sync_files=False, thread_count=1)
+        # writer_options: more of FileSystemWriter's (torch_seam.extension_options).
+        super().__init__(
+            checkpoint_id,
+            single_file_per_rank=True,
+            sync_files=False,
+            thread_count=1,
+            **dict(writer_options or {}),
+        )
         self._use_gcs(checkpoint_id, options)
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:

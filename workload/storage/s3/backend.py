@@ -8,6 +8,7 @@ it retried only in its own log, which :mod:`.crt_log` reads to count the causes 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
@@ -15,7 +16,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 from ckptbench.workload.contract.choices import S3PrefixStrategy, S3Reader
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.storage.s3 import s3torch_seam as seam
-from ckptbench.workload.storage.s3.where import S3Where
+from ckptbench.workload.storage.s3.where import S3Where, split_s3_url
 
 # The round-robin strategy's folders: 16, one hex digit each (the library takes any list).
 ROUND_ROBIN_PREFIXES = [f"{i:x}" for i in range(16)]
@@ -60,7 +61,11 @@ class S3Backend:
         self._client_config = client_config(config, where)
         self.client = seam.make_client(where.region, where.endpoint, self._client_config)
 
-    def writer(self, checkpoint_id: str) -> StorageWriter:
+    def writer(
+        self, checkpoint_id: str, writer_options: Mapping[str, Any] | None = None
+    ) -> StorageWriter:
+        """``writer_options``: more of DCP's FileSystemWriter's (torch_seam.extension_options),
+        which S3StorageWriter passes on."""
         c = self.config
         writer = seam.S3StorageWriter(
             self.where.region,
@@ -68,6 +73,7 @@ class S3Backend:
             s3client_config=self._client_config,
             prefix_strategy=prefix_strategy(c.s3_prefix_strategy, c.world_size),
             thread_count=c.s3_threads,
+            **dict(writer_options or {}),
         )
         made: StorageWriter = seam.inject_client(writer, self.where.region, self.client)
         return made
@@ -84,3 +90,12 @@ class S3Backend:
             reader, self.where.region, self.client, constructor
         )
         return made
+
+    def object_stream(self, url: str, mode: str) -> Any:
+        """One object as a stream for ``torch.save``/``torch.load``: what the library's
+        ``S3Checkpoint`` hands out (``put_object``/``get_object`` on its client), on this rank's
+        client, which knows the endpoint."""
+        bucket, key = split_s3_url(url)
+        if mode == "wb":
+            return self.client.put_object(bucket, key)
+        return self.client.get_object(bucket, key)
