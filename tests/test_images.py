@@ -228,13 +228,25 @@ def test_image_holds_no_pip_or_setuptools(images: None, image: str) -> None:
     assert dists == set() and scripts == []
 
 
+def private_keys(root: Path) -> list[str]:
+    """Key files (not code that parses keys) under the venv: what scanners flag."""
+    return [
+        str(path.relative_to(root))
+        for path in (root / "opt/ckptbench").rglob("*")
+        if path.suffix in (".key", ".pem")
+        and path.is_file()
+        and "PRIVATE KEY-----" in path.read_text(errors="replace")
+    ]
+
+
 def test_workload_image_holds_no_emulator_or_test_only_package(images: None) -> None:
     with root_filesystem(WORKLOAD) as root:
         dists = {name for name in installed(root) if name in LOCAL_ONLY}
         assert "torch" in installed(root)  # the right filesystem
+        keys = private_keys(root)
     with container(WORKLOAD) as name:
         modules = importable(name, VENV_PYTHON, LOCAL_ONLY_MODULES)
-    assert dists == set() and modules == []
+    assert dists == set() and modules == [] and keys == []
 
 
 @pytest.mark.parametrize("image", [OPERATOR, WORKLOAD])
