@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_image_tests_fail_under_ci_without_buildah(tmp_path: Path, ci: str) -> None:
     # A PATH holding neither tool (nor apt-get, with which the build script would install them).
     env = dict(os.environ, CI=ci, PATH=str(tmp_path))
+    pytest_images = [sys.executable, "-m", "pytest", "--images", "-p", "no:cacheprovider", "-q"]
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--images", "-p", "no:cacheprovider", "-q"]
-        + ["tests/test_images.py", "-k", "test_image_holds_no_pip_or_setuptools"],
+        [*pytest_images, "tests/test_images.py", "-k", "test_image_holds_no_pip_or_setuptools"],
         cwd=ROOT,
         env=env,
         capture_output=True,
