@@ -43,7 +43,8 @@ class Setting:
     list; a CheckpointBenchmarkSweep's axes and cells). ``runner``: the option is the local
     runner's own, which sets the field itself (``--storage`` also starts an emulator or not).
     ``backends`` and ``layout``: where the setting acts (empty: everywhere); a result records a
-    setting only where it acted, so a gcsfs row shows no gcs thread count.
+    setting only where it acted, so a gcsfs row shows no gcs thread count. ``switch``: the help of
+    a switch that turns a true default off, which does the opposite of what the description says.
     """
 
     unit: str | None = None
@@ -54,6 +55,7 @@ class Setting:
     runner: bool = False
     backends: tuple[str, ...] = ()
     layout: str | None = None  # "model" or "reference": acts only with that layout
+    switch: str | None = None
 
     def acts_in(self, settings: Placed) -> bool:
         if self.backends and settings.backend.value not in self.backends:

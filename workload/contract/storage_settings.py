@@ -83,13 +83,20 @@ class StorageSettings(BaseModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]*$",
         description="GCP project of the storage clients; default: the one of the credentials.",
     )
-    drop_cache: Annotated[bool, Setting(backends=("file",), flag="--keep-cache", axis=True)] = (
-        Field(
-            True,
-            description="Backend file: evict the written files from the node's page cache before "
-            "each load, so loads read the storage (a network file system may still cache on its "
-            "server; docs/measurement.md). False keeps the cache.",
-        )
+    drop_cache: Annotated[
+        bool,
+        Setting(
+            backends=("file",),
+            flag="--keep-cache",
+            axis=True,
+            switch="Backend file: leave the written files in the node's page cache, so loads may "
+            "read memory (by default they are evicted before each load)",
+        ),
+    ] = Field(
+        True,
+        description="Backend file: evict the written files from the node's page cache before "
+        "each load, so loads read the storage (a network file system may still cache on its "
+        "server; docs/measurement.md). False keeps the cache.",
     )
     threads: Annotated[int, Setting(backends=("gcs",), unit="threads", axis=True)] = Field(
         8, ge=1, le=256, description="Transfer threads per rank (backend gcs)."
@@ -114,10 +121,17 @@ class StorageSettings(BaseModel):
         "deleted) or auto (multipart on GCS; compose against an emulator, since none "
         "implements the XML multipart upload).",
     )
-    checksums: Annotated[bool, Setting(backends=("gcs",), flag="--no-checksums", axis=True)] = (
-        Field(
-            True, description="Backend gcs: crc32c on every uploaded part and every read, checked."
-        )
+    checksums: Annotated[
+        bool,
+        Setting(
+            backends=("gcs",),
+            flag="--no-checksums",
+            axis=True,
+            switch="Backend gcs: skip crc32c on uploaded parts and reads (by default every one is "
+            "computed and checked)",
+        ),
+    ] = Field(
+        True, description="Backend gcs: crc32c on every uploaded part and every read, checked."
     )
     sync_files: Annotated[bool, Setting(backends=("gcsfs", "s3fs"), axis=True)] = Field(
         False,
