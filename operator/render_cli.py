@@ -317,6 +317,11 @@ def main(argv: list[str]) -> int:
         jobsets += rendered
         problems += found
         placeholder = placeholder or used
+    if not jobsets and not problems:
+        # Rendering nothing is no success: the input named the wrong file (`-f /etc/shadow`).
+        problems.append(
+            f"{', '.join(args.filename)}: holds no {KIND} or {SWEEP_KIND}: nothing to render"
+        )
     for note in notes:
         print(f"ckptbench render: note: {note}", file=sys.stderr)
     if problems:

@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
-import pytest
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
+from ckptbench.workload.contract.choices import Backend
+from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.settings import declared
+from ckptbench.workload.contract.storage_settings import CHECKPOINT_PATH_PATTERN, StorageSettings
 from ckptbench.workload.local.options import from_setting, option
+from ckptbench.workload.storage import clean
+from tests import workers
 
 # A switch that turns a true default off does the opposite of what its setting's description
 # (written for the CRD field) says; its help once repeated that description.
@@ -28,3 +40,129 @@ def test_every_switch_that_turns_a_true_default_off_has_its_own_help() -> None:
     for d in switches:
         assert d.setting.switch, f"{d.flag}: no switch help; the description says the opposite"
         assert from_setting(d).help.startswith(d.setting.switch), d.flag
+
+
+# ---------------------------------------------------------------------------------------------
+# Refused by name before anything runs (item 7; the NUL of item 6)
+
+
+def _run(*argv: str) -> tuple[int, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "ckptbench.cli", "run", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, done.stderr
+
+
+@pytest.mark.parametrize("folder", ["/", "/etc", "/etc/ckptbench"])
+def test_run_refuses_a_storage_folder_that_clean_would_refuse(folder: str) -> None:
+    before = set(Path(folder).parent.iterdir()) if Path(folder).exists() else None
+    code, err = _run("--storage", folder)
+    assert code == 2 and f"--storage: {folder} " in err and "ckptbench clean" in err, err
+    with pytest.raises(clean.Refused):
+        clean.check(folder)
+    assert not Path("/etc/ckptbench").exists()
+    if before is not None:
+        assert set(Path(folder).parent.iterdir()) == before
+
+
+def test_an_option_that_acts_in_none_of_the_runs_backends_is_refused(tmp_path: Path) -> None:
+    code, err = _run("--s3-endpoint", "http://127.0.0.1:9", "--storage", "gs://bkt/x")
+    assert code == 2 and "--s3-endpoint: acts only with backend s3 or s3fs" in err, err
+    code, err = _run("--threads", "4", "--storage", str(tmp_path))
+    assert code == 2 and "--threads: acts only with backend gcs; this run's backend is file" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+BAD_BUCKETS = {
+    "gs://b..c/p": "no two dots in a row",
+    "gs://goog-b/p": "start with 'goog'",
+    "gs://my-google-b/p": "hold 'google'",
+    "gs://g00gle/p": "hold 'google'",
+    "gs://192.168.1.1/p": "not IP addresses",
+    "gs://" + "a" * 64 + "/p": "without dots is 3 to 63 long",
+    "gs://" + "a" * 64 + ".b/p": "each dot-separated part is at most 63",
+}
+
+
+@pytest.mark.parametrize("url", list(BAD_BUCKETS))
+def test_a_gcs_bucket_name_gcs_refuses_is_refused_everywhere(url: str) -> None:
+    says = BAD_BUCKETS[url]
+    with pytest.raises(ValidationError, match=says):
+        StorageSettings(backend=Backend.GCS, checkpoint_path=url)
+    with pytest.raises(clean.Refused, match=says):
+        clean.check(url)
+    code, err = _run("--storage", url, "--emulator")
+    assert code == 2 and f"--storage: {url.split('/')[2]!r} is not a bucket name" in err, err
+    assert says in err
+
+
+@pytest.mark.parametrize("url", ["gs://bkt/p", "gs://a.b-c_d/p", "gs://" + "a" * 63 + ".b/p"])
+def test_a_good_gcs_bucket_name_is_taken(url: str) -> None:
+    assert StorageSettings(backend=Backend.GCS, checkpoint_path=url).checkpoint_path == url
+
+
+@pytest.mark.parametrize("path", ["/data/a\x00b", "gs://bkt/a\x00b", "s3://bkt/a\x1bb", "/a\x7f"])
+def test_a_control_character_in_checkpoint_path_is_refused(path: str) -> None:
+    assert not re.fullmatch(CHECKPOINT_PATH_PATTERN, path)  # what the CRD admits
+    backend = {"/": Backend.FILE, "g": Backend.GCS, "s": Backend.S3}[path[0]]
+    with pytest.raises(ValidationError, match="control character"):
+        StorageSettings(backend=backend, checkpoint_path=path)
+
+
+def test_render_of_a_file_with_no_benchmark_fails(tmp_path: Path) -> None:
+    path = tmp_path / "shadow"
+    path.write_text("root:*:20228:0:99999:7:::\ndaemon:*:20228:0:99999:7:::\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ckptbench.cli",
+            "render",
+            "-f",
+            str(path),
+            "--default-image",
+            "i:1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert f"{path}: holds no CheckpointBenchmark or CheckpointBenchmarkSweep" in done.stderr
+
+
+@pytest.mark.parametrize("host", ["rank0 .svc", "rank0\tsvc", "a/b", ""])
+def test_a_worker_host_name_that_is_no_name_is_refused_before_the_rendezvous(
+    host: str, tmp_path: Path
+) -> None:
+    env = workers.base_env()
+    env.update(
+        CKPTBENCH_BACKEND="file",
+        CKPTBENCH_CHECKPOINT_PATH=str(tmp_path),
+        CKPTBENCH_LAYER_SIZE="100",
+        CKPTBENCH_PADDING_SIZE="2",
+        CKPTBENCH_TERMINATION_LOG="",
+        CKPTBENCH_WORLD_SIZE="2",
+        CKPTBENCH_RANK="1",
+        CKPTBENCH_MASTER_ADDR=host,
+        CKPTBENCH_MASTER_PORT="9",
+        CKPTBENCH_RENDEZVOUS_TIMEOUT_SECONDS="60",
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        workers.WORKER, cwd=workers.ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert time.monotonic() - started < 30, "waited for the rendezvous"
+    assert done.returncode == 2, done.stderr
+    assert "CKPTBENCH_MASTER_ADDR" in done.stderr, done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("host", ["rank0.bench.ns.svc", "10.0.0.7", "::1", "[fe80::1]", "h_1"])
+def test_a_host_name_or_address_is_taken(host: str) -> None:
+    config = WorkloadConfig(rank=0, world_size=1, checkpoint_path="gs://bkt/x", master_addr=host)
+    assert config.master_addr == host

@@ -102,7 +102,7 @@ def test_gs_storage_without_emulator_is_real_gcs() -> None:
         (["--storage", "/tmp/x", "--backend", "gcsfs"], ["--backend gcsfs", "--storage"]),
         (["--backend", "gcs,azure"], ["--backend", "'azure'"]),
         (["--backend", "gcs,s3"], ["--backend", "gs and s3", "--storage each"]),
-        (["--backend", "s3", "--storage", "gs://b1/x"], ["--backend s3", "s3://", "gs:// URL"]),
+        (["--backend", "s3", "--storage", "gs://bk1/x"], ["--backend s3", "s3://", "gs:// URL"]),
         (["--storage", "s3://ab/x"], ["--storage", "3 to 63 characters"]),
         (["--backend", "s3", "--s3-endpoint", "http://127.0.0.1:1"], ["--s3-endpoint"]),
         (["--backend", "gcs,gcs"], ["--backend", "twice"]),

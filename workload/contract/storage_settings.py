@@ -24,10 +24,11 @@ MIB = 1024**2
 # a letter or digit (S3's rules; the ones a pattern cannot say are checked in s3_bucket_problem).
 S3_BUCKET_PATTERN = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
 # A local path, file://..., gs://bucket[/prefix] or s3://bucket[/prefix]: the schemes a backend
-# may write to.
+# may write to. No whitespace and no control character (a NUL cut the path short in open()).
+_PATH_CHARS = r"[^\s\x00-\x1f\x7f]*"
 CHECKPOINT_PATH_PATTERN = (
-    r"^(gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?"
-    rf"|s3://{S3_BUCKET_PATTERN}(/\S*)?|file:///\S*|/\S*)$"
+    rf"^(gs://[a-z0-9][a-z0-9._-]{{1,220}}[a-z0-9](/{_PATH_CHARS})?"
+    rf"|s3://{S3_BUCKET_PATTERN}(/{_PATH_CHARS})?|file:///{_PATH_CHARS}|/{_PATH_CHARS})$"
 )
 S3_BACKENDS = ("s3", "s3fs")
 
@@ -49,6 +50,41 @@ def s3_bucket_problem(bucket: str) -> str | None:
         return f"{bucket!r} is not a bucket name: S3 bucket names are not IP addresses"
     if bucket.startswith(("xn--", "sthree-")) or bucket.endswith(("-s3alias", "--ol-s3")):
         return f"{bucket!r} is not a bucket name: S3 reserves that prefix or suffix"
+    return None
+
+
+def gcs_bucket_problem(bucket: str) -> str | None:
+    """Why ``bucket`` is not a GCS bucket name (GCS's naming rules), or None when it is one."""
+    if not bucket:
+        return "no bucket"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket):
+        return (
+            f"{bucket!r} is not a bucket name: GCS bucket names are 3 to 222 characters of "
+            "lowercase letters, digits, dots, dashes and underscores, starting and ending with a "
+            "letter or digit"
+        )
+    words = bucket.split(".")
+    if "" in words:
+        return f"{bucket!r} is not a bucket name: GCS bucket names hold no two dots in a row"
+    if len(bucket) > 63 and len(words) == 1:
+        return f"{bucket!r} is not a bucket name: a GCS bucket name without dots is 3 to 63 long"
+    if any(len(word) > 63 for word in words):
+        return f"{bucket!r} is not a bucket name: each dot-separated part is at most 63 characters"
+    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket):
+        return f"{bucket!r} is not a bucket name: GCS bucket names are not IP addresses"
+    if bucket.startswith("goog") or re.search(r"g[o0][o0]g[l1]e", bucket):
+        return (
+            f"{bucket!r} is not a bucket name: GCS reserves names that start with 'goog' or "
+            "hold 'google' or a misspelling of it"
+        )
+    return None
+
+
+def bucket_problem(url: str) -> str | None:
+    """Why the bucket of a ``gs://`` or ``s3://`` URL is no bucket name; None for other URLs."""
+    for scheme, problem in (("gs://", gcs_bucket_problem), ("s3://", s3_bucket_problem)):
+        if url.startswith(scheme):
+            return problem(url[len(scheme) :].split("/", 1)[0])
     return None
 
 
@@ -226,30 +262,20 @@ class StorageSettings(BaseModel):
     def _path_shape(cls, value: str) -> str:
         # The same shape the CRD's pattern admits, refused with a reason rather than the pattern.
         if re.fullmatch(CHECKPOINT_PATH_PATTERN, value):
-            problem = (
-                s3_bucket_problem(value[len("s3://") :].split("/", 1)[0])
-                if value.startswith("s3://")
-                else None
-            )
+            problem = bucket_problem(value)
             if problem is None:
                 return value
             raise ValueError(problem)
-        if value.startswith("s3://"):
-            problem = s3_bucket_problem(value[len("s3://") :].split("/", 1)[0])
+        if value.startswith(("s3://", "gs://")):
+            problem = bucket_problem(value)
             raise ValueError(
-                f"{problem} in {value!r}" if problem is not None else "whitespace in the URL"
-            )
-        if value.startswith("gs://"):
-            bucket = value[len("gs://") :].split("/", 1)[0]
-            if not bucket:
-                raise ValueError(f"no bucket in {value!r}")
-            raise ValueError(
-                f"{bucket!r} is not a bucket name: 3 to 222 characters of lowercase letters, "
-                "digits, dots, dashes and underscores, starting and ending with a letter or digit"
+                f"{problem} in {value!r}"
+                if problem is not None
+                else "whitespace or a control character in the URL"
             )
         raise ValueError(
             "must be gs://bucket/prefix, s3://bucket/prefix, file:///path or an absolute path, "
-            "without whitespace"
+            "without whitespace or control characters"
         )
 
 
