@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.operator.spec.parse import SpecError, parse_spec
 from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.settings import declared
@@ -166,3 +169,17 @@ def test_a_worker_host_name_that_is_no_name_is_refused_before_the_rendezvous(
 def test_a_host_name_or_address_is_taken(host: str) -> None:
     config = WorkloadConfig(rank=0, world_size=1, checkpoint_path="gs://bkt/x", master_addr=host)
     assert config.master_addr == host
+
+
+def test_resource_claims_are_refused_by_name() -> None:
+    raw = {
+        "worldSize": 1,
+        "backend": "gcs",
+        "checkpointPath": "gs://bkt/x",
+        "resources": {"limits": {"cpu": "1"}, "claims": [{"name": "gpu"}]},
+    }
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw)
+    assert "resources" in str(info.value) and "'claims'" in str(info.value), info.value
+    crd_resources = CheckpointBenchmarkSpec.model_json_schema()["properties"]["resources"]
+    assert "claims" not in json.dumps(crd_resources)

@@ -35,11 +35,6 @@ RESOURCES_SCHEMA: dict[str, Any] = {
     "properties": {
         "limits": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
         "requests": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-        "claims": {
-            "type": "array",
-            "maxItems": MAX_LIST_ITEMS,
-            "items": FREE_OBJECT,
-        },
     },
 }
 # Volumes, mounts and tolerations list their keys without preserving unknown ones: strict field
