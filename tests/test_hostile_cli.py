@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -18,9 +19,13 @@ from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.settings import declared
 from ckptbench.workload.contract.storage_settings import CHECKPOINT_PATH_PATTERN, StorageSettings
+from ckptbench.workload.local import cli as local_cli
+from ckptbench.workload.local import sizes_cli
 from ckptbench.workload.local.options import from_setting, option
+from ckptbench.workload.local.outputs import compare, document
 from ckptbench.workload.storage import clean
 from tests import workers
+from tests.test_sweep_outputs import _grid
 
 # A switch that turns a true default off does the opposite of what its setting's description
 # (written for the CRD field) says; its help once repeated that description.
@@ -183,3 +188,46 @@ def test_resource_claims_are_refused_by_name() -> None:
     assert "resources" in str(info.value) and "'claims'" in str(info.value), info.value
     crd_resources = CheckpointBenchmarkSpec.model_json_schema()["properties"]["resources"]
     assert "claims" not in json.dumps(crd_resources)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reported truly (item 9)
+
+
+def test_sizes_mlperf_takes_the_comma_list_its_help_promises(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert sizes_cli.main(["--mlperf", "--model", "llama3-8b,mlperf-llama3-70b", "--json"]) == 0
+    reports = json.loads(capsys.readouterr().out)
+    assert len(reports) == 2 and all("mlperf_v3" in r for r in reports), reports
+    with pytest.raises(SystemExit):
+        sizes_cli.main(["--mlperf", "--model", "llama3-8b,llama3-70b"])
+    assert "--mlperf: llama3-70b is none of" in capsys.readouterr().err
+
+
+def test_the_s3_endpoint_from_the_environment_is_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "https://store.example:9000")
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    config = WorkloadConfig(rank=0, world_size=1, backend=Backend.S3, checkpoint_path="s3://bkt/x")
+    recorded = local_cli.settings(config, None)
+    assert recorded["s3_endpoint"] == "https://store.example:9000"
+    assert recorded["s3_region"] == "eu-west-3"
+    given = config.model_copy(update={"s3_endpoint": "http://10.0.0.1:9000"})
+    assert local_cli.settings(given, None)["s3_endpoint"] == "http://10.0.0.1:9000"
+
+
+def _with_settings(settings: dict[str, Any]) -> document.Document:
+    runs = [
+        (label, s.model_copy(update={"extra": {**s.extra, "settings": {**settings}}}))
+        for label, s in _grid()[:1]
+    ]
+    return document.Document(Path("x.json"), True, runs)
+
+
+def test_compare_does_not_call_an_embedded_emulators_port_a_setting() -> None:
+    a = _with_settings({"backend": "gcs", "emulator": "http://127.0.0.1:41234"})
+    b = _with_settings({"backend": "gcs", "emulator": "http://127.0.0.1:52843"})
+    assert "settings differ" not in compare.format_comparison([a, b])
+    c = _with_settings({"backend": "gcs", "emulator": "http://gcs.lab.example:4443"})
+    assert "settings differ: emulator" in compare.format_comparison([a, c])
