@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -231,3 +232,26 @@ def test_compare_does_not_call_an_embedded_emulators_port_a_setting() -> None:
     assert "settings differ" not in compare.format_comparison([a, b])
     c = _with_settings({"backend": "gcs", "emulator": "http://gcs.lab.example:4443"})
     assert "settings differ: emulator" in compare.format_comparison([a, c])
+
+
+@pytest.mark.parametrize("kubeconfig", [None, "missing", "garbage"])
+def test_the_operator_without_a_cluster_says_so_without_a_traceback(
+    kubeconfig: str | None, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env["HOME"] = str(tmp_path)  # no ~/.kube/config
+    if kubeconfig is not None:
+        path = tmp_path / "config"
+        if kubeconfig == "garbage":
+            path.write_text("{{{ not yaml")
+        env["KUBECONFIG"] = str(path)
+    done = subprocess.run(
+        [sys.executable, "-m", "ckptbench.cli", "operator", "--metrics-port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "ckptbench operator: error: no cluster to run against" in done.stderr
+    assert "kubeconfig" in done.stderr

@@ -10,6 +10,7 @@ import argparse
 import ipaddress
 import logging
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -238,7 +239,11 @@ def main(argv: Sequence[str]) -> int:
         image_pull_policy=options.default_image_pull_policy,
         policy=options.admin_policy(),
     )
-    api = kube.Kube(kube.load_config())
+    try:
+        api = kube.Kube(kube.load_config())
+    except kube.NoCredentials as exc:
+        print(f"ckptbench operator: error: {exc}", file=sys.stderr)
+        return 2
     reconciler = Reconciler(
         api=api,
         defaults=defaults,
