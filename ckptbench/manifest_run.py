@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
@@ -26,6 +26,7 @@ from ckptbench.operator.spec.names import API_VERSION
 from ckptbench.operator.spec.parse import SpecError, parse_spec
 from ckptbench.operator.sweep.cells import SWEEP_KIND
 from ckptbench.operator.sweep.model import parse_sweep
+from ckptbench.workload.contract import inputs
 from ckptbench.workload.contract.settings import BenchmarkSettings, declared
 from ckptbench.workload.local import cli as local_cli
 from ckptbench.workload.local.options import OPTION_OF, option
@@ -82,9 +83,19 @@ def _flags(argv: Sequence[str]) -> list[str]:
 def options_of(path: str) -> tuple[list[str], list[str]]:
     """``ckptbench run`` options for the one benchmark or sweep in ``path``, and notes."""
     try:
-        documents = manifests.load_plain(Path(path).read_text())
+        data = inputs.read_bounded(path, manifests.MAX_BYTES, manifests.WHAT)
     except OSError as exc:
         raise ManifestProblem(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except inputs.InputTooLarge as exc:
+        raise ManifestProblem(f"{path}: {exc}") from None
+    try:
+        documents = manifests.load_plain(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ManifestProblem(
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ManifestProblem(f"{path}: not valid YAML: {exc}") from None
     except (manifests.ManifestError, ValueError) as exc:
         raise ManifestProblem(f"{path}: {exc}") from None
     ours = [

@@ -41,6 +41,7 @@ def load_all(text: str) -> list[Any]:
 MAX_BYTES = 3 * 1024**2
 MAX_DOCUMENTS = 1000
 MAX_DEPTH = 64
+WHAT = "a manifest file"  # how a bound's message names what it bounds
 
 
 class ManifestError(ValueError):
@@ -69,7 +70,7 @@ def load_plain(text: str) -> list[Any]:
     """
     size = len(text.encode())
     if size > MAX_BYTES:
-        raise ManifestError(f"{size} bytes: a manifest file may hold at most {MAX_BYTES} bytes")
+        raise ManifestError(f"{size} bytes: {WHAT} may hold at most {MAX_BYTES} bytes")
     depth = documents = 0
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         line = event.start_mark.line + 1 if event.start_mark else 0

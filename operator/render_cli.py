@@ -44,6 +44,7 @@ from ckptbench.operator.spec.policy import Policy
 from ckptbench.operator.sweep.cells import SWEEP_KIND, CellError, render_child
 from ckptbench.operator.sweep.cells import expand as sweep_cells
 from ckptbench.operator.sweep.model import parse_sweep
+from ckptbench.workload.contract import inputs
 
 DRY_RUN_UID = "00000000-0000-0000-0000-000000000000"
 DEFAULT_NAMESPACE = "default"
@@ -211,8 +212,10 @@ def expand(arguments: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _read(path: str) -> str:
-    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    return data.decode("utf-8")
+    limit = manifests.MAX_BYTES
+    if path == "-":
+        return inputs.read_stream(sys.stdin.buffer, limit, manifests.WHAT).decode("utf-8")
+    return inputs.read_bounded(path, limit, manifests.WHAT).decode("utf-8")
 
 
 def _ours(document: dict[str, Any]) -> bool:
@@ -301,7 +304,7 @@ def main(argv: list[str]) -> int:
                 f"{exc.start})"
             )
             continue
-        except manifests.ManifestError as exc:
+        except (manifests.ManifestError, inputs.InputTooLarge) as exc:
             problems.append(f"{source}: {exc}")
             continue
         except yaml.YAMLError as exc:
@@ -314,6 +317,11 @@ def main(argv: list[str]) -> int:
         jobsets += rendered
         problems += found
         placeholder = placeholder or used
+    if not jobsets and not problems:
+        # Rendering nothing is no success: the input named the wrong file (`-f /etc/shadow`).
+        problems.append(
+            f"{', '.join(args.filename)}: holds no {KIND} or {SWEEP_KIND}: nothing to render"
+        )
     for note in notes:
         print(f"ckptbench render: note: {note}", file=sys.stderr)
     if problems:

@@ -316,6 +316,8 @@ def test_optional_parts_are_off_by_default(render: Any) -> None:
         ("kueue.clusterQueue.queueingStrategy=LIFO", "kueue.clusterQueue.queueingStrategy"),
         ("replicaCuont=1", "replicaCuont"),
         ("peering.lifetime=1", "peering.lifetime"),
+        ("bindAddress=0.0.0.0;rm", "bindAddress"),  # the deployment's argument, unquoted
+        ("bindAddress=0.0.0.0 --x", "bindAddress"),
     ],
 )
 def test_values_schema_refuses_bad_values(helm: str, setting: str, field: str) -> None:

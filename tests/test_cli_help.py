@@ -14,9 +14,8 @@ import pytest
 from ckptbench import completion
 from ckptbench.cli import COMMANDS
 from ckptbench.workload.contract import settings
-from ckptbench.workload.contract.service_settings import ServiceSettings
 from ckptbench.workload.contract.state_settings import StateSettings
-from ckptbench.workload.contract.storage_settings import StorageSettings
+from ckptbench.workload.contract.storage_settings import ServiceSettings, StorageSettings
 from ckptbench.workload.local import options, sizes_cli
 
 ROOT = Path(__file__).resolve().parents[1]

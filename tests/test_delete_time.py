@@ -84,12 +84,12 @@ def _timing(seconds: list[float], io_: float) -> OpTiming:
 def test_the_delete_figures_reach_the_csv_table_status_and_metrics() -> None:
     ranks = [
         RankResult(
-            rank=r, bytes=500, save=_timing([1.0, 2.0], 0.5), load=_timing([1.0, 2.0], 0.5),
+            rank=r, bytes=40_000, save=_timing([1.0, 2.0], 0.5), load=_timing([1.0, 2.0], 0.5),
             delete=_timing([0.2 + r, 0.4 + r, 0.3 + r], 0.1 + r),
         )
         for r in range(2)
     ]  # fmt: skip
-    summary = summarize(ranks, 2, 1000)
+    summary = summarize(ranks, 2, 80_000)  # the spec's below: 40,000 bytes a rank
     delete = summary.delete
     assert delete is not None
     # The collective per sample is the slower rank's: rank 1's [1.2, 1.4, 1.3].

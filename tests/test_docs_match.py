@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
-from ckptbench.workload.contract.choices import Procedure, UploadScheme
+from ckptbench.workload.contract.choices import Backend, Procedure, UploadScheme
 from ckptbench.workload.contract.results.mlperf_figures import mlperf_metrics
 from ckptbench.workload.contract.results.summaries import OpSummary
 from ckptbench.workload.rank import content, state
@@ -82,3 +82,23 @@ def test_the_readme_layout_names_every_bench_script() -> None:
     readme = (ROOT / "README.md").read_text()
     for script in sorted((ROOT / "bench").glob("*.py")):
         assert f"`{script.name}`" in readme, script.name
+
+
+def test_the_readme_counts_its_backends_right() -> None:
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(
+        r"\n(\w+) storage backends:\n\n\| backend .*\n\| --- .*\n((?:\|.*\n)+)", readme
+    )
+    assert found, "the README's table of storage backends moved"
+    words = {"three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+    rows = [line.split("`")[1] for line in found.group(2).splitlines()]
+    assert sorted(rows) == sorted(b.value for b in Backend)
+    assert words.get(found.group(1).lower()) == len(rows), found.group(1)
+
+
+def test_the_readme_says_how_long_its_two_commands_take() -> None:
+    start = (ROOT / "README.md").read_text().split("## Start here", 1)[1].split("\n## ", 1)[0]
+    setup, tests = start.split("./scripts/test.sh", 1)
+    assert re.search(r"setup took [\d.]+ minutes", setup), "no duration for setup and run"
+    assert re.search(r"run [\d.]+ to [\d.]+ minutes", setup), "no duration for the run"
+    assert re.search(r"\d+ minutes on 2 cores", tests), "no duration for the tests"

@@ -104,8 +104,8 @@ WORLD = 40
 
 
 def _spec() -> CheckpointBenchmarkSpec:
-    return CheckpointBenchmarkSpec(
-        world_size=WORLD, layer_size=10, padding_size=WORLD, checkpoint_path="gs://bucket/x"
+    return CheckpointBenchmarkSpec(  # 75 tensors of 40,000 bytes a rank: SHARD, as reported
+        world_size=WORLD, layer_size=10, padding_size=75 * WORLD, checkpoint_path="gs://bucket/x"
     )
 
 

@@ -20,6 +20,7 @@ from google.cloud import storage
 from ckptbench.workload.contract.names import EMULATOR_ENV
 from ckptbench.workload.local import preflight
 from ckptbench.workload.local.emulator import GcsEmulator
+from tests.fault_proxy import FaultProxy, Rule
 
 RUN = ["run", "--layer-size", "10", "--padding-size", "2", "--samples", "1", "--world-size", "2"]
 
@@ -86,3 +87,43 @@ def test_a_writable_bucket_passes_and_keeps_nothing(
     preflight.check_gcs(f"gs://{gcs_bucket}/some/prefix", None)
     client = storage.Client(project="x", client_options={"api_endpoint": gcs_emulator.url})
     assert list(client.list_blobs(gcs_bucket)) == []
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        Rule("status", method="POST", statuses=(429,)),
+        Rule("status", method="POST", statuses=(503,)),
+        Rule("reset_request", method="POST"),
+        # The write made it, its answer did not: the retry's 412 means the object is ours.
+        Rule("reset_response", method="POST"),
+        Rule("status", method="DELETE", statuses=(503,)),
+    ],
+    ids=["429-upload", "503-upload", "reset-upload", "reset-after-upload", "503-delete"],
+)
+def test_one_transient_fault_is_retried_and_nothing_stays(
+    rule: Rule, gcs_emulator: GcsEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proxy = FaultProxy(gcs_emulator.url, [rule])
+    with proxy.running():
+        monkeypatch.setenv(EMULATOR_ENV, proxy.url)
+        preflight.check_gcs(f"gs://{gcs_bucket}/p", None)
+    assert rule.fired == 1, proxy.fired
+    client = storage.Client(project="x", client_options={"api_endpoint": gcs_emulator.url})
+    assert list(client.list_blobs(gcs_bucket)) == []
+
+
+def test_a_delete_that_keeps_failing_names_the_object_it_left(
+    gcs_emulator: GcsEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rule = Rule("status", method="DELETE", statuses=(503,), times=None)
+    proxy = FaultProxy(gcs_emulator.url, [rule])
+    with proxy.running():
+        monkeypatch.setenv(EMULATOR_ENV, proxy.url)
+        with pytest.raises(preflight.PreflightError) as info:
+            preflight.check_gcs(f"gs://{gcs_bucket}/p", None)
+    assert rule.fired == preflight.PREFLIGHT_ATTEMPTS
+    client = storage.Client(project="x", client_options={"api_endpoint": gcs_emulator.url})
+    (left,) = list(client.list_blobs(gcs_bucket))
+    assert f"its empty test object gs://{gcs_bucket}/{left.name} stays" in str(info.value)
+    left.delete()

@@ -19,12 +19,15 @@ from ckptbench.operator.runtime.reconcile import (
 )
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
 from ckptbench.operator.status import pods as status_pods
+from ckptbench.workload.contract.checkpoint import sizes
 from harness import rank_pods
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 NS, NAME, UID = "team-a", "bench", "uid-1"
 SPEC = {"checkpointPath": "gs://bucket/x", "worldSize": 2, "image": "img:1"}
 DEFAULTS = RenderDefaults(image="img:1")
+# What each of SPEC's two ranks saves (the reference layout: 196 tensors of 400,000,000 bytes).
+SHARD = sizes.shard_bytes(0, 2, 100_000, 196)
 
 
 def owned_jobset() -> dict[str, Any]:
@@ -194,7 +197,9 @@ class Finished(FakeApi):
     def list_pods(self, namespace: str, benchmark: str) -> list[dict[str, Any]]:
         self.calls.append("list_pods")
         return [
-            rank_pods.rank_pod(NAME, rank, rank_pods.rank_result(rank, 10).to_termination_message())
+            rank_pods.rank_pod(
+                NAME, rank, rank_pods.rank_result(rank, SHARD).to_termination_message()
+            )
             for rank in range(2)
         ]
 

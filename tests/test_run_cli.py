@@ -139,7 +139,7 @@ def test_a_real_store_needs_no_local_extra(monkeypatch: pytest.MonkeyPatch) -> N
         (["--storage", "/tmp/x", "--backend", "gcsfs"], ["--backend gcsfs", "--storage"]),
         (["--backend", "gcs,azure"], ["--backend", "'azure'"]),
         (["--backend", "gcs,s3"], ["--backend", "gs and s3", "--storage each"]),
-        (["--backend", "s3", "--storage", "gs://b1/x"], ["--backend s3", "s3://", "gs:// URL"]),
+        (["--backend", "s3", "--storage", "gs://bk1/x"], ["--backend s3", "s3://", "gs:// URL"]),
         (["--storage", "s3://ab/x"], ["--storage", "3 to 63 characters"]),
         (["--backend", "s3", "--s3-endpoint", "http://127.0.0.1:1"], ["--s3-endpoint"]),
         (["--backend", "gcs,gcs"], ["--backend", "twice"]),

@@ -110,6 +110,11 @@ def invalid(*args: Any, **kw: Any) -> dict[str, Any]:
     return status_body(st.invalid_spec_status(*args, **kw))
 
 
+def shard_of(world_size: int, rank: int) -> int:
+    """The bytes ``spec(world_size)`` gives ``rank``: what an honest rank reports."""
+    return sizes.shard_bytes(rank, world_size, LAYER, max(PADDING, world_size))
+
+
 def done(rank: int, **kw: Any) -> dict[str, Any]:
     return pod(rank, "Succeeded", result(rank, **kw).to_termination_message())
 
@@ -432,7 +437,7 @@ def test_deterministic_and_transition_times_kept() -> None:
 @pytest.mark.parametrize("world_size", [1, 4, 64, 1000])
 def test_status_size_is_bounded(world_size: int) -> None:
     the_spec = spec(world_size)
-    pods = [done(r, shard=1) for r in range(world_size // 2)]
+    pods = [done(r, shard=shard_of(world_size, r)) for r in range(world_size // 2)]
     pods += [pod(r, "Failed", "not json", exit_code=1) for r in range(world_size // 2, world_size)]
     status = compute(the_spec, jobset(), pods, None, NOW)
     size = len(json.dumps(status))
@@ -445,7 +450,9 @@ def test_status_size_is_bounded(world_size: int) -> None:
 def test_status_stays_bounded_when_every_rank_reports_a_long_error() -> None:
     # 1000 ranks that each report a 1 KiB error: status must stay far below etcd's limit.
     the_spec = spec(1000)
-    errors = [done(r, shard=1, error=f"rank {r}: " + "x" * 1024) for r in range(1000)]
+    errors = [
+        done(r, shard=shard_of(1000, r), error=f"rank {r}: " + "x" * 1024) for r in range(1000)
+    ]
     status = compute(the_spec, jobset(), errors, None, NOW)
     assert status["rankErrorCount"] == 1000
     assert len(status["rankErrors"]) <= LISTED
@@ -556,7 +563,8 @@ def test_the_cyclic_collector_stays_out_of_the_aggregation(enabled: bool) -> Non
     # the part of the cost that grew faster than the ranks. No collection runs inside; the
     # collector is left as it was found.
     world = 500
-    the_spec, the_jobset, pods = spec(world), jobset(), [done(r, shard=1) for r in range(world)]
+    the_spec, the_jobset = spec(world), jobset()
+    pods = [done(r, shard=shard_of(world, r)) for r in range(world)]
     collections: list[int] = []
 
     def count(phase: str, info: dict[str, int]) -> None:

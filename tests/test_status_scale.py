@@ -157,8 +157,8 @@ def test_the_current_attempt_in_one_pass_as_filtered_then_sorted() -> None:
 
 def test_the_status_does_not_depend_on_the_order_pods_are_listed_in() -> None:
     world = 24
-    spec = CheckpointBenchmarkSpec(
-        world_size=world, layer_size=10, padding_size=world, checkpoint_path="gs://bucket/x"
+    spec = CheckpointBenchmarkSpec(  # 75 tensors of 40,000 bytes a rank: SHARD, as reported
+        world_size=world, layer_size=10, padding_size=75 * world, checkpoint_path="gs://bucket/x"
     )
     pods = [
         rank_pods.rank_pod("bench", r.rank, r.to_termination_message()) for r in results(5, world)
@@ -188,7 +188,7 @@ def test_the_container_that_carries_the_message_is_read() -> None:
     sidecar = {"name": "sidecar", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
     pod["status"]["containerStatuses"] = [sidecar, *statuses]
     spec = CheckpointBenchmarkSpec(
-        world_size=1, layer_size=10, padding_size=1, checkpoint_path="gs://bucket/x"
+        world_size=1, layer_size=10, padding_size=75, checkpoint_path="gs://bucket/x"
     )
     jobset = {"metadata": {"name": "bench"}, "spec": {}, "status": {}}
     status = st.compute_status(spec, jobset, [pod], None, NOW)

@@ -19,6 +19,7 @@ from ckptbench.operator.status.compute import compute_status
 from ckptbench.operator.sweep import cells as sc
 from ckptbench.operator.sweep import status as sst
 from ckptbench.operator.sweep.model import parse_sweep
+from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.results import figures
 from ckptbench.workload.contract.results.rank import OpStats, OpTiming, RankResult, TrainTiming
 from harness import rank_pods
@@ -28,6 +29,7 @@ WORLD = 3
 SPEC = CheckpointBenchmarkSpec(
     world_size=WORLD, layer_size=10, padding_size=WORLD, checkpoint_path="gs://bucket/sweep"
 )
+SPEC_SHARD = sizes.shard_bytes(0, WORLD, 10, WORLD)
 GRID = {
     "template": {"layerSize": 10, "paddingSize": 4, "checkpointPath": "gs://bucket/sweep"},
     "axes": {"backend": ["gcs", "gcsfs"], "threads": [4, 16]},
@@ -35,7 +37,8 @@ GRID = {
 
 
 def _sync(seed: int) -> list[RankResult]:
-    return [rank_pods.rank_result(r, 1000 + r, seed=seed) for r in range(WORLD)]
+    # The bytes SPEC gives each rank: a result that reports others is unreadable.
+    return [rank_pods.rank_result(r, SPEC_SHARD, seed=seed) for r in range(WORLD)]
 
 
 def _async_trained(seed: int) -> list[RankResult]:

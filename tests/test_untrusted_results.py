@@ -16,7 +16,7 @@ import pytest
 
 from ckptbench.operator.spec.status_schema import status_body
 from ckptbench.operator.status import compute as st
-from tests.test_status import NOW, jobset, pod, result, spec
+from tests.test_status import NOW, TOTAL, jobset, pod, result, spec
 
 
 def _forged(rank: int, change: dict[str, Any], where: tuple[str, ...] = ()) -> str:
@@ -61,3 +61,35 @@ def test_an_honest_result_at_the_edges_is_read() -> None:
             for r in range(4)]  # fmt: skip
     status = status_body(st.compute_status(spec(4), jobset(), pods, None, NOW))
     assert status.get("unreadableResultCount") is None and status["phase"] == "Succeeded"
+
+
+def _without_save(rank: int) -> str:
+    doc = json.loads(result(rank).to_termination_message())
+    del doc["save"]
+    return json.dumps(doc)
+
+
+MISMATCHES = {
+    # "4/4 ranks reported success" with the save figures of 3 ranks and ranksLeftOut 0.
+    "no save section": (_without_save(1), "has no save section"),
+    # 100 bytes instead of the spec's shard: the throughput would divide the wrong bytes.
+    "100 bytes": (result(1, shard=100).to_termination_message(), "reports 100 bytes"),
+    "twice the shard": (
+        result(1, shard=2 * TOTAL // 4).to_termination_message(),
+        f"the spec gives rank 1 {TOTAL // 4}",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MISMATCHES))
+def test_a_result_that_does_not_match_the_spec_makes_the_rank_unreadable(case: str) -> None:
+    message, says = MISMATCHES[case]
+    pods = [pod(r, message=result(r).to_termination_message()) for r in (0, 2, 3)]
+    pods.append(pod(1, message=message))
+    status = status_body(st.compute_status(spec(4), jobset(), pods, None, NOW))
+    assert status["unreadableResultCount"] == 1, status
+    (entry,) = status["unreadableResults"]
+    assert entry["rank"] == 1 and says in entry["problem"], entry
+    assert status["ranksReported"] == 3
+    assert status["phase"] != "Succeeded"
+    assert "4/4" not in json.dumps(status)

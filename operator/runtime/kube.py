@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from typing import Any, cast
 
 import kubernetes
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from ckptbench.operator.render.labels import (
@@ -30,6 +32,10 @@ JOBSET_PLURAL = "jobsets"
 EVENT_SOURCE = "ckptbench-operator"
 
 
+class NoCredentials(RuntimeError):
+    """Neither a pod's service account nor a kubeconfig; the message says where it looked."""
+
+
 def load_config() -> kubernetes.client.ApiClient:
     """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG)."""
     configuration = kubernetes.client.Configuration()
@@ -38,9 +44,16 @@ def load_config() -> kubernetes.client.ApiClient:
             client_configuration=configuration
         )
     except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration
-        )
+        try:
+            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        except (kubernetes.config.ConfigException, OSError, yaml.YAMLError) as exc:
+            where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+            raise NoCredentials(
+                f"no cluster to run against: not in a pod (no service account token) and no "
+                f"usable kubeconfig at {where} ({exc})"
+            ) from None
     return kubernetes.client.ApiClient(configuration)
 
 

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import socket
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -302,7 +303,11 @@ def main(argv: Sequence[str]) -> int:
         image_pull_policy=options.default_image_pull_policy,
         policy=options.admin_policy(),
     )
-    api = kube.Kube(kube.load_config())
+    try:
+        api = kube.Kube(kube.load_config())
+    except kube.NoCredentials as exc:
+        print(f"ckptbench operator: error: {exc}", file=sys.stderr)
+        return 2
     reconciler = Reconciler(
         api=api,
         defaults=defaults,

@@ -50,7 +50,10 @@ from ckptbench.workload.contract.settings import SETTINGS_RULES, BenchmarkSettin
 # Every rule the CRD carries, in its order, each with its Python twin.
 RULES: tuple[Rule[CheckpointBenchmarkSpec], ...] = (*SETTINGS_RULES, *RULES_OF_THE_CR)
 _CRD_RULES: list[JsonValue] = [cast("JsonValue", rule.to_crd()) for rule in RULES]
-_RESOURCE_KEYS = frozenset({"limits", "requests", "claims"})
+# No claims: a pod's resources.claims name its spec.resourceClaims (dynamic resource
+# allocation), which the operator never renders, so a claim passed through made a pod the API
+# server refuses, or reached devices the benchmark has no business with.
+_RESOURCE_KEYS = frozenset({"limits", "requests"})
 
 
 class CheckpointBenchmarkSpec(BenchmarkSettings):

@@ -49,13 +49,6 @@ RESOURCES_SCHEMA: dict[str, Any] = {
             "What a rank's container is scheduled with, as a pod's: cpu, memory, "
             "ephemeral-storage quantities."
         ),
-        "claims": {
-            "type": "array",
-            "maxItems": MAX_LIST_ITEMS,
-            "items": FREE_OBJECT,
-            "description": "Dynamic resource claims the container uses, as a pod's "
-            "(each names one of the pod's resourceClaims).",
-        },
     },
 }
 _VOLUME_SOURCE_DESCRIPTIONS = {

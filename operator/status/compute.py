@@ -15,7 +15,7 @@ beyond its arguments is the garbage collector, paused while it runs (:func:`_cyc
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -45,8 +45,15 @@ from ckptbench.operator.status.phases import (
     RunSpec,
     benchmark_conditions,
 )
-from ckptbench.operator.status.pods import current_attempt, object_name, read_pods
+from ckptbench.operator.status.pods import (
+    against_spec,
+    current_attempt,
+    object_name,
+    read_pods,
+)
 from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.choices import Strategy
+from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results import figures
 from ckptbench.workload.contract.results.summaries import RunSummary
 
@@ -65,6 +72,21 @@ def _cyclic_gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def _shard_bytes(spec: RunSpec) -> Callable[[int], int] | None:
+    """Each saving rank's shard bytes as its config computes them (what an honest rank reports),
+    or None when not checked: a RunSpec without settings, or a model preset (sizing a model's
+    rank walks every tensor, too slow per rank at 100,000 ranks)."""
+    make = getattr(spec, "to_workload_config", None)
+    if not callable(make) or getattr(spec, "model", None) is not None:
+        return None
+    base: WorkloadConfig = make(run_id="status", master_addr="status")
+    if base.strategy is Strategy.REPLICATED:  # every saving rank holds the same
+        same = base.model_copy(update={"rank": 0}).shard_bytes
+        return lambda rank: same
+    # The config's own formula for the dealt layout, without a config per rank.
+    return lambda rank: sizes.shard_bytes(rank, base.world_size, base.layer_size, base.padding_size)
 
 
 def _mlperf_rules(spec: RunSpec, summary: RunSummary, reported: int) -> dict[str, Any]:
@@ -106,7 +128,9 @@ def compute_status(
     previous = previous or {}
     total = spec.total_bytes
     memo = memo if memo is not None else StatusMemo()
-    reports = read_pods(current_attempt(pods), memo.messages)
+    reports = against_spec(
+        read_pods(current_attempt(pods), memo.messages), spec.world_size, _shard_bytes(spec)
+    )
     summary = memo.summary(reports.results, spec.world_size, total, spec.load_world_size)
     slowest = slowest_rank(reports.results)
     suspended = bool(jobset is not None and (jobset.get("spec") or {}).get("suspend"))

@@ -15,8 +15,8 @@ depends only on the message, so a status computed with it equals one computed wi
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
@@ -279,3 +279,31 @@ def _first_error(exc: ValidationError) -> str:
 
 def excerpt(text: str) -> str:
     return text if len(text) <= EXCERPT else text[: EXCERPT - 1] + "…"
+
+
+def against_spec(
+    reports: Reports, saving_ranks: int, shard_bytes: Callable[[int], int] | None
+) -> Reports:
+    """``reports`` with each result that does not match the spec moved to the unreadable, by
+    name: a rank that saves but reports no save (it counted as success, its save figures left
+    out), or bytes other than its shard's (``shard_bytes(rank)``; None: not checked)."""
+    kept: list[RankRecord] = []
+    unreadable = list(reports.unreadable)
+    for record in reports.results:
+        problem = None
+        saves = record.rank < saving_ranks
+        if saves and record.error is None and record.save is None:
+            problem = f"rank {record.rank} saves, but its result has no save section"
+        elif saves and shard_bytes is not None and record.bytes != shard_bytes(record.rank):
+            problem = (
+                f"reports {record.bytes} bytes, but the spec gives rank {record.rank} "
+                f"{shard_bytes(record.rank)}"
+            )
+        if problem is None:
+            kept.append(record)
+        else:
+            pod = reports.result_pods.get(record.rank, "")
+            unreadable.append(Unreadable(pod=pod, rank=record.rank, problem=problem))
+    if len(kept) == len(reports.results):
+        return reports
+    return replace(reports, results=kept, unreadable=unreadable)

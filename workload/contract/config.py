@@ -54,7 +54,14 @@ class WorkloadConfig(BenchmarkSettings):
         ge=1,
         description="Memory one rank may use; empty: the container's cgroup limit.",
     )
-    master_addr: str = Field("127.0.0.1", min_length=1, description="Rank 0's host name.")
+    master_addr: str = Field(
+        "127.0.0.1",
+        min_length=1,
+        max_length=253,
+        # A host name or an IP address: a space (a typo) would wait out the rendezvous deadline.
+        pattern=r"^[A-Za-z0-9._:\[\]-]+$",
+        description="Rank 0's host name or IP address.",
+    )
     master_port: int = Field(29500, ge=1, le=65535, description="Rank 0's rendezvous port.")
     collective_timeout_seconds: float = Field(
         1800.0, gt=0, le=86_400, description="gloo timeout for one collective."

@@ -43,7 +43,8 @@ class Setting:
     ``backends`` and ``layout``: where the setting acts (empty: everywhere); a result records a
     setting only where it acted, so a gcsfs row shows no gcs thread count. ``recorded_in``: the
     setting another one resolves it into; a result records only that one (asyncSave is
-    recorded as the save mode it means, not beside it).
+    recorded as the save mode it means, not beside it). ``switch``: the help of a switch that
+    turns a true default off, which does the opposite of what the description says.
     """
 
     unit: str | None = None
@@ -55,6 +56,7 @@ class Setting:
     backends: tuple[str, ...] = ()
     layout: str | None = None  # "model" or "reference": acts only with that layout
     recorded_in: str | None = None
+    switch: str | None = None
 
     def acts_in(self, settings: Placed) -> bool:
         if self.backends and settings.backend.value not in self.backends:

@@ -175,9 +175,13 @@ class BenchmarkSettings(StateSettings):
             f"at most {TRAIN_TARGET_MATRIX_MAX}).",
         )
     )
-    verify: Annotated[bool, Setting(flag="--no-verify")] = Field(
-        True, description="Verify the content of every loaded tensor."
-    )
+    verify: Annotated[
+        bool,
+        Setting(
+            flag="--no-verify",
+            switch="Skip verifying the loaded tensors (by default each is checked bit for bit)",
+        ),
+    ] = Field(True, description="Verify the content of every loaded tensor.")
     keep_checkpoints: Annotated[bool, Setting(flag="--keep")] = Field(
         False, description="Keep the checkpoint objects after the run (results are always kept)."
     )

@@ -158,7 +158,14 @@ class StateSettings(StorageSettings):
     seed: Annotated[int, Setting(axis=True)] = Field(
         0, ge=0, le=2**31 - 1, description="Seed of the synthetic tensor content."
     )
-    memory_check: Annotated[bool, Setting(flag="--force")] = Field(
+    memory_check: Annotated[
+        bool,
+        Setting(
+            flag="--force",
+            switch="Run even when the estimated peak per rank exceeds the memory it may use (by "
+            "default such a run is refused before anything is allocated; docs/models.md)",
+        ),
+    ] = Field(
         True,
         description="Refuse, before anything is allocated, a run whose estimated peak per rank "
         "(docs/models.md) exceeds the memory it may use (the container's limit; on a laptop, the "

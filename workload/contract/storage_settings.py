@@ -1,4 +1,6 @@
-"""Where a benchmark's checkpoints go and how each storage backend moves them, declared once.
+"""Where a benchmark's checkpoints go and how each storage backend moves them, declared once, and
+which storage service both workloads talk to (:class:`ServiceSettings`: the GCP project, the S3
+endpoint, region and addressing; the data-loading settings extend it too).
 
 :class:`StorageSettings` holds the backend, the checkpoint path and every backend's own knob (gcs,
 gcsfs, s3, s3fs, file), with S3's bucket-name rules that the path and ``ckptbench clean`` share.
@@ -13,23 +15,24 @@ from __future__ import annotations
 import re
 from typing import Annotated, ClassVar
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from ckptbench.workload.contract.choices import Backend, S3PrefixStrategy, S3Reader, UploadScheme
 from ckptbench.workload.contract.declaration import Setting, choice
 from ckptbench.workload.contract.rule import Rule
-from ckptbench.workload.contract.service_settings import ServiceSettings
 
 MIB = 1024**2
 # S3's bucket names: 3 to 63 lowercase letters, digits, dots and dashes, starting and ending with
 # a letter or digit (S3's rules; the ones a pattern cannot say are checked in s3_bucket_problem).
 S3_BUCKET_PATTERN = r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
 # A local path, file://..., gs://bucket[/prefix] or s3://bucket[/prefix]: the schemes a backend
-# may write to.
+# may write to. No whitespace and no control character (a NUL cut the path short in open()).
+_PATH_CHARS = r"[^\s\x00-\x1f\x7f]*"
 CHECKPOINT_PATH_PATTERN = (
-    r"^(gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/\S*)?"
-    rf"|s3://{S3_BUCKET_PATTERN}(/\S*)?|file:///\S*|/\S*)$"
+    rf"^(gs://[a-z0-9][a-z0-9._-]{{1,220}}[a-z0-9](/{_PATH_CHARS})?"
+    rf"|s3://{S3_BUCKET_PATTERN}(/{_PATH_CHARS})?|file:///{_PATH_CHARS}|/{_PATH_CHARS})$"
 )
+S3_BACKENDS = ("s3", "s3fs")
 
 
 def s3_bucket_problem(bucket: str) -> str | None:
@@ -49,6 +52,83 @@ def s3_bucket_problem(bucket: str) -> str | None:
         return f"{bucket!r} is not a bucket name: S3 bucket names are not IP addresses"
     if bucket.startswith(("xn--", "sthree-")) or bucket.endswith(("-s3alias", "--ol-s3")):
         return f"{bucket!r} is not a bucket name: S3 reserves that prefix or suffix"
+    return None
+
+
+# The Python clients that take a GCP project: google-cloud-storage's (gcs, and the dataflux
+# connector on top of it) and gcsfs.
+GCS_PROJECT_BACKENDS = ("gcs", "gcsfs", "dataflux")
+
+
+class ServiceSettings(BaseModel):
+    """The storage service: a GCP project, or an S3 endpoint, region and addressing."""
+
+    OPTIONS_GROUP: ClassVar[str] = "service"
+
+    project: Annotated[str | None, Setting(backends=GCS_PROJECT_BACKENDS, metavar="ID")] = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9.:_-]*$",
+        description="GCP project of the storage clients; default: the one of the credentials.",
+    )
+    s3_endpoint: Annotated[str | None, Setting(backends=S3_BACKENDS, metavar="URL")] = Field(
+        None,
+        min_length=1,
+        max_length=1024,
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="Backends s3 and s3fs: the S3 endpoint (MinIO, Ceph RGW, R2 ...); default "
+        "AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, else AWS's own for the region. A local run "
+        "with neither starts an embedded S3 server (moto).",
+    )
+    s3_region: Annotated[str | None, Setting(backends=S3_BACKENDS, metavar="REGION")] = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        pattern=r"^[a-z0-9-]+$",
+        description="Backends s3 and s3fs: the bucket's region; default AWS_REGION or "
+        "AWS_DEFAULT_REGION, else us-east-1.",
+    )
+    s3_path_style: Annotated[bool, Setting(backends=S3_BACKENDS)] = Field(
+        False,
+        description="Backends s3 and s3fs: path-style addressing (endpoint/bucket/key) instead of "
+        "virtual-hosted (bucket.endpoint/key), as MinIO and most on-premises stores need. "
+        "Always on for an endpoint given by IP address or localhost.",
+    )
+
+
+def gcs_bucket_problem(bucket: str) -> str | None:
+    """Why ``bucket`` is not a GCS bucket name (GCS's naming rules), or None when it is one."""
+    if not bucket:
+        return "no bucket"
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", bucket):
+        return (
+            f"{bucket!r} is not a bucket name: GCS bucket names are 3 to 222 characters of "
+            "lowercase letters, digits, dots, dashes and underscores, starting and ending with a "
+            "letter or digit"
+        )
+    words = bucket.split(".")
+    if "" in words:
+        return f"{bucket!r} is not a bucket name: GCS bucket names hold no two dots in a row"
+    if len(bucket) > 63 and len(words) == 1:
+        return f"{bucket!r} is not a bucket name: a GCS bucket name without dots is 3 to 63 long"
+    if any(len(word) > 63 for word in words):
+        return f"{bucket!r} is not a bucket name: each dot-separated part is at most 63 characters"
+    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket):
+        return f"{bucket!r} is not a bucket name: GCS bucket names are not IP addresses"
+    if bucket.startswith("goog") or re.search(r"g[o0][o0]g[l1]e", bucket):
+        return (
+            f"{bucket!r} is not a bucket name: GCS reserves names that start with 'goog' or "
+            "hold 'google' or a misspelling of it"
+        )
+    return None
+
+
+def bucket_problem(url: str) -> str | None:
+    """Why the bucket of a ``gs://`` or ``s3://`` URL is no bucket name; None for other URLs."""
+    for scheme, problem in (("gs://", gcs_bucket_problem), ("s3://", s3_bucket_problem)):
+        if url.startswith(scheme):
+            return problem(url[len(scheme) :].split("/", 1)[0])
     return None
 
 
@@ -79,13 +159,20 @@ class StorageSettings(ServiceSettings):
         # say what is wrong (WorkloadConfig), rather than by a regular expression.
         json_schema_extra={"pattern": CHECKPOINT_PATH_PATTERN},
     )
-    drop_cache: Annotated[bool, Setting(backends=("file",), flag="--keep-cache", axis=True)] = (
-        Field(
-            True,
-            description="Backend file: evict the written files from the node's page cache before "
-            "each load, so loads read the storage (a network file system may still cache on its "
-            "server; docs/measurement.md). False keeps the cache.",
-        )
+    drop_cache: Annotated[
+        bool,
+        Setting(
+            backends=("file",),
+            flag="--keep-cache",
+            axis=True,
+            switch="Backend file: leave the written files in the node's page cache, so loads may "
+            "read memory (by default they are evicted before each load)",
+        ),
+    ] = Field(
+        True,
+        description="Backend file: evict the written files from the node's page cache before "
+        "each load, so loads read the storage (a network file system may still cache on its "
+        "server; docs/measurement.md). False keeps the cache.",
     )
     threads: Annotated[int, Setting(backends=("gcs",), unit="threads", axis=True)] = Field(
         8, ge=1, le=256, description="Transfer threads per rank (backend gcs)."
@@ -110,10 +197,17 @@ class StorageSettings(ServiceSettings):
         "deleted) or auto (multipart on GCS; compose against an emulator, since none "
         "implements the XML multipart upload).",
     )
-    checksums: Annotated[bool, Setting(backends=("gcs",), flag="--no-checksums", axis=True)] = (
-        Field(
-            True, description="Backend gcs: crc32c on every uploaded part and every read, checked."
-        )
+    checksums: Annotated[
+        bool,
+        Setting(
+            backends=("gcs",),
+            flag="--no-checksums",
+            axis=True,
+            switch="Backend gcs: skip crc32c on uploaded parts and reads (by default every one is "
+            "computed and checked)",
+        ),
+    ] = Field(
+        True, description="Backend gcs: crc32c on every uploaded part and every read, checked."
     )
     sync_files: Annotated[bool, Setting(backends=("gcsfs", "s3fs"), axis=True)] = Field(
         False,
@@ -185,30 +279,20 @@ class StorageSettings(ServiceSettings):
     def _path_shape(cls, value: str) -> str:
         # The same shape the CRD's pattern admits, refused with a reason rather than the pattern.
         if re.fullmatch(CHECKPOINT_PATH_PATTERN, value):
-            problem = (
-                s3_bucket_problem(value[len("s3://") :].split("/", 1)[0])
-                if value.startswith("s3://")
-                else None
-            )
+            problem = bucket_problem(value)
             if problem is None:
                 return value
             raise ValueError(problem)
-        if value.startswith("s3://"):
-            problem = s3_bucket_problem(value[len("s3://") :].split("/", 1)[0])
+        if value.startswith(("s3://", "gs://")):
+            problem = bucket_problem(value)
             raise ValueError(
-                f"{problem} in {value!r}" if problem is not None else "whitespace in the URL"
-            )
-        if value.startswith("gs://"):
-            bucket = value[len("gs://") :].split("/", 1)[0]
-            if not bucket:
-                raise ValueError(f"no bucket in {value!r}")
-            raise ValueError(
-                f"{bucket!r} is not a bucket name: 3 to 222 characters of lowercase letters, "
-                "digits, dots, dashes and underscores, starting and ending with a letter or digit"
+                f"{problem} in {value!r}"
+                if problem is not None
+                else "whitespace or a control character in the URL"
             )
         raise ValueError(
             "must be gs://bucket/prefix, s3://bucket/prefix, file:///path or an absolute path, "
-            "without whitespace"
+            "without whitespace or control characters"
         )
 
 

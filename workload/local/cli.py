@@ -36,6 +36,7 @@ from ckptbench.workload.local.plan import EMULATOR_BUCKET, Plan, plan
 from ckptbench.workload.local.runner import run_ranks
 from ckptbench.workload.local.s3_server import S3Server
 from ckptbench.workload.rank.process import environment
+from ckptbench.workload.storage.s3 import where as s3_where
 
 # Where things moved when the options got their own modules; callers and tests import them here.
 __all__ = ["EMULATOR_BUCKET", "Plan", "UsageError", "build_parser", "main", "parse_size", "plan"]
@@ -55,6 +56,11 @@ def settings(config: WorkloadConfig, emulator: str | None) -> dict[str, Any]:
         s["cache"] = config.cache_mode.value
     if emulator:
         s["emulator"] = emulator
+    if "s3_endpoint" in s:
+        # Where the ranks' clients went: AWS_ENDPOINT_URL(_S3) and AWS_REGION when the options
+        # left them unset (the rank resolves them the same way), so no run hides its store.
+        where = s3_where.resolve(config.s3_endpoint, config.s3_region, config.s3_path_style)
+        s.update(s3_endpoint=where.endpoint, s3_region=where.region)
     return s
 
 

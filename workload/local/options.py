@@ -138,6 +138,7 @@ def _parser_of(d: settings.Declared) -> Callable[[str], Any] | None:
 def _help(d: settings.Declared, parse: Callable[[str], Any] | None, default: Any) -> str:
     text = (d.field.description or d.name).rstrip(".")
     if parse is None:
+        text = (d.setting.switch or text).rstrip(".")
         return f"{text} (this switch sets {d.name} to {str(not d.field.default).lower()})"
     if default is not None:
         shown = default.value if isinstance(default, enum.Enum) else default

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,11 +19,14 @@ from ckptbench.workload.contract import cells
 from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, UploadScheme
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.storage_settings import s3_bucket_problem
+from ckptbench.workload.contract.declaration import Declared
+from ckptbench.workload.contract.settings import declared
+from ckptbench.workload.contract.storage_settings import bucket_problem
 from ckptbench.workload.local.emulator import missing_extra
 from ckptbench.workload.local.options import OPTIONS, Option, UsageError, explain, option, values_of
 from ckptbench.workload.local.outputs import target
 from ckptbench.workload.rank.process import memory
+from ckptbench.workload.storage import clean
 from ckptbench.workload.storage.file.paths import local_path, why_no_folder
 
 EMULATOR_BUCKET = "ckptbench"
@@ -86,6 +90,11 @@ def _local_path(storage: str) -> str:
     except ValueError as exc:
         raise UsageError(f"--storage: {exc}") from None
     # Refused before any rank starts, not by every rank after it.
+    problem = clean.why_system_folder(path.resolve())
+    if problem is not None:
+        raise UsageError(
+            f"--storage: {problem}; ckptbench clean refuses it too, so use a folder of its own"
+        )
     problem = why_no_folder(path)
     if problem is not None:
         raise UsageError(f"--storage: {problem}")
@@ -139,10 +148,9 @@ def plan(args: argparse.Namespace) -> Plan:
         bucket = raw_storage.removeprefix(f"{kind}://").split("/", 1)[0]
         if not bucket:
             raise UsageError(f"--storage: no bucket in {raw_storage!r}")
-        if kind == "s3":
-            problem = s3_bucket_problem(bucket)
-            if problem is not None:
-                raise UsageError(f"--storage: {problem}")
+        problem = bucket_problem(raw_storage)
+        if problem is not None:
+            raise UsageError(f"--storage: {problem}")
         if args.emulator:
             emulator_bucket = bucket
     else:
@@ -181,6 +189,7 @@ def plan(args: argparse.Namespace) -> Plan:
             found = values_of(o, raw)
             if found:
                 fixed[o.field] = found[0][1]
+    check_acts(given, next(v for o, v in axes if o.flag == "--backend"))
     several = any(len(v) > 1 for _, v in axes)
     planned = _cells(fixed, [(o, v) for o, v in axes if v], several=several, given=given)
     for cell in planned:
@@ -191,6 +200,20 @@ def plan(args: argparse.Namespace) -> Plan:
     if verbose and quiet:
         raise UsageError("--quiet: contradicts --verbose (which shows rank lines --quiet hides)")
     return Plan(planned, emulator_bucket, storage, timeout, **outputs, verbose=verbose, quiet=quiet)
+
+
+def check_acts(
+    given: set[str], backends: list[tuple[str, Any]], settings: Iterable[Declared] | None = None
+) -> None:
+    """Refuse an option that acts in none of the run's backends: it would be ignored, unsaid
+    (``--s3-endpoint`` with gcs ran against GCS). ``settings``: ``ckptbench run``'s by default."""
+    names = {backend.value for _, backend in backends}
+    for d in declared() if settings is None else settings:
+        if d.name in given and d.setting.backends and not names & set(d.setting.backends):
+            raise UsageError(
+                f"{d.flag}: acts only with backend {' or '.join(d.setting.backends)}; this run's "
+                f"backend is {' and '.join(sorted(names))}"
+            )
 
 
 def _outputs(args: argparse.Namespace) -> dict[str, target.Target]:

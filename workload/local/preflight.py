@@ -8,7 +8,10 @@ run fails in seconds with one message naming ``--storage``.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+import time
+from collections.abc import Callable
 
 import boto3
 import requests
@@ -41,9 +44,27 @@ def check_gcs(storage: str, project: str | None) -> None:
         ) from None
     name = f"{prefix}/.ckptbench-preflight-{secrets.token_hex(4)}".lstrip("/")
     blob = client.bucket(bucket_name).blob(name)
+    written = tried = False
+
+    def upload() -> None:
+        nonlocal tried
+        try:
+            again, tried = tried, True
+            blob.upload_from_string(
+                b"", timeout=PREFLIGHT_SECONDS, retry=None, if_generation_match=0
+            )
+        except gexc.PreconditionFailed:
+            if not again:  # on a retry, the attempt that failed after its write made it: ours
+                raise
+
+    def delete() -> None:
+        with contextlib.suppress(gexc.NotFound):  # an attempt that failed after the delete
+            blob.delete(timeout=PREFLIGHT_SECONDS, retry=None)
+
     try:
-        blob.upload_from_string(b"", timeout=PREFLIGHT_SECONDS, retry=None, if_generation_match=0)
-        blob.delete(timeout=PREFLIGHT_SECONDS, retry=None)
+        _with_retries(upload)
+        written = True
+        _with_retries(delete)
     except gexc.NotFound:
         raise PreflightError(
             f"--storage {storage}: bucket {bucket_name!r} does not exist on {where}"
@@ -52,19 +73,51 @@ def check_gcs(storage: str, project: str | None) -> None:
         raise PreflightError(
             f"--storage {storage}: these credentials may not write there ({exc.message})"
         ) from None
-    except (requests.ConnectionError, requests.Timeout) as exc:
+    except (
+        requests.ConnectionError,
+        requests.Timeout,
+        requests.exceptions.ChunkedEncodingError,
+    ) as exc:
         raise PreflightError(
             f"--storage {storage}: cannot reach {where} within {PREFLIGHT_SECONDS:.0f} s "
-            f"({type(exc).__name__})"
+            f"({type(exc).__name__}){_left(written, f'gs://{bucket_name}/{name}')}"
         ) from None
     except auth_exceptions.GoogleAuthError as exc:
         raise PreflightError(f"--storage {storage}: the credentials were refused ({exc})") from None
     except gexc.GoogleAPICallError as exc:
         raise PreflightError(
             f"--storage {storage}: {where} answered {exc.code}: {exc.message}"
+            f"{_left(written, f'gs://{bucket_name}/{name}')}"
         ) from None
     finally:
         client.close()
+
+
+def _left(written: bool, url: str) -> str:
+    """What a failed preflight left behind, said: its empty object, when the delete failed."""
+    return f"; its empty test object {url} stays: delete it" if written else ""
+
+
+# A transient answer (429, 5xx, a reset) is retried a few times, as the ranks retry theirs: one
+# of them refused a run whose storage was fine.
+PREFLIGHT_ATTEMPTS = 3
+_TRANSIENT: tuple[type[Exception], ...] = (
+    gexc.TooManyRequests,
+    gexc.ServerError,
+    requests.ConnectionError,
+    requests.exceptions.ChunkedEncodingError,  # an answer cut short: the request may have acted
+)
+
+
+def _with_retries(call: Callable[[], None]) -> None:
+    for attempt in range(PREFLIGHT_ATTEMPTS):
+        try:
+            call()
+            return
+        except _TRANSIENT:
+            if attempt + 1 == PREFLIGHT_ATTEMPTS:
+                raise
+            time.sleep(0.25 * 2**attempt)
 
 
 # An S3 endpoint that takes no connection in this long is refused: a few seconds, before any rank.

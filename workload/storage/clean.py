@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ckptbench.workload.contract.data.layout import Dataset, Manifest
-from ckptbench.workload.contract.storage_settings import s3_bucket_problem
+from ckptbench.workload.contract.storage_settings import bucket_problem
 from ckptbench.workload.storage import layout, objects
 
 # How long aborting one unfinished multipart upload may take, retries included.
@@ -96,7 +96,7 @@ def check(url: str) -> Prefix:
         prefix = prefix.strip("/")
         if not bucket or not prefix:
             raise Refused(f"give {scheme}bucket/prefix; a whole bucket is never cleaned")
-        problem = s3_bucket_problem(bucket) if scheme == "s3://" else None
+        problem = bucket_problem(url)
         if problem is not None:
             raise Refused(problem)
         return Prefix(f"{scheme}{bucket}/{prefix}", tuple(prefix.split("/")))
@@ -110,13 +110,15 @@ def check(url: str) -> Prefix:
     if first.endswith(":"):
         raise Refused(f"{first!r} looks like a URL scheme without '//'")
     root = Path(raw).expanduser().resolve()
-    why = _system(root)
+    why = why_system_folder(root)
     if why is not None:
         raise Refused(why)
     return Prefix(f"file://{root}", root.parts[1:], root)
 
 
-def _system(path: Path) -> str | None:
+def why_system_folder(path: Path) -> str | None:
+    """Why the resolved ``path`` is no benchmark prefix (a system or home folder), or None.
+    ``ckptbench run`` refuses the same folders, so that whatever it writes ``clean`` can remove."""
     text = str(path)
     if text in SYSTEM_FOLDERS:
         return f"{text} is a system folder, not a benchmark prefix"

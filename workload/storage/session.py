@@ -26,7 +26,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 from ckptbench.workload.contract.choices import Backend, Format
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG
-from ckptbench.workload.contract.service_settings import ServiceSettings
+from ckptbench.workload.contract.storage_settings import ServiceSettings
 from ckptbench.workload.storage.file import backend as file_backend
 from ckptbench.workload.storage.file.paths import local_path
 from ckptbench.workload.storage.outcome import DeleteOutcome

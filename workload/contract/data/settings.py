@@ -19,8 +19,7 @@ from ckptbench.workload.contract.data.choices import DataFormat, DataPreset, Rea
 from ckptbench.workload.contract.data.presets import PRESETS, Preset
 from ckptbench.workload.contract.declaration import Declared, Setting, choice, declared_fields
 from ckptbench.workload.contract.rule import Rule
-from ckptbench.workload.contract.service_settings import ServiceSettings
-from ckptbench.workload.contract.storage_settings import CHECKPOINT_PATH_PATTERN
+from ckptbench.workload.contract.storage_settings import CHECKPOINT_PATH_PATTERN, ServiceSettings
 
 # A sample starts with its 16-byte header (magic, index, checksum): nothing smaller holds one.
 MIN_SAMPLE_BYTES = 64
@@ -119,7 +118,15 @@ class DataSettings(ServiceSettings):
         le=64,
         description="Batches each worker loads ahead (DataLoader's prefetch_factor).",
     )
-    shuffle: Annotated[bool, Setting(flag="--no-shuffle", axis=True)] = Field(
+    shuffle: Annotated[
+        bool,
+        Setting(
+            flag="--no-shuffle",
+            axis=True,
+            switch="Read samples (or files) in their order, the same every epoch (by default they "
+            "are shuffled from the seed each epoch)",
+        ),
+    ] = Field(
         True,
         description="Shuffle samples (or files, with sharding file) each epoch from the seed; off "
         "reads them in order.",
@@ -151,7 +158,14 @@ class DataSettings(ServiceSettings):
         "0.70); default: the preset's, none for a preset that emulates no compute.",
     )
     dataflux_compose: Annotated[
-        bool, Setting(backends=("dataflux",), flag="--no-dataflux-compose", axis=True)
+        bool,
+        Setting(
+            backends=("dataflux",),
+            flag="--no-dataflux-compose",
+            axis=True,
+            switch="Reader dataflux: download each object alone (by default a batch's small "
+            "objects are composed into one first)",
+        ),
     ] = Field(
         True,
         description="Reader dataflux: compose a batch's small objects into one before the "
@@ -163,7 +177,14 @@ class DataSettings(ServiceSettings):
         "Reader s3: s3torchconnector's reader kind: sequential (one GET streamed whole) or ranged "
         "(a ranged GET per read).",
     )
-    verify: Annotated[bool, Setting(flag="--no-verify")] = Field(
+    verify: Annotated[
+        bool,
+        Setting(
+            flag="--no-verify",
+            switch="Hand samples to the accelerators unchecked: the reads alone are measured (by "
+            "default every sample is checked against its checksum and index)",
+        ),
+    ] = Field(
         True,
         description="Check every sample handed to the accelerator against its checksum and its "
         "index; off measures the reads alone.",

@@ -16,7 +16,8 @@ from ckptbench.workload.contract.data import memory
 from ckptbench.workload.contract.data.choices import Reader
 from ckptbench.workload.contract.data.config import DataConfig
 from ckptbench.workload.contract.data.presets import PRESETS
-from ckptbench.workload.contract.storage_settings import s3_bucket_problem
+from ckptbench.workload.contract.data.settings import declared as data_declared
+from ckptbench.workload.contract.storage_settings import bucket_problem
 from ckptbench.workload.local import plan as run_plan
 from ckptbench.workload.local.data.options import OPTION_OF, OPTIONS, option
 from ckptbench.workload.local.emulator import missing_extra
@@ -83,7 +84,7 @@ def plan(args: argparse.Namespace) -> Plan:
         bucket = raw_storage.removeprefix(f"{kind}://").split("/", 1)[0]
         if not bucket:
             raise UsageError(f"--storage: no bucket in {raw_storage!r}")
-        problem = s3_bucket_problem(bucket) if kind == "s3" else None
+        problem = bucket_problem(raw_storage)
         if problem is not None:
             raise UsageError(f"--storage: {problem}")
         if args.emulator:
@@ -99,6 +100,7 @@ def plan(args: argparse.Namespace) -> Plan:
     if not timeout > 0:
         raise UsageError(f"--timeout: must be positive, got {timeout}")
     fixed: dict[str, Any] = {"data_path": storage, "collective_timeout_seconds": timeout}
+    given = {o.field for o in OPTIONS if o.field and getattr(args, o.dest) not in (None, False)}
     axes: list[tuple[Option, list[tuple[str, Any]]]] = []
     for o in OPTIONS:
         if o.field is None:
@@ -115,6 +117,7 @@ def plan(args: argparse.Namespace) -> Plan:
             found = values_of(o, raw)
             if found:
                 fixed[o.field] = found[0][1]
+    run_plan.check_acts(given, next(v for o, v in axes if o.flag == "--backend"), data_declared())
     planned = _cells(fixed, [(o, v) for o, v in axes if v])
     available = process_memory.available_bytes()
     for cell in planned:

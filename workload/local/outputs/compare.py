@@ -15,6 +15,7 @@ below 1 means it took less time.
 from __future__ import annotations
 
 import argparse
+import re
 import string
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,9 @@ from ckptbench.workload.local.outputs.document import Document, read_json
 MAX_FILES = len(string.ascii_uppercase)
 # Settings that name a run, not what it measured: never a reason for cells not to line up.
 IDENTITY_SETTINGS = frozenset({"run_id"})
+# An embedded emulator listens on a free loopback port, a new one each run: the port says
+# nothing of what was measured, so http://127.0.0.1:41234 and :52843 are the same setting.
+_LOOPBACK_PORT = re.compile(r"^(https?://(?:127\.0\.0\.1|localhost|\[::1\])):\d+(?=/|$)")
 # Compared by the notes of their own (world size, total bytes): not repeated as settings.
 _NOTED_SETTINGS = frozenset({"world_size"})
 
@@ -96,7 +100,11 @@ def _figures(rate: report_rows.Unit) -> list[_Figure]:
 
 def _settings(s: RunSummary) -> dict[str, Any]:
     settings: Mapping[str, Any] = s.extra.get("settings", {})
-    return {str(k): v for k, v in settings.items() if k not in IDENTITY_SETTINGS}
+    return {
+        str(k): _LOOPBACK_PORT.sub(r"\1", v) if isinstance(v, str) else v
+        for k, v in settings.items()
+        if k not in IDENTITY_SETTINGS
+    }
 
 
 def varied_settings(docs: Sequence[Document]) -> list[str]:

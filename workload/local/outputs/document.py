@@ -16,8 +16,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ckptbench.workload.contract import inputs
 from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local.outputs import target
+
+# A results file holds bounded summaries: a sweep's 64 cells of 1,000 samples each, every sample
+# listed twice per operation, take about 8 MB. /dev/zero or a FIFO stops here, not at memory's end.
+MAX_BYTES = 64 * 1024**2
 
 
 class DocumentError(ValueError):
@@ -60,11 +65,25 @@ def write_json(path: Path, runs: Sequence[tuple[str, RunSummary]], ok: bool) -> 
 
 def read_json(path: Path) -> Document:
     try:
-        doc = json.loads(path.read_text())
+        data = inputs.read_bounded(path, MAX_BYTES, "a results file")
     except OSError as exc:
         raise DocumentError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except inputs.InputTooLarge as exc:
+        raise DocumentError(f"{path}: {exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(
+            f"{path}: not JSON: byte 0x{data[exc.start]:02x} at offset {exc.start} is not UTF-8"
+        ) from None
+    try:
+        doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DocumentError(f"{path}: not JSON: {exc}") from None
+    except RecursionError:
+        raise DocumentError(f"{path}: not a results file: nested too deep to read") from None
+    except ValueError as exc:  # an integer past Python's digit limit for str -> int
+        raise DocumentError(f"{path}: not a results file: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
         raise DocumentError(f"{path}: not a results file of 'ckptbench run --json' (no 'runs')")
     runs: list[tuple[str, RunSummary]] = []
