@@ -31,8 +31,9 @@ per request on this machine, not GCS's or S3's. Under the model a single stream 
 request pays a round trip, as on the real services, so parallelism and fewer requests pay; it is
 still a model, not the services.
 
-Run: ``nice -n 10 .venv/bin/python bench/bench_data.py`` (about 10 minutes on a 2-core machine;
-``--no-model`` for the bare servers alone, about 4; ``--servers gcs`` or ``s3`` for one of them).
+Run: ``nice -n 10 .venv/bin/python bench/bench_data.py`` (about 10 minutes on a 2-core machine,
+two rounds; ``--rounds 3`` about 15; ``--no-model`` for the bare servers alone, about half;
+``--servers gcs`` or ``s3`` for one of them).
 """
 
 from __future__ import annotations
@@ -139,6 +140,11 @@ def spread(xs: Sequence[float], scale: float = 1.0, fmt: str = ".1f") -> str:
 def per_round_ratios(xs: Sequence[float], ys: Sequence[float]) -> list[float]:
     """Round by round: each round's two runs are neighbours in time, so their ratio is paired."""
     return [x / y for x, y in zip(xs, ys, strict=True)]
+
+
+def interleaved(readers: Sequence[str], round_index: int) -> list[str]:
+    """A B C in even rounds, C B A in odd ones: no reader always runs first or last."""
+    return list(readers if round_index % 2 == 0 else readers[::-1])
 
 
 def run_env(server: Server, url: str, started: GcsEmulator | S3Server) -> dict[str, str]:
@@ -273,7 +279,7 @@ def measure(server: Server, a: argparse.Namespace, tmp: Path) -> None:
         )
         results = {regime.name: Figures() for regime in regimes}
         for r in range(a.rounds):
-            order = server.readers if r % 2 == 0 else server.readers[::-1]
+            order = interleaved(server.readers, r)
             for regime in regimes:
                 env = run_env(server, regime.url, started)
                 for reader in order:
@@ -332,7 +338,7 @@ def report(server: Server, regime: Regime, f: Figures, a: argparse.Namespace,
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds (default 2)")
     p.add_argument(
         "--files",
         type=int,
@@ -361,14 +367,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--rate must be positive and --rtt not negative")
     print(
         f"bench_data: preset {PRESET}, {a.files} files, {a.rounds} round(s), {a.ranks} rank(s), "
-        f"{os.cpu_count()} CPUs; MiB = 2^20 bytes, MB = 10^6",
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; MiB = 2^20 bytes, "
+        "MB = 10^6",
         flush=True,
     )
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ckptbench-data-bench-") as tmp:
         for name in servers:
             measure(SERVERS[name], a, Path(tmp))
-    print(f"\nbench_data: {time.monotonic() - t0:.0f} s in all")
+    print(
+        f"\nbench_data: {time.monotonic() - t0:.0f} s in all, load average now "
+        f"{os.getloadavg()[0]:.1f} (other work on this machine slows the runs it overlaps)"
+    )
     return 0
 
 
