@@ -31,8 +31,8 @@ per request on this machine, not GCS's or S3's. Under the model a single stream 
 request pays a round trip, as on the real services, so parallelism and fewer requests pay; it is
 still a model, not the services.
 
-Run: ``nice -n 10 .venv/bin/python bench/bench_data.py`` (about 10 minutes on a 2-core machine,
-two rounds; ``--rounds 3`` about 15; ``--no-model`` for the bare servers alone, about half;
+Run: ``nice -n 10 .venv/bin/python bench/bench_data.py`` (about 11 minutes on a busy 2-core machine,
+two rounds; ``--rounds 3`` about 16; ``--no-model`` for the bare servers alone, about half;
 ``--servers gcs`` or ``s3`` for one of them).
 """
 
