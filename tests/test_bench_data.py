@@ -96,8 +96,10 @@ def test_every_section_prints_each_reader_its_one_stream_and_its_ratios(
         # One round: the median is that round's figure, as printed when it was measured.
         assert (sps, mib) == rounds[(regime, reader)], (reader, rounds)
         assert of_stream == pytest.approx(mib / stream, abs=0.011 + 0.01 * mib / stream)
-        # Under the model every reader's requests went through it; bare, none are counted.
-        assert (requests >= 16) if regime == "model" else (requests == -1), (reader, requests)
+        # Under the model every reader's requests went through it (one or more a file, but
+        # dataflux's few composes and downloads a batch); bare, none are counted.
+        least = 1 if reader == "dataflux" else 16
+        assert (requests >= least) if regime == "model" else (requests == -1), (reader, requests)
     for top, bottom in RATIOS[server]:
         [line] = [x for x in section if x.startswith(f"ratio {top}/{bottom} {regime}: ")]
         m = re.search(rf": {SPREAD}x  \((.+)\)$", line)
