@@ -31,9 +31,9 @@ per request on this machine, not GCS's or S3's. Under the model a single stream 
 request pays a round trip, as on the real services, so parallelism and fewer requests pay; it is
 still a model, not the services.
 
-Run: ``nice -n 10 .venv/bin/python bench/bench_data.py`` (about 11 minutes on a busy 2-core machine,
-two rounds; ``--rounds 3`` about 16; ``--no-model`` for the bare servers alone, about half;
-``--servers gcs`` or ``s3`` for one of them).
+Run: ``nice -n 10 .venv/bin/python bench/bench_data.py`` (two rounds: 7 minutes on a shared 2-core
+machine at load average 6; ``--rounds 3`` 16.5 at load 12; ``--no-model`` for the bare servers
+alone; ``--servers gcs`` or ``s3`` for one of them).
 """
 
 from __future__ import annotations
