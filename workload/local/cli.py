@@ -29,9 +29,8 @@ from ckptbench.workload.local import preflight, report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
 from ckptbench.workload.local.options import UsageError, build_parser, parse_size
 from ckptbench.workload.local.outcome import RanksOutcome
-from ckptbench.workload.local.outputs import csvfile, document
+from ckptbench.workload.local.outputs import csvfile, document, target
 from ckptbench.workload.local.outputs.progress import Progress
-from ckptbench.workload.local.outputs.target import Target
 from ckptbench.workload.local.plan import EMULATOR_BUCKET, Plan, plan
 from ckptbench.workload.local.runner import run_ranks
 from ckptbench.workload.local.s3_server import S3Server
@@ -232,24 +231,15 @@ def main(argv: Sequence[str]) -> int:
             return EXIT_FAILED
     if runs:
         # Standard output carries the JSON or the CSV when asked to; the table then goes aside.
-        aside = any(t is not None and t.is_stdout for t in (p.json, p.csv))
-        print(report.format_report(runs), file=sys.stderr if aside else sys.stdout)
-    outputs: list[tuple[Target, str]] = []
-    if p.json is not None and runs:
-        outputs.append((p.json, document.to_text(runs, ok and not stop.is_set())))
-    if p.csv is not None and runs:
-        outputs.append((p.csv, csvfile.to_csv(runs)))
-    for target, text in outputs:
-        try:
-            target.write(text)
-        except OSError as exc:
-            # Checked before the run, but a disk can fill or a folder go meanwhile.
-            print(
-                f"ckptbench run: {target.flag}: could not write {str(target.path)!r}: "
-                f"{exc.strerror or exc}",
-                file=sys.stderr,
-            )
-            ok = False
+        print(report.format_report(runs), file=target.table_stream([p.json, p.csv]))
+        written = target.write_each(
+            [
+                (p.json, document.to_text(runs, ok and not stop.is_set())),
+                (p.csv, csvfile.to_csv(runs)),
+            ],
+            "ckptbench run",
+        )
+        ok = ok and written
     if runs and p.emulator_bucket is not None and p.json is None:
         # The ranks' logs name results/summary.json in the bucket; that bucket went with the
         # embedded emulator.

@@ -135,9 +135,19 @@ def _one(args: argparse.Namespace, flag: str) -> Any:
     return found[0][1] if found else None
 
 
-def plan(args: argparse.Namespace) -> Plan:
-    raw_storage: str | None = args.storage
-    asked = values_of(option("--backend"), args.backend) if args.backend is not None else []
+@dataclass(frozen=True)
+class Where:
+    """Where a local run's data goes: ``gs``, ``s3`` or ``file``, its URL or folder, and the bucket
+    an embedded emulator is to create (None: a real store, or a folder)."""
+
+    kind: str
+    storage: str
+    emulator_bucket: str | None
+
+
+def where_it_runs(raw_storage: str | None, asked: list[tuple[str, Any]], emulator: bool) -> Where:
+    """``--storage`` (None: an embedded emulator) for the backends ``asked``, each problem named;
+    ``ckptbench run`` and ``ckptbench data`` alike."""
     kind = _storage_kind(raw_storage, asked)
     emulator_bucket: str | None = None
     if raw_storage is None:
@@ -151,20 +161,27 @@ def plan(args: argparse.Namespace) -> Plan:
         problem = bucket_problem(raw_storage)
         if problem is not None:
             raise UsageError(f"--storage: {problem}")
-        if args.emulator:
+        if emulator:
             emulator_bucket = bucket
     else:
-        if args.emulator:
+        if emulator:
             raise UsageError("--emulator: needs a gs:// or s3:// --storage")
         storage = _local_path(raw_storage)
     if emulator_bucket is not None and (problem := missing_extra(kind)) is not None:
         raise UsageError(problem)
+    return Where(kind, storage, emulator_bucket)
+
+
+def plan(args: argparse.Namespace) -> Plan:
+    asked = values_of(option("--backend"), args.backend) if args.backend is not None else []
+    where = where_it_runs(args.storage, asked, bool(args.emulator))
+    kind, storage, emulator_bucket = where.kind, where.storage, where.emulator_bucket
     if emulator_bucket is not None and kind == "s3" and getattr(args, "s3_endpoint", None):
         raise UsageError(
             "--s3-endpoint: give --storage s3://bucket/prefix on that endpoint (with no --storage, "
             "or with --emulator, the run uses the embedded S3 server)"
         )
-    outputs = _outputs(args)
+    outputs = outputs_of(args)
     timeout: float = _one(args, "--timeout")
     if not timeout > 0:
         raise UsageError(f"--timeout: must be positive, got {timeout}")
@@ -216,7 +233,7 @@ def check_acts(
             )
 
 
-def _outputs(args: argparse.Namespace) -> dict[str, target.Target]:
+def outputs_of(args: argparse.Namespace) -> dict[str, target.Target]:
     """The output files, each checked now, so a bad one costs no run and loses no results."""
     found = {}
     try:

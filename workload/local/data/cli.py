@@ -22,6 +22,7 @@ from ckptbench.workload.local.data.options import build_parser
 from ckptbench.workload.local.data.plan import Plan, plan
 from ckptbench.workload.local.emulator import EmulatorError
 from ckptbench.workload.local.options import UsageError
+from ckptbench.workload.local.outputs import target
 from ckptbench.workload.local.outputs.progress import EPOCH_DONE, Progress
 from ckptbench.workload.local.runner import run_ranks
 from ckptbench.workload.local.s3_server import S3Server
@@ -152,18 +153,12 @@ def main(argv: Sequence[str]) -> int:
             print(f"ckptbench data: the embedded emulator failed: {exc}", file=sys.stderr)
             return EXIT_FAILED
     if records:
-        aside = any(t is not None and t.is_stdout for t in (p.json, p.csv))
-        print(report.format_report(_runs(records)), file=sys.stderr if aside else sys.stdout)
-    for t, text in ((p.json, to_json(records, ok)), (p.csv, to_csv(records))):
-        if t is not None and records:
-            try:
-                t.write(text)
-            except OSError as exc:
-                print(
-                    f"ckptbench data: {t.flag}: could not write {str(t.path)!r}: {exc}",
-                    file=sys.stderr,
-                )
-                ok = False
+        print(report.format_report(_runs(records)), file=target.table_stream([p.json, p.csv]))
+        written = target.write_each(
+            [(p.json, to_json(records, ok and not stop.is_set())), (p.csv, to_csv(records))],
+            "ckptbench data",
+        )
+        ok = ok and written
     if stop.is_set():
         print("ckptbench data: interrupted; every rank was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -17,10 +17,8 @@ from ckptbench.workload.contract.data.choices import Reader
 from ckptbench.workload.contract.data.config import DataConfig
 from ckptbench.workload.contract.data.presets import PRESETS
 from ckptbench.workload.contract.data.settings import declared as data_declared
-from ckptbench.workload.contract.storage_settings import bucket_problem
 from ckptbench.workload.local import plan as run_plan
 from ckptbench.workload.local.data.options import OPTION_OF, OPTIONS, option
-from ckptbench.workload.local.emulator import missing_extra
 from ckptbench.workload.local.options import Option, UsageError, explain, values_of
 from ckptbench.workload.local.outputs import target
 from ckptbench.workload.rank.process import memory as process_memory
@@ -72,30 +70,10 @@ def _backends(raw: str | None, kind: str) -> list[tuple[str, Any]]:
 
 
 def plan(args: argparse.Namespace) -> Plan:
-    raw_storage: str | None = args.storage
     asked = values_of(option("--backend"), args.backend) if args.backend is not None else []
-    kind = run_plan._storage_kind(raw_storage, asked)
-    emulator_bucket: str | None = None
-    if raw_storage is None:
-        storage = f"{kind}://{EMULATOR_BUCKET}/{run_plan.EMULATOR_PREFIX}"
-        emulator_bucket = EMULATOR_BUCKET
-    elif kind in ("gs", "s3"):
-        storage = raw_storage.rstrip("/")
-        bucket = raw_storage.removeprefix(f"{kind}://").split("/", 1)[0]
-        if not bucket:
-            raise UsageError(f"--storage: no bucket in {raw_storage!r}")
-        problem = bucket_problem(raw_storage)
-        if problem is not None:
-            raise UsageError(f"--storage: {problem}")
-        if args.emulator:
-            emulator_bucket = bucket
-    else:
-        if args.emulator:
-            raise UsageError("--emulator: needs a gs:// or s3:// --storage")
-        storage = run_plan._local_path(raw_storage)
-    if emulator_bucket is not None and (problem := missing_extra(kind)) is not None:
-        raise UsageError(problem)
-    outputs = run_plan._outputs(args)
+    where = run_plan.where_it_runs(args.storage, asked, bool(args.emulator))
+    kind, storage, emulator_bucket = where.kind, where.storage, where.emulator_bucket
+    outputs = run_plan.outputs_of(args)
     timeout: float = values_of(option("--timeout"), args.timeout)[0][1]
     if not timeout > 0:
         raise UsageError(f"--timeout: must be positive, got {timeout}")

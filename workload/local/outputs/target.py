@@ -15,8 +15,10 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from ckptbench.workload.storage.file.paths import why_no_folder
 
@@ -112,3 +114,27 @@ def _write_atomically(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def table_stream(targets: Sequence[Target | None]) -> TextIO:
+    """Where the table goes: standard output, unless a target writes its JSON or CSV there."""
+    return sys.stderr if any(t is not None and t.is_stdout for t in targets) else sys.stdout
+
+
+def write_each(outputs: Sequence[tuple[Target | None, str]], command: str) -> bool:
+    """Write each output asked for; False when one could not be written (each failure named)."""
+    ok = True
+    for target, text in outputs:
+        if target is None:
+            continue
+        try:
+            target.write(text)
+        except OSError as exc:
+            # Checked before the run, but a disk can fill or a folder go meanwhile.
+            print(
+                f"{command}: {target.flag}: could not write {str(target.path)!r}: "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            ok = False
+    return ok
