@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,23 +189,7 @@ def plan(args: argparse.Namespace) -> Plan:
         "checkpoint_path": storage,
         "collective_timeout_seconds": min(timeout, MAX_COLLECTIVE_SECONDS),
     }
-    axes: list[tuple[Option, list[tuple[str, Any]]]] = []
-    given = {o.field for o in OPTIONS if o.field and getattr(args, o.dest) not in (None, False)}
-    for o in OPTIONS:
-        if o.field is None:
-            continue
-        raw = getattr(args, o.dest)
-        if o.is_switch:
-            if raw:
-                fixed[o.field] = o.const
-        elif o.flag == "--backend":
-            axes.append((o, _backends(raw, kind)))
-        elif o.is_axis:
-            axes.append((o, values_of(o, raw)))
-        else:
-            found = values_of(o, raw)
-            if found:
-                fixed[o.field] = found[0][1]
+    given, axes = take_options(args, OPTIONS, fixed, lambda raw: _backends(raw, kind))
     check_acts(given, next(v for o, v in axes if o.flag == "--backend"))
     several = any(len(v) > 1 for _, v in axes)
     planned = _cells(fixed, [(o, v) for o, v in axes if v], several=several, given=given)
@@ -217,6 +201,35 @@ def plan(args: argparse.Namespace) -> Plan:
     if verbose and quiet:
         raise UsageError("--quiet: contradicts --verbose (which shows rank lines --quiet hides)")
     return Plan(planned, emulator_bucket, storage, timeout, **outputs, verbose=verbose, quiet=quiet)
+
+
+def take_options(
+    args: argparse.Namespace,
+    options: Sequence[Option],
+    fixed: dict[str, Any],
+    backends: Callable[[str | None], list[tuple[str, Any]]],
+) -> tuple[set[str], list[tuple[Option, list[tuple[str, Any]]]]]:
+    """Each option of a settings field, as given: a switch or a single value into ``fixed``, a
+    comma list (``--backend`` through ``backends``) as an axis. Returns the fields given and the
+    axes, in the options' order (``ckptbench run`` and ``ckptbench data`` alike)."""
+    given = {o.field for o in options if o.field and getattr(args, o.dest) not in (None, False)}
+    axes: list[tuple[Option, list[tuple[str, Any]]]] = []
+    for o in options:
+        if o.field is None:
+            continue
+        raw = getattr(args, o.dest)
+        if o.is_switch:
+            if raw:
+                fixed[o.field] = o.const
+        elif o.flag == "--backend":
+            axes.append((o, backends(raw)))
+        elif o.is_axis:
+            axes.append((o, values_of(o, raw)))
+        else:
+            found = values_of(o, raw)
+            if found:
+                fixed[o.field] = found[0][1]
+    return given, axes
 
 
 def check_acts(

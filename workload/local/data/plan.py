@@ -78,23 +78,7 @@ def plan(args: argparse.Namespace) -> Plan:
     if not timeout > 0:
         raise UsageError(f"--timeout: must be positive, got {timeout}")
     fixed: dict[str, Any] = {"data_path": storage, "collective_timeout_seconds": timeout}
-    given = {o.field for o in OPTIONS if o.field and getattr(args, o.dest) not in (None, False)}
-    axes: list[tuple[Option, list[tuple[str, Any]]]] = []
-    for o in OPTIONS:
-        if o.field is None:
-            continue
-        raw = getattr(args, o.dest)
-        if o.is_switch:
-            if raw:
-                fixed[o.field] = o.const
-        elif o.flag == "--backend":
-            axes.append((o, _backends(raw, kind)))
-        elif o.is_axis:
-            axes.append((o, values_of(o, raw)))
-        else:
-            found = values_of(o, raw)
-            if found:
-                fixed[o.field] = found[0][1]
+    given, axes = run_plan.take_options(args, OPTIONS, fixed, lambda raw: _backends(raw, kind))
     run_plan.check_acts(given, next(v for o, v in axes if o.flag == "--backend"), data_declared())
     planned = _cells(fixed, [(o, v) for o, v in axes if v])
     available = process_memory.available_bytes()
