@@ -1,0 +1,1 @@
+"""A DataLoadingBenchmark: its spec, CRD, JobSet and status."""
