@@ -1,1 +1,1 @@
-"""A DataLoadingBenchmark: its spec, CRD, JobSet and status."""
+"""The DataLoadingBenchmark kind: its spec, CRD and JobSet."""
