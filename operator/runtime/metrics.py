@@ -224,9 +224,11 @@ RECONCILE_DURATION = Histogram(
 
 # The handlers that count reconciles: each counter starts at 0, so a dashboard shows "0 errors"
 # rather than "No data" until the first one.
+_BENCHMARK_HANDLERS = ("create", "resume", "update", "jobset", "pod", "resync")
 HANDLERS = (
-    *("create", "resume", "update", "jobset", "pod", "resync"),
+    *_BENCHMARK_HANDLERS,
     *("sweep-create", "sweep-resume", "sweep-update", "sweep-child"),
+    *(f"data-{handler}" for handler in _BENCHMARK_HANDLERS),  # DataLoadingBenchmarks'
 )
 for _handler in HANDLERS:
     RECONCILES.labels(_handler)
