@@ -95,6 +95,17 @@ CONTRACT_METRICS = {
     "ckptbench_operator_reconciles_total": "counter",
     "ckptbench_operator_reconcile_errors_total": "counter",
     "ckptbench_operator_reconcile_duration_seconds": "histogram",
+    # A DataLoadingBenchmark's (the dashboard's "Data loading" row).
+    "ckptbench_data_ranks": "gauge",
+    "ckptbench_data_phase": "gauge",
+    "ckptbench_data_samples_per_second": "gauge",
+    "ckptbench_data_bytes_per_second": "gauge",
+    "ckptbench_data_accelerator_utilization_ratio": "gauge",
+    "ckptbench_data_au_passed": "gauge",
+    "ckptbench_data_time_to_first_batch_seconds": "gauge",
+    "ckptbench_data_batch_wait_seconds": "gauge",
+    "ckptbench_data_sustained_accelerators": "gauge",
+    "ckptbench_data_epochs": "gauge",
 }
 
 

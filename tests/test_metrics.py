@@ -28,6 +28,11 @@ CONTRACT_NAMES = {
     "ckptbench_operator_reconciles_total",
     "ckptbench_operator_reconcile_errors_total",
     "ckptbench_operator_reconcile_duration_seconds",
+    *("ckptbench_data_ranks", "ckptbench_data_phase", "ckptbench_data_samples_per_second"),
+    *("ckptbench_data_bytes_per_second", "ckptbench_data_accelerator_utilization_ratio"),
+    *("ckptbench_data_au_passed", "ckptbench_data_time_to_first_batch_seconds"),
+    *("ckptbench_data_batch_wait_seconds", "ckptbench_data_sustained_accelerators"),
+    "ckptbench_data_epochs",
 }
 
 OP = {
