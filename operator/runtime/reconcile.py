@@ -23,6 +23,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from ckptbench.operator.data.status_schema import DataLoadingStatus
 from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset, spec_hash
 from ckptbench.operator.render.labels import SPEC_HASH_ANNOTATION
 from ckptbench.operator.runtime import metrics
@@ -36,7 +37,7 @@ from ckptbench.operator.spec.policy import Policy
 from ckptbench.operator.spec.status_schema import BenchmarkStatus, status_body
 from ckptbench.operator.status import compute as st
 from ckptbench.operator.status.conditions import timestamp
-from ckptbench.operator.status.events import Event, Lifecycle, transitions
+from ckptbench.operator.status.events import Event, transitions
 from ckptbench.operator.status.memo import StatusMemo
 from ckptbench.operator.status.phases import with_reconcile_error
 from ckptbench.operator.status.pods import excerpt
@@ -77,6 +78,7 @@ def index_reader(index: PodIndex) -> PodRead:
 
 
 S = TypeVar("S", bound=BaseModel)  # a kind's spec model
+Status = BenchmarkStatus | DataLoadingStatus  # the status of each kind the operator writes
 S_in = TypeVar("S_in", bound=BaseModel, contravariant=True)
 
 
@@ -167,7 +169,7 @@ CHECKPOINT: Kind[CheckpointBenchmarkSpec] = Kind(
 
 @dataclass(frozen=True)
 class Outcome:
-    status: BaseModel
+    status: Status
     patched: bool
     created_jobset: bool
     events: tuple[Event, ...] = ()
@@ -246,8 +248,8 @@ def reconcile_once(
 
     body, patched = patch_if_changed(api.patch_status, namespace, name, previous, status)
     kind.update_metrics(namespace, name, backend, body)
-    if not isinstance(status, Lifecycle):  # every kind's status says where its run is
-        raise TypeError(f"{kind.name} status has no phase and conditions: {type(status)}")
+    if not isinstance(status, Status):  # every kind's status model
+        raise TypeError(f"{kind.name}: not a status the operator writes: {type(status)}")
     events = tuple(transitions(previous, status, created_jobset=created))
     for event in events:
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol
 
 from ckptbench.operator.spec.status_schema import Condition
 from ckptbench.operator.status.conditions import find_condition
@@ -22,7 +22,6 @@ class Event:
     message: str
 
 
-@runtime_checkable
 class Lifecycle(Protocol):
     """What the events read of a status, whichever the kind of benchmark."""
 
