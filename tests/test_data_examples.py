@@ -89,8 +89,9 @@ def test_without_the_admins_allow_lists_the_credentialed_examples_are_refused() 
     result = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 2 and result.stdout == ""
     assert (
-        "(default/minio-3mib): spec.s3CredentialsSecret: 'minio-keys' is not allowed"
-        in (result.stderr)
-        or "spec.s3CredentialsSecret: 'minio-keys' is not allowed" in result.stderr
+        "minio.yaml (document 1): spec.s3CredentialsSecret: 'minio-keys' is not allowed"
+        in result.stderr
     ), result.stderr
-    assert "spec.serviceAccountName: 's3-reader' is not allowed" in result.stderr, result.stderr
+    assert "s3.yaml (document 1): spec.serviceAccountName: 's3-reader' is not allowed" in (
+        result.stderr
+    ), result.stderr
