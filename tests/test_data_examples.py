@@ -95,3 +95,14 @@ def test_without_the_admins_allow_lists_the_credentialed_examples_are_refused() 
     assert "s3.yaml (document 1): spec.serviceAccountName: 's3-reader' is not allowed" in (
         result.stderr
     ), result.stderr
+
+
+def test_the_cluster_doc_names_every_spec_field_and_every_example() -> None:
+    from pydantic.alias_generators import to_camel
+
+    from ckptbench.operator.data.model import DataLoadingBenchmarkSpec
+
+    doc = (ROOT / "docs" / "data-loading-cluster.md").read_text()
+    fields = [to_camel(name) for name in DataLoadingBenchmarkSpec.model_fields]
+    assert [f for f in fields if f"`{f}`" not in doc] == []
+    assert [p.name for p in EXAMPLES if f"`{p.name}`" not in doc] == []
