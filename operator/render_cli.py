@@ -2,10 +2,10 @@
 
 Input: CheckpointBenchmark, DataLoadingBenchmark and CheckpointBenchmarkSweep YAML documents from
 files, directories (their *.yaml, *.yml and *.json), glob patterns, or ``-`` for standard input;
-``-f`` takes several and repeats. A sweep is expanded into the child benchmarks the operator would create for it, and
-each child is rendered as a benchmark. Documents of other kinds (the PersistentVolumeClaim beside
-a benchmark) are skipped with a note on standard error. Files must be UTF-8 and free of YAML
-anchors and aliases.
+``-f`` takes several and repeats. A sweep is expanded into the child benchmarks the operator
+would create for it, and each child is rendered as a benchmark. Documents of other kinds (the
+PersistentVolumeClaim beside a benchmark) are skipped with a note on standard error. Files must be
+UTF-8 and free of YAML anchors and aliases.
 Output: the JobSets as a multi-document YAML stream. Nothing is printed unless every benchmark
 is valid; each problem names its file, document and field, and the exit status is 2.
 
