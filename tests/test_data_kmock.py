@@ -141,6 +141,13 @@ def test_a_data_benchmark_runs_to_succeeded_with_its_figures_and_series(
 
     wait_for("the data series", series_show_results)
     assert 'ckptbench_operator_reconciles_total{handler="data-create"}' in operator.metrics()
+    # Its events are about the DataLoadingBenchmark, as `kubectl describe dlb` lists them.
+    events = [
+        e for e in client.list("v1", "events", NS) if e["involvedObject"].get("name") == "reads"
+    ]
+    assert [e["reason"] for e in events][:2] == ["JobSetCreated", "Admitted"]
+    assert {e["involvedObject"]["kind"] for e in events} == {data_names.KIND}
+    assert {e["involvedObject"]["uid"] for e in events} == {created["metadata"]["uid"]}
     # Kueue owns spec.suspend: the operator only ever created the JobSet.
     assert emulator.emulator is not None
     writes = {

@@ -5,15 +5,21 @@ JobSet, a foreign JobSet refused, a spec edit reported), and the reconciler's bo
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from ckptbench.operator.data.model import parse_data_spec
-from ckptbench.operator.data.render import render_data_jobset
+from ckptbench.operator.data.render import data_labels, render_data_jobset
 from ckptbench.operator.data.status import DataMemo
 from ckptbench.operator.data.status_schema import DataLoadingStatus
 from ckptbench.operator.render.jobset import RenderDefaults
+from ckptbench.operator.render.labels import benchmark_labels
+from ckptbench.operator.runtime import kube
 from ckptbench.operator.runtime.data import metrics as data_metrics
 from ckptbench.operator.runtime.data.kind import DATA
 from ckptbench.operator.runtime.reconcile import (
@@ -21,6 +27,7 @@ from ckptbench.operator.runtime.reconcile import (
     Reconciler,
     reconcile_once,
 )
+from ckptbench.operator.runtime.series import REGISTRY
 from ckptbench.operator.spec.model import canonical_json
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -138,7 +145,7 @@ def test_the_data_reconciler_keeps_data_memos_counts_data_handlers_and_forgets_s
         reconciler = Reconciler(api=api, defaults=DEFAULTS, clock=lambda: NOW, kind=DATA)
         await reconciler.reconcile(NS, NAME, "data-create")
         assert isinstance(reconciler._memos[(NS, NAME)], DataMemo)
-        assert data_metrics.REGISTRY.get_sample_value(
+        assert REGISTRY.get_sample_value(
             "ckptbench_data_ranks",
             {"namespace": NS, "name": NAME, "backend": "gcs", "state": "expected"},
         )
@@ -167,3 +174,37 @@ def test_a_create_that_finds_someone_else_s_jobset_refuses_it() -> None:
     reconcile_once(api, DEFAULTS, NS, NAME, NOW, kind=DATA)
     assert api.status["reason"] == "ForeignJobSet"
     assert "jobSetName" not in api.status
+
+
+class StubCore:
+    """The core API's pod listing, answering with pods of both kinds under one benchmark name
+    (a server that ignores the label selector, as the emulator does)."""
+
+    def list_namespaced_pod(self, namespace: str, **kwargs: Any) -> Any:
+        pods = [
+            {"metadata": {"name": "ckpt", "labels": benchmark_labels(NAME)}},
+            {"metadata": {"name": "data", "labels": data_labels(NAME)}},
+        ]
+        return SimpleNamespace(data=json.dumps({"items": pods}))
+
+
+class StubCustom:
+    def __init__(self) -> None:
+        self.asked: list[tuple[Any, ...]] = []
+
+    def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        self.asked.append(args)
+        return SimpleNamespace(data=json.dumps({"metadata": {"name": args[-1]}}))
+
+
+@pytest.mark.parametrize(("served", "pod"), [(kube.CHECKPOINTS, "ckpt"), (kube.DATA, "data")])
+def test_each_kind_s_api_lists_its_own_pods_and_reads_its_own_resource(
+    served: kube.Served, pod: str
+) -> None:
+    api = kube.Kube.__new__(kube.Kube)
+    api._core = StubCore()  # type: ignore[assignment]
+    custom = api._custom = StubCustom()  # type: ignore[assignment]
+    api._served = served
+    assert [p["metadata"]["name"] for p in api.list_pods(NS, NAME)] == [pod]
+    api.get_benchmark(NS, NAME)
+    assert custom.asked[0][3] == served.resource[2]
