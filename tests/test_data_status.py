@@ -341,3 +341,13 @@ def test_the_crd_schema_describes_every_field_the_status_writes() -> None:
     assert conditions["x-kubernetes-list-type"] == "map"
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
     assert all("description" in p for p in schema["properties"].values())
+
+
+def test_every_status_column_of_kubectl_get_is_a_field_the_status_writes() -> None:
+    from ckptbench.operator.data.crd import PRINTER_COLUMNS
+
+    written = compute(Spec(), jobset(), ALL_DONE, None, NOW)
+    paths = [c["jsonPath"] for c in PRINTER_COLUMNS if c["jsonPath"].startswith(".status.")]
+    assert len(paths) >= 5
+    for path in paths:
+        assert path.removeprefix(".status.") in written, path
