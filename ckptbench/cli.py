@@ -20,8 +20,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run a benchmark on this machine (N local ranks), from options or a CheckpointBenchmark",
     ),
     "data": (
-        "ckptbench.workload.local.data.cli",
-        "run a data-loading benchmark on this machine (N local ranks reading a dataset)",
+        "ckptbench.manifest_data",
+        "run a data-loading benchmark on this machine (N local ranks reading a dataset), from "
+        "options or a DataLoadingBenchmark",
     ),
     "sizes": (
         "ckptbench.workload.local.sizes_cli",
@@ -50,9 +51,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "operator": ("ckptbench.operator.runtime.main", "run the Kubernetes operator"),
     "crd": (
         "ckptbench.operator.crd_cli",
-        "print the CheckpointBenchmark CRD (--kind sweep: the CheckpointBenchmarkSweep's)",
+        "print the CheckpointBenchmark CRD (--kind sweep, --kind data: the others')",
     ),
-    "render": ("ckptbench.operator.render_cli", "print the manifests for a CheckpointBenchmark"),
+    "render": (
+        "ckptbench.operator.render_cli",
+        "print the manifests for a CheckpointBenchmark or DataLoadingBenchmark",
+    ),
 }
 
 

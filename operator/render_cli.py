@@ -1,11 +1,11 @@
 """``ckptbench render``: the JobSet the operator would create, for dry runs and GitOps.
 
-Input: CheckpointBenchmark and CheckpointBenchmarkSweep YAML documents from files, directories
-(their *.yaml, *.yml and *.json), glob patterns, or ``-`` for standard input; ``-f`` takes several
-and repeats. A sweep is expanded into the child benchmarks the operator would create for it, and
-each child is rendered as a benchmark. Documents of other kinds (the PersistentVolumeClaim beside
-a benchmark) are skipped with a note on standard error. Files must be UTF-8 and free of YAML
-anchors and aliases.
+Input: CheckpointBenchmark, DataLoadingBenchmark and CheckpointBenchmarkSweep YAML documents from
+files, directories (their *.yaml, *.yml and *.json), glob patterns, or ``-`` for standard input;
+``-f`` takes several and repeats. A sweep is expanded into the child benchmarks the operator
+would create for it, and each child is rendered as a benchmark. Documents of other kinds (the
+PersistentVolumeClaim beside a benchmark) are skipped with a note on standard error. Files must be
+UTF-8 and free of YAML anchors and aliases.
 Output: the JobSets as a multi-document YAML stream. Nothing is printed unless every benchmark
 is valid; each problem names its file, document and field, and the exit status is 2.
 
@@ -22,13 +22,17 @@ import argparse
 import glob
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
 from ckptbench.operator import manifests
+from ckptbench.operator.data.model import parse_data_spec
+from ckptbench.operator.data.names import KIND as DATA_KIND
+from ckptbench.operator.data.render import render_data_jobset
 from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset
 from ckptbench.operator.spec import policy
 from ckptbench.operator.spec.names import (
@@ -94,11 +98,14 @@ def render_documents(
             continue
         if not _ours(document):
             other = (document.get("metadata") or {}).get("name", "?")
-            notes.append(f"{where}: skipped {document.get('kind')} {other}: not a {KIND}")
+            notes.append(
+                f"{where}: skipped {document.get('kind')} {other}: not a {BENCHMARK_KINDS}"
+            )
             continue
         found = _check_document(document)
+        kind = _KINDS.get(document.get("kind"), _KINDS[KIND])
         try:
-            spec = parse_spec(document.get("spec"), options.defaults.policy)
+            spec = kind.parse(document.get("spec"), options.defaults.policy)
         except SpecError as exc:
             found += exc.problems
         if found:
@@ -108,7 +115,8 @@ def render_documents(
         name: str = metadata["name"]
         namespace: str = metadata.get("namespace") or DEFAULT_NAMESPACE
         if (namespace, name) in named:
-            # Applied together, the second would replace the first.
+            # Applied together, the second would replace the first (or, of another kind, fail
+            # to create its JobSet, which has the benchmark's name).
             problems.append(
                 f"{where}: metadata.name: {namespace}/{name} is also {named[(namespace, name)]}"
             )
@@ -120,7 +128,7 @@ def render_documents(
             uid, placeholder = DRY_RUN_UID, placeholder or options.owner
         try:
             jobsets.append(
-                render_jobset(name, namespace, uid, spec, options.defaults, owner=options.owner)
+                kind.render(name, namespace, uid, spec, options.defaults, owner=options.owner)
             )
         except RenderError as exc:
             problems.append(f"{where}: {exc}")
@@ -155,16 +163,46 @@ def sweep_children(
 _TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
 
 
+class _Render(Protocol):
+    def __call__(
+        self,
+        name: str,
+        namespace: str,
+        uid: str,
+        spec: Any,
+        defaults: RenderDefaults,
+        *,
+        owner: bool = True,
+    ) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """How a benchmark kind's spec is read and rendered: the operator's own functions."""
+
+    parse: Callable[[object, Policy], Any]
+    render: _Render
+
+
+# The benchmark kinds, each rendered as the operator renders it.
+_KINDS: dict[object, _Kind] = {
+    KIND: _Kind(parse_spec, render_jobset),
+    DATA_KIND: _Kind(parse_data_spec, render_data_jobset),
+}
+BENCHMARK_KINDS = f"{KIND} or {DATA_KIND}"
+
+
 def _check_document(document: dict[str, Any]) -> list[str]:
+    said = document.get("kind") if document.get("kind") in _KINDS else KIND
     problems = [
-        f"{key}: unknown field (a {KIND} has {', '.join(_TOP_LEVEL)})"
+        f"{key}: unknown field (a {said} has {', '.join(_TOP_LEVEL)})"
         for key in document
         if key not in _TOP_LEVEL
     ]
     if document.get("apiVersion") != API_VERSION:
         problems.append(f"apiVersion: expected {API_VERSION}, got {document.get('apiVersion')!r}")
-    if document.get("kind") != KIND:
-        problems.append(f"kind: expected {KIND}, got {document.get('kind')!r}")
+    if document.get("kind") not in _KINDS:
+        problems.append(f"kind: expected {BENCHMARK_KINDS}, got {document.get('kind')!r}")
     metadata = document.get("metadata")
     if not isinstance(metadata, dict):
         return [*problems, "metadata: missing or not a mapping"]
@@ -219,11 +257,11 @@ def _read(path: str) -> str:
 
 
 def _ours(document: dict[str, Any]) -> bool:
-    """Whether the document is meant as a CheckpointBenchmark (so its problems are errors)."""
+    """Whether the document is meant as a benchmark (so its problems are errors)."""
     api_version = document.get("apiVersion")
     group = api_version.split("/")[0] if isinstance(api_version, str) else None
     kind = document.get("kind")
-    if kind == KIND:
+    if kind in _KINDS:
         return True
     return group == API_VERSION.split("/")[0] and kind not in OTHER_KINDS
 
@@ -231,8 +269,8 @@ def _ours(document: dict[str, Any]) -> bool:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ckptbench render",
-        description="Print the JobSet the operator creates for each CheckpointBenchmark, and "
-        "for each child benchmark of a CheckpointBenchmarkSweep.",
+        description="Print the JobSet the operator creates for each CheckpointBenchmark and "
+        "DataLoadingBenchmark, and for each child benchmark of a CheckpointBenchmarkSweep.",
         epilog=f"Without metadata.uid or --uid, owner references carry the placeholder uid "
         f"{DRY_RUN_UID}; the operator fills in the benchmark's real one.",
     )
@@ -243,8 +281,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         required=True,
         metavar="FILE",
-        help="CheckpointBenchmark YAML (one or more documents): files, directories, glob "
-        "patterns; '-' reads standard input. Takes several, and repeats.",
+        help="CheckpointBenchmark or DataLoadingBenchmark YAML (one or more documents): files, "
+        "directories, glob patterns; '-' reads standard input. Takes several, and repeats.",
     )
     parser.add_argument(
         "--default-image",
@@ -320,7 +358,8 @@ def main(argv: list[str]) -> int:
     if not jobsets and not problems:
         # Rendering nothing is no success: the input named the wrong file (`-f /etc/shadow`).
         problems.append(
-            f"{', '.join(args.filename)}: holds no {KIND} or {SWEEP_KIND}: nothing to render"
+            f"{', '.join(args.filename)}: holds no {KIND}, {DATA_KIND} or {SWEEP_KIND}: nothing "
+            "to render"
         )
     for note in notes:
         print(f"ckptbench render: note: {note}", file=sys.stderr)

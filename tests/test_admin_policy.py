@@ -433,3 +433,31 @@ def test_the_admission_policy_refuses_a_sweep_whose_template_escalates(case: str
     assert admission_refusals(policy, allowed, "CheckpointBenchmarkSweep") == []
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     assert {"checkpointbenchmarks", "checkpointbenchmarksweeps"} <= set(rules[0]["resources"])
+
+
+DATA_BASE: dict[str, Any] = {"worldSize": 2, "dataPath": "gs://bucket/data"}
+
+
+@pytest.mark.parametrize("case", list(ESCALATIONS))
+def test_the_admission_policy_refuses_a_data_loading_benchmark_that_escalates(case: str) -> None:
+    fields, field = ESCALATIONS[case]
+    fields = {k: v for k, v in fields.items() if k != "checkpointPath"}
+    if "backend" in fields:
+        fields["dataPath"] = "s3://bucket/data"
+    policy = rendered_policy(*VALUES)
+    (message,) = admission_refusals(policy, {**DATA_BASE, **fields}, "DataLoadingBenchmark")
+    assert message.startswith(field), message
+    assert admission_refusals(policy, {**DATA_BASE, **ALLOWED}, "DataLoadingBenchmark") == []
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert "dataloadingbenchmarks" in rules[0]["resources"]
+
+
+def test_the_admission_policy_template_matches_every_benchmark_kind() -> None:
+    # Read without helm: the resources the policy is bound to name every kind's plural.
+    from ckptbench.operator.data.names import PLURAL as DATA_PLURAL
+    from ckptbench.operator.spec.names import PLURAL
+
+    text = (CHART / "templates" / "admission-policy.yaml").read_text()
+    (line,) = [line for line in text.splitlines() if line.strip().startswith("resources:")]
+    for plural in (PLURAL, f"{PLURAL.removesuffix('s')}sweeps", DATA_PLURAL):
+        assert f'"{plural}"' in line, line

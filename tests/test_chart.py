@@ -803,7 +803,7 @@ def uninstall_part(text: str, heading: str) -> str:
 def test_uninstall_steps_delete_every_crd_the_chart_installs(helm: str) -> None:
     """Helm never deletes a chart's CRDs: each place that tells how to uninstall names them all."""
     crds = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in (CHART / "crds").glob("*")}
-    assert len(crds) == 4  # ours and kopf's peering CRDs
+    assert len(crds) == 5  # our three and kopf's two peering CRDs
     places = {
         "NOTES.txt": uninstall_part(install_notes(helm, []), "Uninstall"),
         "README.md": uninstall_part((ROOT / "README.md").read_text(), "Uninstall with"),

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from pydantic.alias_generators import to_camel
 
+from ckptbench.operator import crd_cli
 from ckptbench.operator.spec import crd
 from ckptbench.operator.spec import names as spec_names
 from ckptbench.operator.spec.crd import SchemaConversionError, build_crd, structural
@@ -329,10 +330,10 @@ def undescribed_fields(node: dict[str, Any], path: str = "") -> list[str]:
     return missing
 
 
-@pytest.mark.parametrize("kind", ["benchmark", "sweep"])
+@pytest.mark.parametrize("kind", sorted(crd_cli.KINDS))
 def test_every_field_of_every_generated_crd_is_described(kind: str) -> None:
     """So `kubectl explain ckb.spec.volumes.csi` (or any other field) says what it is."""
-    generated = {"benchmark": crd.crd_yaml, "sweep": sweep_crd.crd_yaml}[kind]()
+    generated = crd_cli.KINDS[kind]()
     for version in yaml.safe_load(generated)["spec"]["versions"]:
         schema = version["schema"]["openAPIV3Schema"]
         assert undescribed_fields(schema) == [], f"{kind} {version['name']}: fields without one"

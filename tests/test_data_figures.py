@@ -127,3 +127,38 @@ def test_sustained_accelerators_is_the_most_that_kept_the_floor(
     points: list[tuple[int, float | None]], floor: float | None, expected: int | None
 ) -> None:
     assert figures.sustained_accelerators(points, floor) == expected
+
+
+def test_the_byte_rate_interval_is_the_sample_rate_s_scaled_by_bytes_per_sample() -> None:
+    results = [_rank(0, bytes=300_000, epoch_seconds=[1.0, 1.5, 1.2], epoch_samples=[50] * 3)]
+    s = figures.summarize(results, 1, None)
+    assert s.bytes_per_second_interval is not None and s.bytes_per_second is not None
+    high = s.bytes_per_second_interval.high
+    assert high is not None
+    assert s.bytes_per_second_interval.low < s.bytes_per_second < high
+    assert s.bytes_per_second_interval == figures.rate_interval(100_000, [1.0, 1.5, 1.2])
+    assert (
+        figures.summarize([_rank(0, epoch_seconds=[1.0])], 1, None).bytes_per_second_interval
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("epochs", "slowest"),
+    [
+        ({0: [1.0, 1.0], 1: [2.0, 3.0], 2: [1.0, 4.0]}, 1),  # a tie: the lower rank
+        ({0: [1.0], 1: [0.5], 2: [0.9]}, 0),
+        ({0: [], 1: [0.5]}, 1),
+        ({0: [], 1: []}, None),
+    ],
+)
+def test_the_slowest_rank_is_the_one_whose_own_epochs_took_longest(
+    epochs: dict[int, list[float]], slowest: int | None
+) -> None:
+    results = [_rank(r, epoch_seconds=e, epoch_samples=[1] * len(e)) for r, e in epochs.items()]
+    assert figures.slowest_rank(results) == slowest
+
+
+def test_a_failed_rank_is_never_the_slowest() -> None:
+    results = [_rank(0, epoch_seconds=[1.0]), _rank(1, error="boom", epoch_seconds=[9.0])]
+    assert figures.slowest_rank(results) == 0

@@ -141,7 +141,10 @@ def test_render_of_a_file_with_no_benchmark_fails(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 2 and done.stdout == "", done.stdout
-    assert f"{path}: holds no CheckpointBenchmark or CheckpointBenchmarkSweep" in done.stderr
+    assert (
+        f"{path}: holds no CheckpointBenchmark, DataLoadingBenchmark or CheckpointBenchmarkSweep"
+        in done.stderr
+    )
 
 
 @pytest.mark.parametrize("host", ["rank0 .svc", "rank0\tsvc", "a/b", ""])

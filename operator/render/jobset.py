@@ -1,5 +1,8 @@
 """CheckpointBenchmark -> JobSet, as a pure function of data (no kopf, no Kubernetes client).
 
+The JobSet around the ranks (:func:`build_jobset`) is every kind's: a DataLoadingBenchmark's
+(``operator/data/render.py``) differs only in what its ranks run (:class:`Ranks`).
+
 One replicated job ``rank`` with one replica: an Indexed Job whose completion index is the rank.
 JobSet gives every pod the hostname ``<name>-rank-0-<index>`` under the headless Service
 ``<name>``, so rank 0's fully qualified address is known before any pod exists.
@@ -11,6 +14,8 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from pydantic import BaseModel
 
 from ckptbench.operator.render.labels import (
     COMPLETION_INDEX_ANNOTATION,
@@ -26,7 +31,7 @@ from ckptbench.operator.render.labels import (
     run_id,
 )
 from ckptbench.operator.render.liveness import HEARTBEAT_FILE, liveness_probe
-from ckptbench.operator.render.resources import container_resources
+from ckptbench.operator.render.resources import container_resources, planned_limit_bytes
 from ckptbench.operator.render.security import (
     container_security_context,
     pod_security_context,
@@ -34,7 +39,8 @@ from ckptbench.operator.render.security import (
     tmp_volume,
 )
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
-from ckptbench.operator.spec.names import REPLICATED_JOB, validate_name
+from ckptbench.operator.spec.names import KIND, REPLICATED_JOB, validate_name
+from ckptbench.operator.spec.pods import PodSpec
 from ckptbench.operator.spec.policy import Policy
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.quantity import cpu_threads
@@ -64,22 +70,34 @@ class RenderDefaults:
             object.__setattr__(self, "policy", replace(self.policy, image=self.image))
 
 
-def spec_hash(spec: CheckpointBenchmarkSpec) -> str:
+def spec_hash(spec: BaseModel) -> str:
     """A digest of the spec as rendered, so a changed spec can be told from the one that ran."""
     return hashlib.sha256(canonical_json(spec).encode()).hexdigest()[:16]
 
 
-def render_jobset(
-    name: str,
-    namespace: str,
-    uid: str,
-    spec: CheckpointBenchmarkSpec,
-    defaults: RenderDefaults,
-    *,
-    owner: bool = True,
-) -> dict[str, Any]:
-    """The JobSet that runs benchmark ``name``. ``owner=False`` leaves out the owner reference
-    (for manifests applied without their CheckpointBenchmark)."""
+@dataclass(frozen=True)
+class Ranks:
+    """What a kind's ranks run, besides the pods' fields every kind shares (:class:`PodSpec`):
+    rendered by each kind from its own config (``render_jobset`` here, the DataLoadingBenchmark's
+    in ``operator/data/render.py``)."""
+
+    kind: str  # of the owner
+    count: int
+    command: tuple[str, ...]
+    env: dict[str, str]  # the config's CKPTBENCH_* round trip (contract/environment.py)
+    port: int  # rank 0's rendezvous port
+    termination_log: str | None
+    progress_timeout_seconds: float
+    resources: dict[str, Any]  # with the memory limit from the kind's plan
+    spec_hash: str
+    labels: dict[str, str]
+
+
+def check_renderable(
+    name: str, namespace: str, uid: str, spec: PodSpec, defaults: RenderDefaults
+) -> str:
+    """The image the ranks run, or :class:`RenderError` naming why nothing may be rendered: a bad
+    name, no namespace or uid, no image, or a field the admin's policy refuses."""
     problem = validate_name(name)
     if problem:
         raise RenderError(problem)
@@ -95,8 +113,52 @@ def render_jobset(
     refused = defaults.policy.problems(spec)
     if refused:
         raise RenderError("; ".join(refused))
+    return image
 
-    labels = benchmark_labels(name)
+
+def render_jobset(
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: CheckpointBenchmarkSpec,
+    defaults: RenderDefaults,
+    *,
+    owner: bool = True,
+) -> dict[str, Any]:
+    """The JobSet that runs benchmark ``name``. ``owner=False`` leaves out the owner reference
+    (for manifests applied without their CheckpointBenchmark)."""
+    image = check_renderable(name, namespace, uid, spec, defaults)
+    config = workload_config(name, namespace, uid, spec)
+    ranks = Ranks(
+        kind=KIND,
+        # One pod per rank: worldSize, or loadWorldSize when the restore is onto more ranks.
+        count=spec.rank_count,
+        command=WORKER_COMMAND,
+        env=config.to_env(),
+        port=config.master_port,
+        termination_log=config.termination_log,
+        progress_timeout_seconds=config.progress_timeout_seconds,
+        resources=container_resources(spec.resources, planned_limit_bytes(spec)),
+        spec_hash=spec_hash(spec),
+        labels=benchmark_labels(name),
+    )
+    return build_jobset(name, namespace, uid, spec, image, defaults, ranks, owner=owner)
+
+
+def build_jobset(
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: PodSpec,
+    image: str,
+    defaults: RenderDefaults,
+    ranks: Ranks,
+    *,
+    owner: bool = True,
+) -> dict[str, Any]:
+    """The JobSet of ``ranks`` in pods as ``spec`` says, for a spec :func:`check_renderable`
+    passed."""
+    labels = ranks.labels
     jobset_labels = dict(labels)
     if spec.queue_name is not None:
         jobset_labels[KUEUE_QUEUE_LABEL] = spec.queue_name
@@ -107,22 +169,21 @@ def render_jobset(
         "name": jobset_name(name),
         "namespace": namespace,
         "labels": jobset_labels,
-        "annotations": {SPEC_HASH_ANNOTATION: spec_hash(spec)},
+        "annotations": {SPEC_HASH_ANNOTATION: ranks.spec_hash},
     }
     if owner:
-        metadata["ownerReferences"] = [owner_reference(name, uid)]
+        metadata["ownerReferences"] = [owner_reference(name, uid, ranks.kind)]
 
     job_spec: dict[str, Any] = {
         "completionMode": "Indexed",
-        # One pod per rank: worldSize, or loadWorldSize when the restore is onto more ranks.
-        "parallelism": spec.rank_count,
-        "completions": spec.rank_count,
+        "parallelism": ranks.count,
+        "completions": ranks.count,
         # A rank that fails fails the attempt; JobSet's maxRestarts decides about another one,
         # restarting all ranks together (a lone restarted rank could not rejoin the collective).
         "backoffLimit": 0,
         "template": {
             "metadata": {"labels": dict(labels)},
-            "spec": _pod_spec(name, namespace, uid, spec, image, defaults),
+            "spec": _pod_spec(spec, image, defaults, ranks),
         },
     }
     if spec.active_deadline_seconds is not None:
@@ -168,17 +229,9 @@ def workload_config(
     return config.model_copy(update={"heartbeat_file": HEARTBEAT_FILE})
 
 
-def _pod_spec(
-    name: str,
-    namespace: str,
-    uid: str,
-    spec: CheckpointBenchmarkSpec,
-    image: str,
-    defaults: RenderDefaults,
-) -> dict[str, Any]:
-    config = workload_config(name, namespace, uid, spec)
+def _pod_spec(spec: PodSpec, image: str, defaults: RenderDefaults, ranks: Ranks) -> dict[str, Any]:
     env: list[dict[str, Any]] = [
-        {"name": key, "value": value} for key, value in sorted(config.to_env().items())
+        {"name": key, "value": value} for key, value in sorted(ranks.env.items())
     ]
     env += [
         # JOB_COMPLETION_INDEX carries the same number; naming it explicitly keeps the rank
@@ -197,15 +250,15 @@ def _pod_spec(
         "name": CONTAINER_NAME,
         "image": image,
         "imagePullPolicy": spec.image_pull_policy or defaults.image_pull_policy,
-        "command": list(WORKER_COMMAND),
+        "command": list(ranks.command),
         "env": env,
-        "ports": [{"name": "rendezvous", "containerPort": config.master_port, "protocol": "TCP"}],
-        "terminationMessagePath": config.termination_log or TERMINATION_MESSAGE_PATH,
+        "ports": [{"name": "rendezvous", "containerPort": ranks.port, "protocol": "TCP"}],
+        "terminationMessagePath": ranks.termination_log or TERMINATION_MESSAGE_PATH,
         # A rank that crashes before writing its result still leaves the tail of its log.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    container["livenessProbe"] = liveness_probe(config.progress_timeout_seconds)
-    container["resources"] = container_resources(spec)
+    container["livenessProbe"] = liveness_probe(ranks.progress_timeout_seconds)
+    container["resources"] = ranks.resources
     container["volumeMounts"] = [tmp_mount(), *spec.volume_mounts]
     container["securityContext"] = container_security_context()
 

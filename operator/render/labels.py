@@ -15,6 +15,10 @@ JOBSET_KIND = "JobSet"
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_BENCHMARK = "ckptbench.dev/benchmark"
+# On what is rendered for a kind other than CheckpointBenchmark (the DataLoadingBenchmark): its
+# kind, so a watch can tell whose pods it sees. A CheckpointBenchmark's objects carry none, as
+# they always have.
+LABEL_KIND = "ckptbench.dev/kind"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 SPEC_HASH_ANNOTATION = "ckptbench.dev/spec-hash"
@@ -50,10 +54,11 @@ def run_id(name: str, uid: str) -> str:
     return f"{name}-{uid}"
 
 
-def owner_reference(name: str, uid: str) -> dict[str, Any]:
+def owner_reference(name: str, uid: str, kind: str = KIND) -> dict[str, Any]:
+    """The reference to benchmark ``name`` of ``kind`` (every kind is in one API group)."""
     return {
         "apiVersion": API_VERSION,
-        "kind": KIND,
+        "kind": kind,
         "name": name,
         "uid": uid,
         "controller": True,

@@ -1,10 +1,11 @@
-"""Validating a spec into the model, with errors that name each bad field (spec.<field>)."""
+"""Validating a spec into its model, with errors that name each bad field (spec.<field>)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
@@ -19,15 +20,23 @@ class SpecError(ValueError):
         self.problems = problems
 
 
+_Spec = TypeVar("_Spec", bound=BaseModel)
+
+
 def parse_spec(raw: object, policy: Policy | None = None) -> CheckpointBenchmarkSpec:
     """Validate ``raw`` (the object's ``spec``) or raise :class:`SpecError`; never anything else.
 
     With ``policy``, the admin's allow-lists are checked too (each refusal names its field)."""
+    return parse_model(CheckpointBenchmarkSpec, raw, policy)
+
+
+def parse_model(model: type[_Spec], raw: object, policy: Policy | None = None) -> _Spec:
+    """:func:`parse_spec` for any kind's spec ``model`` (the DataLoadingBenchmark's too)."""
     if isinstance(raw, Mapping) and not isinstance(raw, dict):
         raw = dict(raw)  # kopf hands the spec over as a read-only mapping view; strict wants dict
     try:
         context = {CONTEXT_KEY: policy} if policy is not None else None
-        return CheckpointBenchmarkSpec.model_validate(raw, context=context)
+        return model.model_validate(raw, context=context)
     except ValidationError as exc:
         raise SpecError([_describe(error) for error in exc.errors()]) from None
 
@@ -37,6 +46,8 @@ _DNS_HINT = "must be lowercase letters, digits, '-' and '.' (a DNS subdomain)"
 _PATTERN_HINTS = {
     "checkpointPath": "must be gs://<bucket>[/<prefix>] (a valid bucket name) or an absolute "
     "path, without whitespace",
+    "dataPath": "must be gs://<bucket>[/<prefix>], s3://<bucket>[/<prefix>] (a valid bucket "
+    "name) or an absolute path, without whitespace",
     "project": "must be a GCP project id (letters, digits, '.', ':', '_', '-')",
     "image": "must be an image reference without whitespace",
     "serviceAccountName": _DNS_HINT,

@@ -19,21 +19,21 @@ from ckptbench.operator.spec.names import (
     TMP_VOLUME,
     VOLUME_SOURCES,
 )
-from ckptbench.operator.spec.rule import Spec
+from ckptbench.operator.spec.rule import PodFields
 from ckptbench.workload.contract.rule import Rule
 
 
-def _mounts_name_volumes(spec: Spec) -> bool:
+def _mounts_name_volumes(spec: PodFields) -> bool:
     names = {volume.get("name") for volume in spec.volumes}
     return all(mount.get("name") in names for mount in spec.volume_mounts)
 
 
-def _volume_names_unique(spec: Spec) -> bool:
+def _volume_names_unique(spec: PodFields) -> bool:
     names = [volume.get("name") for volume in spec.volumes]
     return len(names) == len(set(names))
 
 
-def _one_source_each(spec: Spec) -> bool:
+def _one_source_each(spec: PodFields) -> bool:
     return all(sum(source in v for source in VOLUME_SOURCES) == 1 for v in spec.volumes)
 
 
@@ -44,7 +44,7 @@ def _cel_list(items: tuple[str, ...]) -> str:
 _ONE_SOURCE_CEL = " + ".join(f"(has(v.{source}) ? 1 : 0)" for source in VOLUME_SOURCES)
 
 
-POD_RULES: tuple[Rule[Spec], ...] = (
+POD_RULES: tuple[Rule[PodFields], ...] = (
     Rule(
         "workload_priority_class_name",
         "!has(self.workloadPriorityClassName) || has(self.queueName)",

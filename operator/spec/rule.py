@@ -15,7 +15,26 @@ from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 
 
-class Spec(Protocol):
+class PodFields(Protocol):
+    """What the rules on a benchmark's pods read (:mod:`.pod_rules`), whatever its kind."""
+
+    @property
+    def queue_name(self) -> str | None: ...
+    @property
+    def workload_priority_class_name(self) -> str | None: ...
+    @property
+    def priority_class_name(self) -> str | None: ...
+    @property
+    def node_selector(self) -> dict[str, str] | None: ...
+    @property
+    def tolerations(self) -> list[dict[str, Any]]: ...
+    @property
+    def volumes(self) -> list[dict[str, Any]]: ...
+    @property
+    def volume_mounts(self) -> list[dict[str, Any]]: ...
+
+
+class Spec(PodFields, Protocol):
     """What the CR's own rules read of a CheckpointBenchmark spec: its model runs them, so this
     module names the fields rather than importing the model (which would be an import circle)."""
 

@@ -9,6 +9,7 @@ server). The rules on the benchmark's settings are declared beside them
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ckptbench.operator.spec.names import (
     JOBSET_CREATED,
@@ -22,12 +23,13 @@ from ckptbench.workload.contract.rule import Rule
 from ckptbench.workload.contract.state_settings import LAYER_SIZE_CEL, PADDING_SIZE_CEL
 
 # A '..' path segment (RE2 and Python's re read it alike).
-_BACKSTEP = "(^|/)[.][.](/|$)"
+BACKSTEP = "(^|/)[.][.](/|$)"
 
 
-def _under_a_mount(spec: Spec) -> bool:
-    path = spec.checkpoint_path
-    for mount in spec.volume_mounts:
+def under_a_mount(path: str, mounts: list[dict[str, Any]]) -> bool:
+    """Whether ``path`` is one of ``mounts``' paths or lies under one (as written: see the rule
+    that refuses a '..' segment first)."""
+    for mount in mounts:
         mount_path = str(mount.get("mountPath", ""))
         prefix = mount_path if mount_path.endswith("/") else mount_path + "/"
         if path == mount_path or path.startswith(prefix):
@@ -65,10 +67,10 @@ RULES_OF_THE_CR: tuple[Rule[Spec], ...] = (
     # under their prefix, as Kubernetes' own mountPath check reasons).
     Rule(
         "checkpoint_path",
-        f"self.backend != 'file' || !self.checkpointPath.matches('{_BACKSTEP}')",
+        f"self.backend != 'file' || !self.checkpointPath.matches('{BACKSTEP}')",
         "must not contain a '..' segment for {backend} file: the path must name the place it "
         "reaches, so the rule that it lie under a volume mount holds",
-        lambda s: s.backend is not Backend.FILE or not re.search(_BACKSTEP, s.checkpoint_path),
+        lambda s: s.backend is not Backend.FILE or not re.search(BACKSTEP, s.checkpoint_path),
     ),
     Rule(
         "checkpoint_path",
@@ -80,7 +82,11 @@ RULES_OF_THE_CR: tuple[Rule[Spec], ...] = (
         "must lie under one of {volume_mounts} for {backend} file with more than one rank "
         "({world_size} or {load_world_size} > 1): every rank reads the metadata rank 0 writes, "
         "so they need a shared volume",
-        lambda s: s.backend is not Backend.FILE or s.rank_count == 1 or _under_a_mount(s),
+        lambda s: (
+            s.backend is not Backend.FILE
+            or s.rank_count == 1
+            or under_a_mount(s.checkpoint_path, s.volume_mounts)
+        ),
     ),
     Rule(
         "s3_credentials_secret",

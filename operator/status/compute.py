@@ -30,18 +30,12 @@ from ckptbench.operator.status.aggregate import (
     slowest_rank,
 )
 from ckptbench.operator.status.failure import failure as find_failure
-from ckptbench.operator.status.failure import terminal_transition
+from ckptbench.operator.status.lifecycle import completion_time, kept_time, where
 from ckptbench.operator.status.memo import StatusMemo
 from ckptbench.operator.status.phases import (
     FAILED,
     FAILED_CONDITION,
-    FOREIGN_JOBSET,
     JOBSET_CREATED,
-    PENDING,
-    QUEUED,
-    RUNNING,
-    SUCCEEDED,
-    TERMINAL_PHASES,
     RunSpec,
     benchmark_conditions,
 )
@@ -133,44 +127,20 @@ def compute_status(
     )
     summary = memo.summary(reports.results, spec.world_size, total, spec.load_world_size)
     slowest = slowest_rank(reports.results)
-    suspended = bool(jobset is not None and (jobset.get("spec") or {}).get("suspend"))
-
     failure = find_failure(spec, summary, reports, jobset)
-    if jobset is None and foreign_jobset is not None:
-        phase, reason, message = PENDING, FOREIGN_JOBSET, foreign_jobset
-    elif jobset is None:
-        phase, reason, message = PENDING, "JobSetNotCreated", "the JobSet has not been created yet"
-    elif failure is not None:
-        phase, reason, message = FAILED, failure[0], failure[1]
-    elif summary.succeeded:
-        phase, reason = SUCCEEDED, "AllRanksSucceeded"
-        message = f"{summary.ranks_reported}/{spec.rank_count} ranks reported success"
-    elif suspended:
-        queue = spec.queue_name or "(none)"
-        phase, reason = QUEUED, "WaitingForAdmission"
-        message = (
-            f"the JobSet is suspended: Kueue has not admitted it to LocalQueue {queue} yet "
-            "(check the queue's ClusterQueue quota and `kubectl get workloads`)"
-        )
-    elif reports.running > 0 or summary.ranks_reported > 0:
-        phase, reason = RUNNING, "RanksRunning"
-        message = (
-            f"{reports.running} rank pods running, "
-            f"{summary.ranks_reported}/{spec.rank_count} ranks reported"
-        )
-    else:
-        phase, reason = PENDING, "PodsPending"
-        message = reports.pending_reason or "waiting for the rank pods to start"
-
-    completion = None
-    if phase in TERMINAL_PHASES:
-        ended = previous.get("phase") in TERMINAL_PHASES
-        completion = (
-            (_time(previous, "completionTime") if ended else None)
-            or reports.finished
-            or terminal_transition(jobset)
-            or cond.timestamp(now)
-        )
+    at = where(
+        jobset,
+        foreign_jobset,
+        failure,
+        summary.succeeded,
+        summary.ranks_reported,
+        spec.rank_count,
+        reports.running,
+        reports.pending_reason,
+        spec.queue_name,
+    )
+    phase, reason, message = at.phase, at.reason, at.message
+    completion = completion_time(phase, previous, reports.finished, jobset, now)
     reported = summary.ranks_reported
     return BenchmarkStatus(
         phase=phase,
@@ -206,18 +176,21 @@ def compute_status(
         failed_pods=failed_pods(reports) or None,
         unreadable_result_count=len(reports.unreadable) or None,
         unreadable_results=reports.unreadable[:LISTED] or None,
-        start_time=_time(previous, "startTime") or reports.started,
+        start_time=kept_time(previous, "startTime") or reports.started,
         completion_time=completion,
         conditions=benchmark_conditions(
-            spec, jobset, phase, reason, message, suspended, previous, now, generation, spec_change
+            spec,
+            jobset,
+            phase,
+            reason,
+            message,
+            at.suspended,
+            previous,
+            now,
+            generation,
+            spec_change,
         ),
     )
-
-
-def _time(previous: Mapping[str, Any], key: str) -> str | None:
-    """A timestamp the previous status holds, kept so that it does not move on later reconciles."""
-    value = previous.get(key)
-    return value if isinstance(value, str) and value else None
 
 
 def invalid_spec_status(

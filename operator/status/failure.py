@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ckptbench.operator.spec.status_schema import PodFailure
@@ -36,6 +36,34 @@ def _jobset_failure_message(jobset: Mapping[str, Any] | None) -> str:
     return "Failed"
 
 
+Classify = Callable[[PodFailure], tuple[str, str]]  # a failed pod's reason and hint
+
+
+def pod_failure(
+    max_restarts: int,
+    failures: Sequence[PodFailure],
+    jobset: Mapping[str, Any] | None,
+    classify: Classify,
+) -> tuple[str, str] | None:
+    """(reason, message) when a pod's failure is final, naming the first failed rank and why
+    (``classify`` gives the reason and a hint), or when the JobSet failed; any kind of benchmark."""
+    jobset_failed = jobset_conditions(jobset).get("Failed") == "True"
+    # With restarts left, JobSet recreates every rank after a failure: not final yet.
+    pod_failure_is_final = max_restarts == 0 or jobset_failed
+    if failures and pod_failure_is_final:
+        first = failures[0]
+        reason, hint = classify(first)
+        code = f" with exit code {first.exit_code}" if first.exit_code is not None else ""
+        rank = f"rank {first.rank} " if first.rank is not None else ""
+        others = len(failures) - 1
+        more = f" ({others} more pods failed)" if others else ""
+        why = f": {first.error}" if first.error else f" ({first.reason})"
+        return reason, f"{rank}pod {first.pod} failed{code}{why}{more}. {hint}".strip()
+    if jobset_failed:
+        return "JobSetFailed", f"the JobSet failed: {_jobset_failure_message(jobset)}"
+    return None
+
+
 def failure(
     spec: RunSpec,
     summary: RunSummary,
@@ -43,20 +71,9 @@ def failure(
     jobset: Mapping[str, Any] | None,
 ) -> tuple[str, str] | None:
     """(reason, message) when the run has failed, naming the first failed rank and why."""
-    jobset_failed = jobset_conditions(jobset).get("Failed") == "True"
-    # With restarts left, JobSet recreates every rank after a failure: not final yet.
-    pod_failure_is_final = spec.max_restarts == 0 or jobset_failed
-    if reports.failures and pod_failure_is_final:
-        first = reports.failures[0]
-        reason, hint = _classify(first)
-        code = f" with exit code {first.exit_code}" if first.exit_code is not None else ""
-        rank = f"rank {first.rank} " if first.rank is not None else ""
-        others = len(reports.failures) - 1
-        more = f" ({others} more pods failed)" if others else ""
-        why = f": {first.error}" if first.error else f" ({first.reason})"
-        return reason, f"{rank}pod {first.pod} failed{code}{why}{more}. {hint}".strip()
-    if jobset_failed:
-        return "JobSetFailed", f"the JobSet failed: {_jobset_failure_message(jobset)}"
+    found = pod_failure(spec.max_restarts, reports.failures, jobset, classify)
+    if found is not None:
+        return found
     if summary.verified is False:
         bad = [e.rank for e in summary.errors]
         return "VerificationFailed", (
@@ -89,7 +106,8 @@ def _missing_message(spec: RunSpec, summary: RunSummary, reports: Reports) -> st
     return message
 
 
-def _classify(failure: PodFailure) -> tuple[str, str]:
+def classify(failure: PodFailure) -> tuple[str, str]:
+    """A CheckpointBenchmark pod's failure: its reason and a hint a person can act on."""
     error = (failure.error or "").lower()
     if failure.reason == "OOMKilled":
         return "OutOfMemory", (

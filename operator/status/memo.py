@@ -23,7 +23,7 @@ from ckptbench.workload.contract.results.summaries import RunSummary
 
 class StatusMemo:
     def __init__(self) -> None:
-        self.messages = ReadMessages()
+        self.messages = ReadMessages[RankRecord]()
         # By part (its first rank // PART_RANKS): the records reduced and their reduction.
         self._parts: dict[int, tuple[list[RankRecord], Part]] = {}
 

@@ -33,7 +33,14 @@ RECONCILE_ERROR = "ReconcileError"
 FOREIGN_JOBSET = "ForeignJobSet"
 
 
-class RunSpec(Protocol):
+class Queued(Protocol):
+    """What the conditions need of a benchmark's spec, whichever its kind."""
+
+    @property
+    def queue_name(self) -> str | None: ...
+
+
+class RunSpec(Queued, Protocol):
     """What the status needs of the benchmark's spec (CheckpointBenchmarkSpec provides it)."""
 
     @property
@@ -46,12 +53,10 @@ class RunSpec(Protocol):
     def total_bytes(self) -> int: ...
     @property
     def max_restarts(self) -> int: ...
-    @property
-    def queue_name(self) -> str | None: ...
 
 
 def benchmark_conditions(
-    spec: RunSpec,
+    spec: Queued,
     jobset: Mapping[str, Any] | None,
     phase: str,
     reason: str,

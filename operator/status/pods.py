@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -30,6 +30,16 @@ RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 EXCERPT = 200
 
 
+class Result(Protocol):
+    """What this module reads of a rank's parsed result, whichever the kind of benchmark."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+R = TypeVar("R", bound=Result)
 Read = RankRecord | str  # a message's rank record, or why it is not a ckptbench result
 Stamp = tuple[str, str]  # what says a pod's message is the one read: its version, or itself
 # The metadata this module reads of a pod; with the pod's status, all the status code reads.
@@ -47,34 +57,37 @@ def kept(pod: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-class ReadMessages:
+class ReadMessages(Generic[R]):
     """What each pod's termination message gave, by pod name, as of the last reconcile that read
     them; kept by the operator per benchmark. Only the pods of the last read are kept, so a pod
     deleted since is forgotten."""
 
     def __init__(self) -> None:
-        self._by_pod: dict[str, tuple[Stamp, Read]] = {}
+        self._by_pod: dict[str, tuple[Stamp, R | str]] = {}
 
     def __len__(self) -> int:
         return len(self._by_pod)
 
-    def reading(self) -> _Reading:
-        return _Reading(self._by_pod)
+    def reading(self, parse: Callable[[str], R | str]) -> _Reading[R]:
+        return _Reading(self._by_pod, parse)
 
 
-class _Reading:
+class _Reading(Generic[R]):
     """One reconcile's reading: messages seen before are looked up, and at the end the pods
     seen this time replace the ones kept."""
 
-    def __init__(self, known: dict[str, tuple[Stamp, Read]]) -> None:
+    def __init__(
+        self, known: dict[str, tuple[Stamp, R | str]], parse: Callable[[str], R | str]
+    ) -> None:
         self._known = known
-        self._seen: dict[str, tuple[Stamp, Read]] = {}
+        self._parse = parse
+        self._seen: dict[str, tuple[Stamp, R | str]] = {}
 
-    def read(self, pod: str, version: str | None, text: str) -> Read:
+    def read(self, pod: str, version: str | None, text: str) -> R | str:
         # The version, when the pod has one, rather than the message: 3 KiB a rank not kept.
         stamp = ("resourceVersion", version) if version else ("message", text)
         kept = self._known.get(pod)
-        read = kept[1] if kept is not None and kept[0] == stamp else read_message(text)
+        read = kept[1] if kept is not None and kept[0] == stamp else self._parse(text)
         self._seen[pod] = (stamp, read)
         return read
 
@@ -92,10 +105,10 @@ def read_message(text: str) -> Read:
 
 
 @dataclass(frozen=True)
-class Reports:
-    """What the pods of the current attempt said."""
+class RankReports(Generic[R]):
+    """What the pods of the current attempt said, their results of type ``R``."""
 
-    results: list[RankRecord]
+    results: list[R]
     result_pods: dict[int, str]
     failures: list[PodFailure]
     unreadable: list[Unreadable]
@@ -141,11 +154,23 @@ def current_attempt(pods: Sequence[Mapping[str, Any]]) -> list[RankPod]:
     return [seen[i][2] for _, _, i in current]
 
 
-def read_pods(pods: Sequence[RankPod], known: ReadMessages | None = None) -> Reports:
-    """What ``pods`` said; ``known`` holds what earlier reads of their messages gave (and is
-    brought up to date): without it, every message is read anew."""
-    reading = (known if known is not None else ReadMessages()).reading()
-    results: dict[int, RankRecord] = {}
+Reports = RankReports[RankRecord]  # a CheckpointBenchmark's
+
+
+def read_pods(pods: Sequence[RankPod], known: ReadMessages[RankRecord] | None = None) -> Reports:
+    """What ``pods`` said, each message a CheckpointBenchmark rank's :class:`RankResult`;
+    ``known`` holds what earlier reads of their messages gave (and is brought up to date): without
+    it, every message is read anew."""
+    return read_results(pods, read_message, known)
+
+
+def read_results(
+    pods: Sequence[RankPod], parse: Callable[[str], R | str], known: ReadMessages[R] | None = None
+) -> RankReports[R]:
+    """What ``pods`` said, each termination message read by ``parse``; ``known`` as for
+    :func:`read_pods`."""
+    reading = (known if known is not None else ReadMessages[R]()).reading(parse)
+    results: dict[int, R] = {}
     result_pods: dict[int, str] = {}
     failures: list[PodFailure] = []
     unreadable: list[Unreadable] = []
@@ -159,7 +184,7 @@ def read_pods(pods: Sequence[RankPod], known: ReadMessages | None = None) -> Rep
         if isinstance(status.get("startTime"), str):
             started.append(status["startTime"])
         terminated = _terminated(status)
-        result: RankRecord | None = None
+        result: R | None = None
         if terminated is not None:
             if isinstance(terminated.get("finishedAt"), str):
                 finished.append(terminated["finishedAt"])
@@ -187,7 +212,7 @@ def read_pods(pods: Sequence[RankPod], known: ReadMessages | None = None) -> Rep
         elif pod_phase == "Pending" and pending_reason is None:
             pending_reason = _pending_reason(pod, name)
     reading.done()
-    return Reports(
+    return RankReports(
         results=[results[r] for r in sorted(results)],
         result_pods=result_pods,
         failures=failures,
@@ -204,13 +229,14 @@ def _pod_failure(
     name: str,
     rank: int | None,
     terminated: Mapping[str, Any] | None,
-    result: RankRecord | None,
+    result: Result | None,
 ) -> PodFailure:
     status = pod.get("status") or {}
     exit_code = terminated.get("exitCode") if terminated else None
     reason = str((terminated or {}).get("reason") or status.get("reason") or "Failed")
     error = result.error if result is not None else None
-    if error is None and result is not None and result.verified is False:
+    # A checkpoint rank's record says whether its loads matched (a data rank's result does not).
+    if error is None and getattr(result, "verified", None) is False:
         error = "verification failed: a loaded tensor differs from what was saved"
     if error is None and status.get("message"):
         error = excerpt(str(status["message"]))

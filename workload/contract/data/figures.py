@@ -30,6 +30,7 @@ class DataSummary(BaseModel):
     samples_per_second: float | None = None
     samples_per_second_interval: Interval | None = None
     bytes_per_second: float | None = None
+    bytes_per_second_interval: Interval | None = None
     egress_gbps: float | None = Field(None, description="Decimal gigabits per second.")
     accelerator_utilization: float | None = None
     accelerator_utilization_interval: Interval | None = None
@@ -130,6 +131,7 @@ def summarize(
             "samples_per_second": None if rate is None else round(rate, 3),
             "samples_per_second_interval": rate_interval(samples / len(epochs), epochs),
             "bytes_per_second": None if byte_rate is None else round(byte_rate, 1),
+            "bytes_per_second_interval": rate_interval(nbytes / len(epochs), epochs),
             "egress_gbps": None if byte_rate is None else round(byte_rate * 8 / 1e9, 6),
             "accelerator_utilization": None if mean_au is None else round(mean_au, ROUND),
             "accelerator_utilization_interval": _interval(au, ceiling=1.0),
@@ -151,6 +153,13 @@ def summarize(
             "verified": nbytes > 0 and sum(r.verified_bytes for r in good) == nbytes,
         }
     )
+
+
+def slowest_rank(results: Sequence[DataRankResult]) -> int | None:
+    """The succeeded rank whose own epochs took longest (the lowest such rank on a tie): the one
+    that set the epochs' pace; None when no rank read an epoch."""
+    timed = [(sum(r.epoch_seconds), -r.rank) for r in results if r.succeeded and r.epoch_seconds]
+    return -max(timed)[1] if timed else None
 
 
 def sustained_accelerators(

@@ -1,0 +1,48 @@
+"""``ckptbench data -f FILE``: the DataLoadingBenchmark a cluster would take, run here.
+
+As ``ckptbench run -f`` does for a CheckpointBenchmark (``manifest_run.py``): the file is read and
+validated as the operator reads it (the same strict YAML, the same spec model and rules, the same
+messages), then each data setting the spec sets becomes its declared ``ckptbench data`` option
+(``contract/data/settings.py``; dataPath becomes --storage). Options typed on the command line come
+after, so they win, and the run names the ones they replaced. What only a cluster has (image,
+resources, volumes, scheduling) does not apply here, and the run says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ckptbench.manifest_run import (
+    ManifestProblem,
+    cluster_only_note,
+    read_documents,
+    run_with_file,
+    settings_options,
+    the_one,
+)
+from ckptbench.operator.data.model import parse_data_spec
+from ckptbench.operator.data.names import KIND
+from ckptbench.operator.spec.names import KIND as CHECKPOINT_KIND
+from ckptbench.operator.spec.parse import SpecError
+from ckptbench.operator.sweep.cells import SWEEP_KIND
+from ckptbench.workload.contract.data.settings import DataSettings, declared
+from ckptbench.workload.local.data import cli as data_cli
+from ckptbench.workload.local.data.options import OPTION_OF, option
+
+
+def main(argv: Sequence[str]) -> int:
+    return run_with_file(argv, "data", data_cli.main, options_of)
+
+
+def options_of(path: str) -> tuple[list[str], list[str]]:
+    """``ckptbench data`` options for the one DataLoadingBenchmark in ``path``, and notes."""
+    elsewhere = dict.fromkeys((CHECKPOINT_KIND, SWEEP_KIND), "ckptbench run")
+    document, notes = the_one(
+        path, read_documents(path), (KIND,), "DataLoadingBenchmarks", elsewhere
+    )
+    try:
+        spec = parse_data_spec(document.get("spec"))
+    except SpecError as exc:
+        raise ManifestProblem(f"{path}: {exc}") from None
+    options = settings_options(spec, declared(), lambda name: option(OPTION_OF[name]))
+    return options, notes + cluster_only_note(spec, DataSettings)

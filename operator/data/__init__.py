@@ -1,0 +1,1 @@
+"""The DataLoadingBenchmark kind: its spec, CRD and JobSet."""
