@@ -89,3 +89,11 @@ def test_a_file_runs_here_and_the_command_line_wins(tmp_path: Path) -> None:
     assert (settings["files"], settings["batch_size"], settings["num_workers"]) == (8, 4, 0)
     assert settings["data_path"] == str(store)
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_the_help_offers_the_file_option_for_a_data_loading_benchmark() -> None:
+    from ckptbench.workload.local.data.options import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "--filename FILE -f FILE: run the DataLoadingBenchmark in this YAML file" in text
+    assert "Sweep" not in text

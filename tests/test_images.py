@@ -249,6 +249,17 @@ def test_workload_image_holds_no_emulator_or_test_only_package(images: None) -> 
     assert dists == set() and modules == [] and keys == []
 
 
+# What a spec may ask of a rank, by import name: a DataLoadingBenchmark's parquet format and
+# dataflux reader, a Hugging Face model from its config.json, format safetensors, compression zstd.
+SPEC_NEEDS = ("pyarrow", "dataflux_pytorch", "transformers", "safetensors", "zstandard")
+
+
+def test_workload_image_holds_every_package_a_spec_may_ask_of_a_rank(images: None) -> None:
+    with container(WORKLOAD) as name:
+        modules = importable(name, VENV_PYTHON, SPEC_NEEDS)
+    assert sorted(modules) == sorted(SPEC_NEEDS)
+
+
 @pytest.mark.parametrize("image", [OPERATOR, WORKLOAD])
 def test_image_holds_only_the_versions_constraints_txt_pins(images: None, image: str) -> None:
     with root_filesystem(image) as root:

@@ -12,14 +12,18 @@ from ckptbench.workload.local import options as run_options
 from ckptbench.workload.local.options import Option
 
 # The runner's options both commands take, as ``ckptbench run`` declares them.
-_SHARED_RUNNER = ("--storage", "--emulator", "--timeout", "--verbose", "--json", "--csv")
+_SHARED_RUNNER = (
+    "--filename", "--storage", "--emulator", "--timeout", "--verbose", "--json", "--csv",
+)  # fmt: skip
 
 OPTIONS: tuple[Option, ...] = (
     *(run_options.from_setting(d) for d in data_settings.declared() if not d.setting.runner),
     *(
         dataclasses.replace(
             o,
-            help=o.help.replace("CheckpointBenchmark", "DataLoadingBenchmark"),
+            help=o.help.replace(
+                "CheckpointBenchmark or CheckpointBenchmarkSweep (axes)", "DataLoadingBenchmark"
+            ).replace("CheckpointBenchmark", "DataLoadingBenchmark"),
             answers_for=("data_path",) if o.flag == "--storage" else o.answers_for,
         )
         for o in map(run_options.option, _SHARED_RUNNER)
