@@ -344,9 +344,10 @@ def test_events_say_created_admitted_started_and_how_it_ended(
     client.create("v1", "pods", running)
     wait_for("status Running", phase_is(client, "told", "Running"))
     message = RankResult(rank=0, error="verification failed").to_termination_message()
-    client.patch("v1", "pods", NS, running["metadata"]["name"], {"status": {"phase": "Failed"}})
-    client.delete("v1", "pods", NS, running["metadata"]["name"])
-    client.create("v1", "pods", rank_pod("told", 0, "Failed", message, 1))
+    # One write: the pod fails with its message, as the kubelet reports it. A failure written
+    # before its message let a reconcile in between name the failure PodFailed (a flaky test).
+    failed = rank_pod("told", 0, "Failed", message, 1)["status"]
+    client.patch("v1", "pods", NS, running["metadata"]["name"], {"status": failed})
     wait_for("status Failed", phase_is(client, "told", "Failed"))
 
     def reasons() -> list[str] | None:
