@@ -43,6 +43,7 @@ from ckptbench.operator.spec.schemas import (
     crd_schema,
 )
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.data.settings import LoaderSettings
 from ckptbench.workload.contract.quantity import cpu_threads
 from ckptbench.workload.contract.rule import Rule
 from ckptbench.workload.contract.settings import SETTINGS_RULES, BenchmarkSettings
@@ -54,6 +55,14 @@ _CRD_RULES: list[JsonValue] = [cast("JsonValue", rule.to_crd()) for rule in RULE
 # allocation), which the operator never renders, so a claim passed through made a pod the API
 # server refuses, or reached devices the benchmark has no business with.
 _RESOURCE_KEYS = frozenset({"limits", "requests"})
+
+
+class LoaderSpec(LoaderSettings):
+    """The loader's settings (``dataLoading``), as the CR spells them: camelCase, no coercion."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True, frozen=True
+    )
 
 
 class CheckpointBenchmarkSpec(BenchmarkSettings):
@@ -69,6 +78,11 @@ class CheckpointBenchmarkSpec(BenchmarkSettings):
         strict=True,
         frozen=True,
         json_schema_extra={"x-kubernetes-validations": _CRD_RULES},
+    )
+
+    # The loader's group, camelCase inside as outside; declared in BenchmarkSettings.
+    data_loading: LoaderSpec | None = Field(
+        None, description=BenchmarkSettings.model_fields["data_loading"].description
     )
 
     # -- the pods ---------------------------------------------------------------------------------
