@@ -24,11 +24,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from ckptbench.workload.contract.results import intervals, stats
 from ckptbench.workload.contract.results.rank import ROUND, BothTiming, OpStats
-from ckptbench.workload.contract.results.summaries import Interval
+from ckptbench.workload.contract.results.summaries import BothSummary, Interval, Slowdown
 
 
 class Window(enum.StrEnum):
@@ -51,38 +49,6 @@ ORDER: tuple[Window, ...] = (Window.SAVE_ALONE, Window.TOGETHER, Window.LOADER_A
 def schedule(cycles: int) -> list[Window]:
     """The windows of a run, interleaved: ``cycles`` times :data:`ORDER`."""
     return [w for _ in range(cycles) for w in ORDER]
-
-
-class Slowdown(BaseModel):
-    """Together / alone of a time figure's means over windows: above 1 is slower together."""
-
-    model_config = ConfigDict(frozen=True)
-
-    ratio: float = Field(description="Mean together / mean alone.")
-    interval: Interval | None = Field(
-        None, description="95% interval of the ratio (None: fewer than 2 windows a side)."
-    )
-    rank: int = Field(description="The rank it is of: the one with the largest ratio.")
-
-
-class BothSummary(BaseModel):
-    """Both demands at once across ranks: each side alone and together, and its slowdown."""
-
-    model_config = ConfigDict(frozen=True)
-
-    every: int = Field(description="Steps per window.")
-    cycles: int = Field(description="Cycles of save-alone, together, loader-alone windows.")
-    samples_per_second_alone: float = Field(description="All ranks' samples / their seconds.")
-    samples_per_second_together: float = Field(description="The same, in together windows.")
-    au_alone: float = Field(description="Mean over ranks of each rank's mean window AU.")
-    au_together: float = Field(description="The same, in together windows.")
-    save_seconds_alone: float = Field(description="Mean over ranks of the mean save (to durable).")
-    save_seconds_together: float = Field(description="The same, the loader reading.")
-    stall_seconds_alone: float = Field(description="Mean over ranks of the mean stall.")
-    stall_seconds_together: float = Field(description="The same, the loader reading.")
-    loader_slowdown: Slowdown = Field(description="Step seconds, together / loader alone.")
-    save_slowdown: Slowdown = Field(description="Save seconds, together / save alone.")
-    stall_slowdown: Slowdown = Field(description="Stall seconds, together / save alone.")
 
 
 def slowdown(alone: OpStats, together: OpStats) -> tuple[float, Interval | None]:
