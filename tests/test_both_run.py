@@ -1,0 +1,49 @@
+"""A local run of both demands at once (2 ranks; a folder, and the embedded GCS emulator): the
+table prints both sides' slowdowns with their 95% intervals, and summary.json carries them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ARGS = [
+    "--world-size", "2", "--layer-size", "1000", "--padding-size", "4", "--samples", "3",
+    "--train-every", "3", "--save-mode", "thread", "--data-loading", "--data-compute", "0.005",
+    "--quiet",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["file", "gcs"])
+def test_a_run_of_both_demands_prints_both_slowdowns_with_intervals(
+    where: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.json"
+    storage = ["--storage", str(tmp_path / "store"), "--backend", "file"] if where == "file" else []
+    (tmp_path / "store").mkdir()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from ckptbench.cli import main; main()",
+            "run",
+            *storage,
+            *ARGS,
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=os.environ,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for side in ("loader", "save", "stall"):
+        line = next(x for x in done.stdout.splitlines() if x.startswith(f"both: {side} slowdown"))
+        assert "x [" in line and line.rstrip().endswith("x]"), line
+    text = out.read_text()
+    assert '"loader_slowdown"' in text and '"save_slowdown"' in text and '"stall_slowdown"' in text

@@ -1,0 +1,150 @@
+"""Both demands at once, with a modelled clock: the windows interleave, the loader is closed in
+every save-alone window (and open around every together save), and each slowdown is together /
+alone with its interval (workload/rank/windows.py, contract/results/both.py). No timing: time is
+what the modelled side says each act costs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from ckptbench.workload.contract.results import both
+from ckptbench.workload.contract.results.both import ORDER, Window, schedule
+from ckptbench.workload.contract.results.rank import OpStats
+from ckptbench.workload.rank import windows
+
+
+@dataclass
+class _Save:
+    side: _Modelled
+    started: float
+    length: float
+
+    def durable(self) -> float:
+        # The save ends `length` after its call; waiting for it advances the clock to its end.
+        self.side.now = max(self.side.now, self.started + self.length)
+        return self.length
+
+
+@dataclass
+class _Modelled:
+    """A rank whose acts cost modelled seconds: a batch costs more while a save is in flight,
+    a save costs more while the loader reads; every act is logged with the loader's state."""
+
+    batch_alone: float = 0.010
+    batch_with_save: float = 0.030
+    save_alone: float = 1.0
+    save_with_loader: float = 1.5
+    stall_alone: float = 0.1
+    stall_with_loader: float = 0.2
+    compute_seconds: float = 0.020
+    now: float = 0.0
+    reading: bool = False
+    inflight: _Save | None = None
+    log: list[tuple[str, bool]] = field(default_factory=list)
+
+    def clock(self) -> float:
+        return self.now
+
+    def meet(self) -> None:
+        self.log.append(("meet", self.reading))
+
+    def open_loader(self) -> None:
+        self.reading = True
+        self.log.append(("open", True))
+
+    def close_loader(self) -> None:
+        self.reading = False
+        self.log.append(("close", False))
+
+    def batch(self) -> tuple[int, float]:
+        assert self.reading, "a batch from a closed loader"
+        flying = self.inflight is not None and self.now < self.inflight.started + (
+            self.inflight.length
+        )
+        self.now += self.batch_with_save if flying else self.batch_alone
+        return 4, 0.0
+
+    def compute(self) -> float:
+        self.now += self.compute_seconds
+        return self.compute_seconds
+
+    def start_save(self) -> _Save:
+        self.log.append(("save", self.reading))
+        self.now += self.stall_with_loader if self.reading else self.stall_alone
+        length = self.save_with_loader if self.reading else self.save_alone
+        self.inflight = _Save(self, self.now - (self.stall_with_loader if self.reading else
+                                                 self.stall_alone), length)  # fmt: skip
+        return self.inflight
+
+
+def test_the_windows_interleave_alone_and_together() -> None:
+    assert schedule(3) == list(ORDER) * 3
+    kinds = schedule(4)
+    # Never two windows of a kind in a row: each side's alone and together alternate in time.
+    assert all(a is not b for a, b in zip(kinds, kinds[1:], strict=False))
+    assert kinds.index(Window.TOGETHER) < len(ORDER)
+    assert kinds[-len(ORDER) :] == list(ORDER)
+
+
+def test_the_loader_is_closed_in_save_alone_windows_and_open_around_together_saves() -> None:
+    side = _Modelled()
+    measured = windows.run(3, 5, side)
+    assert [m.window for m in measured] == schedule(3)
+    saves = [reading for act, reading in side.log if act == "save"]
+    # save alone, together, per cycle: the first with the loader closed, the second open.
+    assert saves == [False, True] * 3
+    meets = [reading for act, reading in side.log if act == "meet"]
+    assert not any(meets), "the loader left running into the next window"
+
+
+def test_figures_of_each_window_kind() -> None:
+    side = _Modelled()
+    measured = windows.run(2, 5, side)
+    got = windows.timing(measured, 5, 2, side.compute_seconds)
+    assert got.stall_alone.mean == pytest.approx(0.1)
+    assert got.stall_together.mean == pytest.approx(0.2)
+    assert got.save_alone.mean == pytest.approx(1.0)
+    assert got.save_together.mean == pytest.approx(1.5)
+    # Steps with a save in flight take a slower batch: 0.030 + 0.020 against 0.010 + 0.020.
+    assert got.step_together.mean == pytest.approx(0.050)
+    assert got.step_alone.mean == pytest.approx(0.030)
+    assert got.au_alone.mean == pytest.approx(0.020 / 0.030)
+    assert got.au_together.mean == pytest.approx(0.020 / 0.050)
+    assert got.samples_alone == got.samples_together == 2 * 5 * 4
+
+
+def _stats(values: list[float]) -> OpStats:
+    return OpStats.of(values)
+
+
+def test_a_slowdown_is_together_over_alone_with_an_interval_around_it() -> None:
+    alone = _stats([1.0, 1.1, 0.9, 1.0])
+    together = _stats([2.0, 2.2, 1.8, 2.0])
+    ratio, interval = both.slowdown(alone, together)
+    assert ratio == pytest.approx(2.0)
+    assert interval is not None and interval.high is not None
+    assert interval.low < 2.0 < interval.high
+    assert interval.low > 1.0  # told apart from no slowdown at all
+    same, around = both.slowdown(alone, alone)
+    assert same == pytest.approx(1.0)
+    assert around is not None and around.high is not None and around.low < 1.0 < around.high
+    assert both.slowdown(_stats([1.0]), _stats([2.0]))[1] is None  # one window: no interval
+
+
+def test_the_summary_reports_the_slowest_rank_and_rates() -> None:
+    side = _Modelled()
+    first = windows.timing(windows.run(2, 5, side), 5, 2, side.compute_seconds)
+    slower = _Modelled(save_with_loader=3.0)
+    second = windows.timing(windows.run(2, 5, slower), 5, 2, slower.compute_seconds)
+    summary = both.summarize([(0, first), (1, second)])
+    assert summary is not None
+    assert summary.save_slowdown.rank == 1
+    assert summary.save_slowdown.ratio == pytest.approx(3.0)
+    assert summary.stall_slowdown.ratio == pytest.approx(2.0)
+    assert summary.loader_slowdown.ratio == pytest.approx(0.050 / 0.030)
+    # 4 samples a step, every 0.030 s alone and 0.050 s together, on each of two ranks.
+    assert summary.samples_per_second_alone == pytest.approx(2 * 4 / 0.030)
+    assert summary.samples_per_second_together == pytest.approx(2 * 4 / 0.050)
+    assert both.summarize([]) is None
