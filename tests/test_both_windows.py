@@ -5,6 +5,7 @@ what the modelled side says each act costs."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import pytest
@@ -83,7 +84,7 @@ def test_the_windows_interleave_alone_and_together() -> None:
     assert schedule(3) == list(ORDER) * 3
     kinds = schedule(4)
     # Never two windows of a kind in a row: each side's alone and together alternate in time.
-    assert all(a is not b for a, b in zip(kinds, kinds[1:], strict=False))
+    assert all(a is not b for a, b in itertools.pairwise(kinds))
     assert kinds.index(Window.TOGETHER) < len(ORDER)
     assert kinds[-len(ORDER) :] == list(ORDER)
 
