@@ -1,7 +1,7 @@
 """Both demands at once, with a modelled clock: the windows interleave, the loader is closed in
 every save-alone window (and open around every together save), and each slowdown is together /
-alone with its interval (workload/rank/windows.py, contract/results/both.py). No timing: time is
-what the modelled side says each act costs."""
+alone with its interval (workload/rank/both/windows.py, contract/results/both.py). No timing:
+time is what the modelled side says each act costs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from ckptbench.workload.contract.results import both
 from ckptbench.workload.contract.results.both import ORDER, Window, schedule
 from ckptbench.workload.contract.results.rank import OpStats
-from ckptbench.workload.rank import windows
+from ckptbench.workload.rank.both import windows
 
 
 @dataclass

@@ -23,9 +23,9 @@ from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
 from ckptbench.operator.sweep.cells import axis_fields
 from ckptbench.workload.contract import settings
 from ckptbench.workload.contract.choices import Backend, Procedure
+from ckptbench.workload.contract.config import ENV_PREFIX, ConfigError, WorkloadConfig
 from ckptbench.workload.contract.data.choices import Reader
 from ckptbench.workload.contract.data.settings import LoaderSettings
-from ckptbench.workload.contract.config import ENV_PREFIX, ConfigError, WorkloadConfig
 from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.contract.settings import Declared
 from ckptbench.workload.local import cli

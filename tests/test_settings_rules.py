@@ -62,10 +62,17 @@ VIOLATIONS: list[tuple[str, dict[str, Any]]] = [
         "data_loading",
         {"train_every": 4, "data_loading": {"format": "npz", "samples_per_file": 4}},
     ),
-    ("data_loading", {"train_every": 4, "data_loading": {"backend": "dataflux", "files": 3,
-                                                         "samples_per_file": 2}}),  # fmt: skip
-    ("data_loading", {"train_every": 4, "data_loading": {"sample_bytes": 1024**3,
-                                                         "samples_per_file": 8}}),  # fmt: skip
+    (
+        "data_loading",
+        {
+            "train_every": 4,
+            "data_loading": {"backend": "dataflux", "files": 3, "samples_per_file": 2},
+        },
+    ),
+    (
+        "data_loading",
+        {"train_every": 4, "data_loading": {"sample_bytes": 1024**3, "samples_per_file": 8}},
+    ),
     ("checkpoint_path", {"checkpoint_path": "s3://bucket/x"}),
     ("checkpoint_path", {"backend": "s3", "checkpoint_path": "gs://bucket/x"}),
 ]

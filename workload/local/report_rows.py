@@ -19,13 +19,11 @@ from ckptbench.workload.contract.checkpoint.sizes import GIB
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.results import figures, intervals
 from ckptbench.workload.contract.results.summaries import (
-    BothSummary,
     Interval,
     OpSummary,
     RankSpread,
     ResourceSummary,
     RunSummary,
-    Slowdown,
     TrainSummary,
 )
 
@@ -273,49 +271,6 @@ def _cores(t: TrainSummary) -> str:
     return f"{t.step_threads} of {t.cpus}"
 
 
-def _slowdown(get: Callable[[BothSummary], Slowdown]) -> Callable[[RunSummary], Any]:
-    def shown(s: RunSummary) -> str | None:
-        if s.both is None:
-            return None
-        found = get(s.both)
-        return f"{fmt_ratio(found.ratio)} {fmt_interval(found.interval, fmt_ratio)}"
-
-    return shown
-
-
-def _both(get: Callable[[BothSummary], float]) -> Callable[[RunSummary], Any]:
-    return lambda s: None if s.both is None else get(s.both)
-
-
-def _both_rows(runs: Sequence[RunSummary]) -> list[Row]:
-    """Both demands at once, for runs that ran them (docs/measurement.md): each side alone and
-    together, and its slowdown with its 95% interval."""
-    if not any(s.both is not None for s in runs):
-        return []
-
-    def pct(x: float) -> str:
-        return f"{100 * x:.1f}%"
-
-    return [
-        Row("both: windows of K steps (cycles)", _both(lambda b: b.cycles), fmt_int),
-        Row("both: samples/s, loader alone", _both(lambda b: b.samples_per_second_alone), _f1),
-        Row("both: samples/s, together", _both(lambda b: b.samples_per_second_together), _f1),
-        Row("both: AU, loader alone", _both(lambda b: b.au_alone), pct),
-        Row("both: AU, together", _both(lambda b: b.au_together), pct),
-        Row("both: loader slowdown [95%]", _slowdown(lambda b: b.loader_slowdown), str),
-        Row("both: save, alone (s)", _both(lambda b: b.save_seconds_alone), fmt_seconds),
-        Row("both: save, together (s)", _both(lambda b: b.save_seconds_together), fmt_seconds),
-        Row("both: save slowdown [95%]", _slowdown(lambda b: b.save_slowdown), str),
-        Row("both: stall, alone (s)", _both(lambda b: b.stall_seconds_alone), fmt_seconds),
-        Row("both: stall, together (s)", _both(lambda b: b.stall_seconds_together), fmt_seconds),
-        Row("both: stall slowdown [95%]", _slowdown(lambda b: b.stall_slowdown), str),
-    ]
-
-
-def _f1(x: float) -> str:
-    return f"{x:.1f}"
-
-
 def _train_rows(runs: Sequence[RunSummary]) -> list[Row]:
     """The training step beside the saves, for runs that ran it (docs/measurement.md)."""
     if not any(s.train is not None for s in runs):
@@ -431,7 +386,7 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
         rows.append(Row("MLPerf category", lambda s: s.mlperf_category, str))
     if any(s.ram_rule is not None for s in runs):
         rows.append(Row("3 x RAM rule", lambda s: s.ram_rule, str))
-    rows += _train_rows(runs) + _both_rows(runs) + _memory_rows(runs)
+    rows += _train_rows(runs) + _memory_rows(runs)
     rows += [Row("verified", _verified, str), Row("status", _status, str)]
     return rows
 

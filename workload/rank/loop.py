@@ -36,7 +36,8 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results.rank import RankResult
-from ckptbench.workload.rank import saving, state, training, windows
+from ckptbench.workload.rank import saving, state, training
+from ckptbench.workload.rank.both import loader, windows
 from ckptbench.workload.rank.failures import (
     PeerFailure,
 )
@@ -230,8 +231,6 @@ class _Loop(Operations):
         """Both demands at once (:mod:`.windows`): ``samples`` cycles of a save with the loader
         off, a save with it reading, and it reading alone, ``every`` steps each, each step's batch
         from the data loader (:mod:`.both`)."""
-        from ckptbench.workload.rank import both  # the data side's readers: only when asked
-
         config = self.config
         ids = (config.checkpoint_id(i) for i in itertools.count(config.warmups + config.samples))
         loop = self
@@ -251,7 +250,7 @@ class _Loop(Operations):
 
         side = self._step(
             "prepare the loader",
-            lambda: both.LoaderSide(config, self._barrier, _Started, self.distributed),
+            lambda: loader.LoaderSide(config, self._barrier, _Started, self.distributed),
         )
         measured = windows.run(config.samples, every, side)
         self.both = windows.timing(measured, every, config.samples, side.compute_seconds)

@@ -14,7 +14,7 @@ from ckptbench.workload.rank import rendezvous
 
 class Meets(Protocol):
     """Where ranks meet: the data ranks' TCP store (:class:`Meeting`), or a checkpoint rank's
-    process group when its training step reads from the loader (rank/both.py)."""
+    process group when its training step reads from the loader (rank/both/loader.py)."""
 
     def barrier(self, name: str) -> None: ...
     def publish(self, key: str, value: object) -> None: ...

@@ -15,7 +15,6 @@ state of the loader around each save and the figures are tested with a modelled 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,8 +31,7 @@ class Save(Protocol):
 class Side(Protocol):
     """What a window needs from the rank."""
 
-    clock: Callable[[], float]
-
+    def clock(self) -> float: ...
     def meet(self) -> None: ...
     def open_loader(self) -> None: ...
     def close_loader(self) -> None: ...

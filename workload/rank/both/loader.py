@@ -5,7 +5,7 @@
 The rank has one emulated accelerator: its loader is the data side's (``procedure.loader_of``), as
 accelerator ``rank`` of ``world_size``; each step asks it for a batch, checks the batch (timed
 apart, not training's) and spends the loader's compute time per batch. The windows that
-interleave saves and reads are :mod:`ckptbench.workload.rank.windows`.
+interleave saves and reads are :mod:`ckptbench.workload.rank.both.windows`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ import torch.utils.data as tud
 
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.data.config import DataConfig
+from ckptbench.workload.rank.both.windows import Save
 from ckptbench.workload.rank.data import accelerator
 from ckptbench.workload.rank.data.batches import Batch, Item
 from ckptbench.workload.rank.data.prepare import prepare
 from ckptbench.workload.rank.data.procedure import dataset_for, loader_of, plan_of
 from ckptbench.workload.rank.data.store import Store
-from ckptbench.workload.rank.windows import Save
 
 
 def data_config(config: WorkloadConfig) -> DataConfig:
@@ -80,9 +80,7 @@ class GroupMeeting:
 
 class LoaderSide:
     """The loader and the accelerator of a checkpoint rank's training step (a
-    :class:`~ckptbench.workload.rank.windows.Side` with the loop's meet and save)."""
-
-    clock: Callable[[], float] = staticmethod(time.perf_counter)
+    :class:`~ckptbench.workload.rank.both.windows.Side` with the loop's meet and save)."""
 
     def __init__(
         self,
@@ -103,6 +101,9 @@ class LoaderSide:
         )
         self._epoch = 0
         self._batches: Iterator[Batch] | None = None
+
+    def clock(self) -> float:
+        return time.perf_counter()
 
     @property
     def compute_seconds(self) -> float:
