@@ -21,6 +21,7 @@ class _Save:
     side: _Modelled
     started: float
     length: float
+    stall: float
 
     def durable(self) -> float:
         # The save ends `length` after its call; waiting for it advances the clock to its end.
@@ -73,10 +74,10 @@ class _Modelled:
 
     def start_save(self) -> _Save:
         self.log.append(("save", self.reading))
-        self.now += self.stall_with_loader if self.reading else self.stall_alone
+        stall = self.stall_with_loader if self.reading else self.stall_alone
         length = self.save_with_loader if self.reading else self.save_alone
-        self.inflight = _Save(self, self.now - (self.stall_with_loader if self.reading else
-                                                 self.stall_alone), length)  # fmt: skip
+        self.inflight = _Save(self, self.now, length, stall)
+        self.now += stall
         return self.inflight
 
 

@@ -3,7 +3,7 @@
 
 Each window: meet the other ranks; open the loader if the window reads (its workers start, and
 one batch is taken untimed, so that starting them is no window's cost); start the save if the
-window saves (the stall is the call until it returned); ``every`` steps, each taking its batch
+window saves (its stall is the call until it returned); ``every`` steps, each taking its batch
 (when the window reads) and computing; wait until the save is durable; close the loader (its
 workers stop: a closed loader reads nothing). A save-alone window therefore saves with no worker
 reading, and a together window's loader reads from before its save starts until it is durable.
@@ -23,8 +23,12 @@ from ckptbench.workload.contract.results.rank import BothTiming, OpStats
 
 
 class Save(Protocol):
-    """A started save: how long from its call until it was durable, once it is."""
+    """A started save: its stall (the save call until it returned, timed by the rank around the
+    call alone: not the writer's setup nor our cleanup) and, once it is, how long from its call
+    until it was durable."""
 
+    @property
+    def stall(self) -> float: ...
     def durable(self) -> float: ...
 
 
@@ -66,9 +70,8 @@ def run_window(window: Window, every: int, side: Side) -> Measured:
     save: Save | None = None
     stall: float | None = None
     if window.saves:
-        t0 = side.clock()
         save = side.start_save()
-        stall = side.clock() - t0
+        stall = save.stall
     samples, checking, compute = 0, 0.0, 0.0
     start = side.clock()
     for _ in range(every):
