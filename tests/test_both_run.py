@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ckptbench.workload.contract.results.rank import TERMINATION_MESSAGE_LIMIT, RankResult
+
 ARGS = [
     "--world-size", "2", "--layer-size", "1000", "--padding-size", "4", "--samples", "3",
     "--train-every", "3", "--save-mode", "thread", "--data-loading", "--data-compute", "0.005",
@@ -46,4 +48,11 @@ def test_a_run_of_both_demands_prints_both_slowdowns_with_intervals(
         line = next(x for x in done.stdout.splitlines() if x.startswith(f"both: {side} slowdown"))
         assert "x [" in line and line.rstrip().endswith("x]"), line
     text = out.read_text()
+    if where == "file":  # the rank's result keeps its figures within the termination message
+        for path in (tmp_path / "store").glob("run-*/results/rank-*.json"):
+            result = RankResult.model_validate_json(path.read_text())
+            message = result.to_termination_message()
+            assert len(message.encode()) <= TERMINATION_MESSAGE_LIMIT
+            assert RankResult.from_termination_message(message).both == result.both
+            assert result.both is not None and result.both.cycles == 3
     assert '"loader_slowdown"' in text and '"save_slowdown"' in text and '"stall_slowdown"' in text
