@@ -138,6 +138,9 @@ class LoaderSide:
             checking = time.perf_counter() - c0
         return len(batch), checking
 
+    def idle(self, seconds: float) -> None:
+        time.sleep(seconds)
+
     def compute(self) -> float:
         t0 = time.perf_counter()
         if self.plan.compute_seconds > 0:

@@ -3,8 +3,11 @@
 
 Each window: meet the other ranks; open the loader if the window reads (its workers start, and
 one batch is taken untimed, so that starting them is no window's cost); start the save if the
-window saves (its stall is the call until it returned); ``every`` steps, each taking its batch
-(when the window reads) and computing; wait until the save is durable; close the loader (its
+window saves (its stall is the call until it returned), or, in a loader-alone window, wait as long
+as the last together window's save call held its steps (its workers then fill their prefetch queue
+for as long as a together window's did: without it, a together window's first batches would come
+from a queue the save call let fill, and reading beside a save would look faster than alone);
+``every`` steps, each taking its batch (when the window reads) and computing; wait until the save is durable; close the loader (its
 workers stop: a closed loader reads nothing). A save-alone window therefore saves with no worker
 reading, and a together window's loader reads from before its save starts until it is durable.
 
@@ -48,6 +51,9 @@ class Side(Protocol):
         ...
 
     def start_save(self) -> Save: ...
+    def idle(self, seconds: float) -> None:
+        """Wait, touching nothing (the loader's workers go on fetching)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -60,18 +66,26 @@ class Measured:
     au: float | None = None
     stall: float | None = None
     save: float | None = None
+    held: float = 0.0  # from the save call (or the idle) until the first timed step
 
 
-def run_window(window: Window, every: int, side: Side) -> Measured:
+def run_window(window: Window, every: int, side: Side, head_start: float = 0.0) -> Measured:
+    """One window. ``head_start``: in a loader-alone window, how long the last together window's
+    save call held the step before its first timed batch, waited here untimed, so that the
+    workers of both kinds of window have had the same time to fill their prefetch queue."""
     side.meet()
     if window.reads:
         side.open_loader()
         side.batch()  # untimed: the workers' start is no window's cost
     save: Save | None = None
     stall: float | None = None
+    called = side.clock()
     if window.saves:
         save = side.start_save()
         stall = save.stall
+    elif window.reads:
+        side.idle(head_start)
+    held = side.clock() - called
     samples, checking, compute = 0, 0.0, 0.0
     start = side.clock()
     for _ in range(every):
@@ -85,14 +99,21 @@ def run_window(window: Window, every: int, side: Side) -> Measured:
     if window.reads:
         side.close_loader()
         au = compute / seconds if seconds > 0 else 0.0
-        return Measured(window, samples, seconds / every, au, stall, saved)
-    return Measured(window, stall=stall, save=saved)
+        return Measured(window, samples, seconds / every, au, stall, saved, held)
+    return Measured(window, stall=stall, save=saved, held=held)
 
 
 def run(cycles: int, every: int, side: Side) -> list[Measured]:
     """Every window of the run, in :func:`~ckptbench.workload.contract.results.both.schedule`'s
-    order."""
-    return [run_window(w, every, side) for w in schedule(cycles)]
+    order, each loader-alone window given the last together window's head start."""
+    out: list[Measured] = []
+    head_start = 0.0
+    for window in schedule(cycles):
+        measured = run_window(window, every, side, head_start)
+        if window is Window.TOGETHER:
+            head_start = measured.held
+        out.append(measured)
+    return out
 
 
 def timing(measured: list[Measured], every: int, cycles: int, compute: float) -> BothTiming:
