@@ -8,8 +8,9 @@ as the last together window's save call held its steps (its workers then fill th
 for as long as a together window's did: without it, a together window's first batches would come
 from a queue the save call let fill, and reading beside a save would look faster than alone);
 ``every`` steps, each taking its batch (when the window reads) and computing; wait until the save
-is durable; close the loader (its workers stop: a closed loader reads nothing). A save-alone window therefore saves with no worker
-reading, and a together window's loader reads from before its save starts until it is durable.
+is durable; close the loader (its workers stop: a closed loader reads nothing). A save-alone
+window therefore saves with no worker reading, and a together window's loader reads from before
+its save starts until it is durable.
 
 What the windows drive is a :class:`Side` and time is read from its ``clock``, so the order, the
 state of the loader around each save and the figures are tested with a modelled clock
