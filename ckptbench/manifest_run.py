@@ -29,7 +29,7 @@ from ckptbench.operator.sweep.model import parse_sweep
 from ckptbench.workload.contract import inputs
 from ckptbench.workload.contract.settings import BenchmarkSettings, declared
 from ckptbench.workload.local import cli as local_cli
-from ckptbench.workload.local.options import OPTION_OF, option
+from ckptbench.workload.local.options import OPTION_OF, OPTIONS, option
 
 EXIT_USAGE = 2
 _FILE_FLAGS = ("-f", "--filename")
@@ -147,6 +147,17 @@ def _settings_options(spec: BenchmarkSettings) -> list[str]:
             continue
         value = getattr(spec, d.name)
         o = option(OPTION_OF[d.name])
+        if isinstance(value, BaseModel):  # a group (dataLoading): its switch, then its settings
+            out.append(o.flag)
+            for name in value.model_fields_set:
+                inner = next(x for x in OPTIONS if x.field == f"{d.name}.{name}")
+                given = getattr(value, name)
+                if inner.is_switch:
+                    if given == inner.const:
+                        out.append(inner.flag)
+                elif given is not None:
+                    out += [inner.flag, _text(given)]
+            continue
         if o.is_switch:
             if value == o.const:
                 out.append(o.flag)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ckptbench.manifest_run import _settings_options
+from ckptbench.operator.spec.parse import parse_spec
 from ckptbench.workload.contract.results.rank import TERMINATION_MESSAGE_LIMIT, RankResult
 
 ARGS = [
@@ -56,3 +58,19 @@ def test_a_run_of_both_demands_prints_both_slowdowns_with_intervals(
             assert RankResult.from_termination_message(message).both == result.both
             assert result.both is not None and result.both.cycles == 3
     assert '"loader_slowdown"' in text and '"save_slowdown"' in text and '"stall_slowdown"' in text
+
+
+def test_a_manifests_data_loading_becomes_the_loaders_options() -> None:
+    spec = parse_spec(
+        {
+            "checkpointPath": "gs://bucket/p",
+            "trainEvery": 3,
+            "dataLoading": {"batchSize": 16, "shuffle": False, "preset": "mlperf-cosmoflow"},
+        }
+    )
+    options = _settings_options(spec)
+    at = options.index("--data-loading")
+    given = options[at + 1 :]
+    assert given[given.index("--data-batch-size") + 1] == "16"
+    assert given[given.index("--data-preset") + 1] == "mlperf-cosmoflow"
+    assert "--data-no-shuffle" in given
