@@ -1,5 +1,6 @@
-"""A local run of both demands at once (2 ranks; a folder, and the embedded GCS emulator): the
-table prints both sides' slowdowns with their 95% intervals, and summary.json carries them."""
+"""Both demands at once end to end: a local run (2 ranks; a folder, and the embedded GCS
+emulator) prints both sides' slowdowns with their 95% intervals and the JSON carries them; a
+manifest's dataLoading reaches the run; the memory plan counts the loader."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import pytest
 
 from ckptbench.manifest_run import _settings_options
 from ckptbench.operator.spec.parse import parse_spec
+from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.data import memory as data_memory
+from ckptbench.workload.contract.data.settings import LoaderSettings
 from ckptbench.workload.contract.results.rank import TERMINATION_MESSAGE_LIMIT, RankResult
 
 ARGS = [
@@ -74,3 +78,14 @@ def test_a_manifests_data_loading_becomes_the_loaders_options() -> None:
     assert given[given.index("--data-batch-size") + 1] == "16"
     assert given[given.index("--data-preset") + 1] == "mlperf-cosmoflow"
     assert "--data-no-shuffle" in given
+
+
+def test_the_memory_plan_counts_the_loader_a_step_reads_from() -> None:
+    base = {"checkpoint_path": "/tmp/x", "backend": "file", "train_every": 4}
+    matrices = WorkloadConfig(**base).memory_estimate().train_bytes
+    group = {"backend": "file", "batch_size": 64, "num_workers": 3, "files": 4}
+    loader = WorkloadConfig(**base, data_loading=group).memory_estimate()
+    assert loader.train_bytes == data_memory.loader_bytes(LoaderSettings(**group))
+    assert loader.train_bytes != matrices
+    # 3 workers x 2 batches ahead + the one in hand, twice, of 64 samples of resnet50's size.
+    assert loader.train_bytes >= 2 * 7 * 64 * 114_660
