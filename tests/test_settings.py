@@ -8,7 +8,10 @@ here, naming it.
 
 from __future__ import annotations
 
+import csv
 import enum
+import io
+import json
 import typing
 from pathlib import Path
 from typing import Any
@@ -184,18 +187,24 @@ def test_the_setting_is_recorded_in_the_json_and_the_csv(d: Declared) -> None:
         assert recorded[d.setting.recorded_in] == config.record()[d.setting.recorded_in]
         return
     assert recorded[d.name] == shown
-    if isinstance(value, LoaderSettings):
-        return  # a group: the JSON holds it whole; the CSV's both figures are its own columns
-    summary = RunSummary(
+    if isinstance(value, LoaderSettings):  # a group: one JSON cell in the CSV
+        rows = list(csv.DictReader(io.StringIO(csvfile.to_csv([("cell", _summary(config))]))))
+        assert json.loads(rows[0][d.name]) == shown
+        return
+    summary = _summary(config)
+    header, row = csvfile.to_csv([("cell", summary)]).splitlines()[:2]
+    columns = dict(zip(header.split(","), row.split(","), strict=True))
+    assert columns[d.name] == _csv_text(shown)
+
+
+def _summary(config: WorkloadConfig) -> RunSummary:
+    return RunSummary(
         world_size=config.world_size,
         ranks_reported=0,
         total_bytes=config.total_bytes,
         shard_bytes=0,
-        extra={"settings": recorded},
+        extra={"settings": cli.settings(config, None)},
     )
-    header, row = csvfile.to_csv([("cell", summary)]).splitlines()[:2]
-    columns = dict(zip(header.split(","), row.split(","), strict=True))
-    assert columns[d.name] == _csv_text(shown)
 
 
 def _csv_text(value: Any) -> str:

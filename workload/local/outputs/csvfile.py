@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -156,7 +157,8 @@ def settings_of(s: RunSummary) -> dict[str, Any]:
     settings: dict[str, Any] = {"world_size": s.world_size}
     for k, v in s.extra.get("settings", {}).items():
         if k not in _SKIPPED_SETTINGS:
-            settings[k] = v
+            # A group of settings (data_loading) as one JSON cell, not Python's repr of a dict.
+            settings[k] = json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
     return settings
 
 
