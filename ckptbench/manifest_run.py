@@ -31,7 +31,7 @@ from ckptbench.workload.contract import inputs
 from ckptbench.workload.contract.declaration import Declared
 from ckptbench.workload.contract.settings import BenchmarkSettings, declared
 from ckptbench.workload.local import cli as local_cli
-from ckptbench.workload.local.options import OPTION_OF, Option, option
+from ckptbench.workload.local.options import OPTION_OF, OPTIONS, Option, option
 
 EXIT_USAGE = 2
 _FILE_FLAGS = ("-f", "--filename")
@@ -199,6 +199,17 @@ def settings_options(
             continue
         value = getattr(spec, d.name)
         o = option_of(d.name)
+        if isinstance(value, BaseModel):  # a group (dataLoading): its switch, then its settings
+            out.append(o.flag)
+            for name in value.model_fields_set:
+                inner = next(x for x in OPTIONS if x.field == f"{d.name}.{name}")
+                given = getattr(value, name)
+                if inner.is_switch:
+                    if given == inner.const:
+                        out.append(inner.flag)
+                elif given is not None:
+                    out += [inner.flag, _text(given)]
+            continue
         if o.is_switch:
             if value == o.const:
                 out.append(o.flag)

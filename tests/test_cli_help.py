@@ -53,6 +53,8 @@ def test_every_setting_is_listed_in_the_group_of_the_class_that_declares_it(
     assert len(shown) > 10
     for d in shown:
         wanted = "runner options" if d.setting.runner else room_of(d.name)
+        if d.setting.options_prefix:  # a group's switch is listed with the group's own options
+            wanted = "loader options"
         assert listed[d.flag] == wanted, d.name
 
 

@@ -126,6 +126,43 @@ CASES = [
         "trainEvery",
         "cel",
     ),
+    Case("data-loading-without-train-every", _with(dataLoading={}), "dataLoading", "cel"),
+    Case(
+        "data-loading-reading-another-store",
+        _with(trainEvery=4, dataLoading={"backend": "s3fs"}),
+        "dataLoading",
+        "cel",
+    ),
+    Case(
+        "train-step-ms-beside-data-loading",
+        _with(trainEvery=4, trainStepMs=5, dataLoading={}),
+        "trainStepMs",
+        "cel",
+    ),
+    Case(
+        "data-loading-npz-files-sharded-by-sample",
+        _with(trainEvery=4, dataLoading={"format": "npz", "samplesPerFile": 4}),
+        "dataLoading",
+        "cel",
+    ),
+    Case(
+        "data-loading-dataflux-several-samples-a-file",
+        _with(trainEvery=4, dataLoading={"backend": "dataflux", "samplesPerFile": 2}),
+        "dataLoading",
+        "cel",
+    ),
+    Case(
+        "data-loading-files-over-4-gib",
+        _with(trainEvery=4, dataLoading={"sampleBytes": 1024**3, "samplesPerFile": 8}),
+        "dataLoading",
+        "cel",
+    ),
+    Case(
+        "data-loading-batch-size-zero",
+        _with(trainEvery=4, dataLoading={"batchSize": 0}),
+        "dataLoading.batchSize",
+        "schema",
+    ),
     Case(
         "load-world-size-zero",
         _with(model="llama3-debug", loadWorldSize=0),

@@ -8,7 +8,10 @@ here, naming it.
 
 from __future__ import annotations
 
+import csv
 import enum
+import io
+import json
 import typing
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,8 @@ from ckptbench.operator.sweep.cells import axis_fields
 from ckptbench.workload.contract import settings
 from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ENV_PREFIX, ConfigError, WorkloadConfig
+from ckptbench.workload.contract.data.choices import Reader
+from ckptbench.workload.contract.data.settings import LoaderSettings
 from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.contract.settings import Declared
 from ckptbench.workload.local import cli
@@ -75,6 +80,8 @@ def _other_value(d: Declared) -> Any:
         return "eu-west-3"
     if d.name == "load_world_size":
         return 1
+    if d.name == "data_loading":  # a group of settings: the loader reading where file writes
+        return LoaderSettings(backend=Reader.FILE, batch_size=3)
     low, high = _bounds(d)
     value: float = 3 if low is None else low + 2
     while value in taken:
@@ -101,6 +108,8 @@ def _context(d: Declared, value: Any) -> dict[str, Any]:
         out |= {"save_mode": "thread", "stager": "default"}
     if d.name == "procedure" and value is Procedure.REFERENCE:
         out["warmup_samples"] = 0
+    if d.name == "data_loading":
+        out["train_every"] = 4
     out[d.name] = value
     return out
 
@@ -146,6 +155,9 @@ def test_the_setting_is_an_option_of_ckptbench_run(d: Declared, tmp_path: Path) 
         o = option(OPTION_OF[name])
         if name == "checkpoint_path":
             continue
+        if isinstance(given, LoaderSettings):  # its settings' own options, behind --data-
+            argv += ["--data-backend", given.backend.value, "--data-batch-size", "3"]
+            continue
         if o.is_switch:
             if given == o.const:
                 argv.append(o.flag)
@@ -154,6 +166,10 @@ def test_the_setting_is_an_option_of_ckptbench_run(d: Declared, tmp_path: Path) 
     if d.name == "checkpoint_path":
         value = str(tmp_path)
     config = plan(build_parser().parse_args(argv)).cells[0].config
+    if isinstance(value, LoaderSettings):  # the laptop shape fills what was not given
+        assert config.data_loading is not None
+        assert config.data_loading.backend is value.backend and config.data_loading.batch_size == 3
+        return
     assert getattr(config, d.name) == value
 
 
@@ -163,22 +179,32 @@ def test_the_setting_is_recorded_in_the_json_and_the_csv(d: Declared) -> None:
     config = WorkloadConfig.model_validate(_context(d, value))
     recorded = cli.settings(config, None)
     shown = value.value if isinstance(value, enum.Enum) else value
+    if isinstance(value, LoaderSettings):
+        shown = value.model_dump(mode="json")
     if d.setting.recorded_in is not None:
         # Carried by the setting it resolves into (async_save: the save mode it means).
         assert d.name not in recorded
         assert recorded[d.setting.recorded_in] == config.record()[d.setting.recorded_in]
         return
     assert recorded[d.name] == shown
-    summary = RunSummary(
+    if isinstance(value, LoaderSettings):  # a group: one JSON cell in the CSV
+        rows = list(csv.DictReader(io.StringIO(csvfile.to_csv([("cell", _summary(config))]))))
+        assert json.loads(rows[0][d.name]) == shown
+        return
+    summary = _summary(config)
+    header, row = csvfile.to_csv([("cell", summary)]).splitlines()[:2]
+    columns = dict(zip(header.split(","), row.split(","), strict=True))
+    assert columns[d.name] == _csv_text(shown)
+
+
+def _summary(config: WorkloadConfig) -> RunSummary:
+    return RunSummary(
         world_size=config.world_size,
         ranks_reported=0,
         total_bytes=config.total_bytes,
         shard_bytes=0,
-        extra={"settings": recorded},
+        extra={"settings": cli.settings(config, None)},
     )
-    header, row = csvfile.to_csv([("cell", summary)]).splitlines()[:2]
-    columns = dict(zip(header.split(","), row.split(","), strict=True))
-    assert columns[d.name] == _csv_text(shown)
 
 
 def _csv_text(value: Any) -> str:

@@ -8,6 +8,7 @@ a check inverted or a rule left out of either enforcer makes a case below fail.
 
 from __future__ import annotations
 
+import json
 from string import Formatter
 from typing import Any
 
@@ -54,6 +55,24 @@ VIOLATIONS: list[tuple[str, dict[str, Any]]] = [
     ("async_save", {"strategy": "full", "async_save": True}),
     ("save_mode", {"strategy": "full", "save_mode": "thread"}),
     ("train_every", {"model": "llama3-debug", "load_world_size": 8, "train_every": 10}),
+    ("data_loading", {"data_loading": {}}),
+    ("data_loading", {"train_every": 4, "data_loading": {"backend": "s3fs"}}),
+    ("train_step_ms", {"train_every": 4, "train_step_ms": 5, "data_loading": {}}),
+    (
+        "data_loading",
+        {"train_every": 4, "data_loading": {"format": "npz", "samples_per_file": 4}},
+    ),
+    (
+        "data_loading",
+        {
+            "train_every": 4,
+            "data_loading": {"backend": "dataflux", "files": 3, "samples_per_file": 2},
+        },
+    ),
+    (
+        "data_loading",
+        {"train_every": 4, "data_loading": {"sample_bytes": 1024**3, "samples_per_file": 8}},
+    ),
     ("checkpoint_path", {"checkpoint_path": "s3://bucket/x"}),
     ("checkpoint_path", {"backend": "s3", "checkpoint_path": "gs://bucket/x"}),
 ]
@@ -75,7 +94,7 @@ def _benchmark(values: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": spec_names.API_VERSION,
         "kind": spec_names.KIND,
         "metadata": {"name": "demo", "namespace": "default"},
-        "spec": {to_camel(name): value for name, value in {**BASE, **values}.items()},
+        "spec": {to_camel(name): _camel(value) for name, value in {**BASE, **values}.items()},
     }
 
 
@@ -120,7 +139,14 @@ def test_a_violation_is_refused_by_the_config_naming_its_field(
     assert f"{ENV_PREFIX}{field.upper()} ({field}): {rule.text(str)}" in str(refused.value)
 
 
+def _camel(value: Any) -> Any:
+    """A group of settings (dataLoading) as the CR spells it."""
+    return {to_camel(k): v for k, v in value.items()} if isinstance(value, dict) else value
+
+
 def _env_value(value: Any) -> str:
+    if isinstance(value, dict):  # a group of settings: one JSON value
+        return json.dumps(value)
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

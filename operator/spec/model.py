@@ -21,18 +21,27 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.alias_generators import to_camel
 
 from ckptbench.operator.spec.pods import PodSpec, resources_field
 from ckptbench.operator.spec.rules import RULES_OF_THE_CR, memory_problem
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.data.settings import LoaderSettings
 from ckptbench.workload.contract.rule import Rule
 from ckptbench.workload.contract.settings import SETTINGS_RULES, BenchmarkSettings
 
 # Every rule the CRD carries, in its order, each with its Python twin.
 RULES: tuple[Rule[CheckpointBenchmarkSpec], ...] = (*SETTINGS_RULES, *RULES_OF_THE_CR)
 _CRD_RULES: list[JsonValue] = [cast("JsonValue", rule.to_crd()) for rule in RULES]
+
+
+class LoaderSpec(LoaderSettings):
+    """The loader's settings (``dataLoading``), as the CR spells them: camelCase, no coercion."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True, frozen=True
+    )
 
 
 class CheckpointBenchmarkSpec(PodSpec, BenchmarkSettings):
@@ -48,6 +57,11 @@ class CheckpointBenchmarkSpec(PodSpec, BenchmarkSettings):
         strict=True,
         frozen=True,
         json_schema_extra={"x-kubernetes-validations": _CRD_RULES},
+    )
+
+    # The loader's group, camelCase inside as outside; declared in BenchmarkSettings.
+    data_loading: LoaderSpec | None = Field(
+        None, description=BenchmarkSettings.model_fields["data_loading"].description
     )
 
     resources: dict[str, Any] | None = resources_field(

@@ -22,6 +22,7 @@ from pydantic.config import JsonDict, JsonSchemaExtraCallable
 
 from ckptbench.workload.contract.results.rank import RankResources
 from ckptbench.workload.contract.results.summaries import (
+    BothSummary,
     OpSummary,
     RankError,
     RankSpread,
@@ -137,6 +138,13 @@ class Training(TrainSummary):
         return cls(**{**dict(train), "wait": spread(train.wait), "stall": spread(train.stall)})
 
 
+class Both(BothSummary):
+    """Both demands at once (dataLoading set): each side alone and together, and its slowdown
+    (the slowest rank's ratio together / alone, with its 95% interval)."""
+
+    model_config = _config()
+
+
 def spread(figure: RankSpread) -> Spread:
     return Spread(**dict(figure))
 
@@ -231,6 +239,9 @@ class BenchmarkStatus(StatusModel):
         "rank's own.",
     )
     train: Training | None = Field(None, description="The training step beside the saves.")
+    both: Both | None = Field(
+        None, description="Both demands at once: the loader's and the checkpoints' slowdowns."
+    )
     checkpointer_peak_rss_bytes: int | None = Field(
         None,
         description="saveMode process: the largest peak of a rank's checkpointer process (the "

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from ckptbench.operator.spec.status_schema import BenchmarkStatus, Resources, Training
+from ckptbench.operator.spec.status_schema import BenchmarkStatus, Both, Resources, Training
 from ckptbench.operator.status import conditions as cond
 from ckptbench.operator.status.aggregate import (
     LISTED,
@@ -164,6 +164,7 @@ def compute_status(
             Resources.model_validate(summary.resources.model_dump()) if summary.resources else None
         ),
         train=Training.of(summary.train) if summary.train is not None else None,
+        both=Both.model_validate(dict(summary.both)) if summary.both is not None else None,
         checkpointer_peak_rss_bytes=summary.checkpointer_peak_rss_bytes,
         verified=summary.verified,
         procedure=summary.procedure.value if reported else None,

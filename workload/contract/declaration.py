@@ -45,6 +45,9 @@ class Setting:
     setting another one resolves it into; a result records only that one (asyncSave is
     recorded as the save mode it means, not beside it). ``switch``: the help of a switch that
     turns a true default off, which does the opposite of what the description says.
+    ``options_prefix``: the field holds a group of settings declared in a class of their own
+    (the loader's, ``data_loading``); each of them is its own option, its flag behind this prefix
+    (``--data-batch-size``), and the group is set when any of them is given.
     """
 
     unit: str | None = None
@@ -57,6 +60,7 @@ class Setting:
     layout: str | None = None  # "model" or "reference": acts only with that layout
     recorded_in: str | None = None
     switch: str | None = None
+    options_prefix: str | None = None
 
     def acts_in(self, settings: Placed) -> bool:
         if self.backends and settings.backend.value not in self.backends:

@@ -9,6 +9,7 @@ data-loading rank (``data.config.DataConfig``) make the round trip here.
 from __future__ import annotations
 
 import enum
+import json
 import os
 import typing
 from collections.abc import Callable, Mapping
@@ -34,6 +35,9 @@ def to_env(model: BaseModel, skip: set[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     fields = type(model).model_fields
     for name, value in model.model_dump(exclude=skip).items():
+        held = getattr(model, name)
+        if isinstance(held, BaseModel):  # a group of settings (data_loading): one JSON value
+            value = held.model_dump_json()
         if value is None:
             if fields[name].default is None:
                 continue
@@ -67,11 +71,24 @@ def from_env(
     for field, info in cls.model_fields.items():
         if raw.get(field) == "" and type(None) in typing.get_args(info.annotation):
             raw[field] = None
+        elif isinstance(raw.get(field), str) and _is_group(info.annotation):
+            try:
+                raw[field] = json.loads(raw[field])
+            except json.JSONDecodeError as exc:
+                raise ConfigError(
+                    f"invalid configuration: {source[field]} ({field}): not a JSON object: {exc}"
+                ) from None
     raw.update(overrides)
     try:
         return cls.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, source)) from None
+
+
+def _is_group(annotation: Any) -> bool:
+    """Whether a field holds a group of settings (a model), which a variable holds as JSON."""
+    kinds = typing.get_args(annotation) or (annotation,)
+    return any(isinstance(k, type) and issubclass(k, BaseModel) for k in kinds)
 
 
 def unknown_variables(

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any, ClassVar
 
 from pydantic import Field
+from pydantic.alias_generators import to_camel
 
 from ckptbench.workload.contract.choices import (
     DEFAULT_SAMPLES,
@@ -40,6 +41,7 @@ from ckptbench.workload.contract.choices import (
     default_samples,
     default_warmups,
 )
+from ckptbench.workload.contract.data.settings import DATA_RULES, LoaderSettings
 from ckptbench.workload.contract.declaration import Declared, Setting, choice, declared_fields
 
 __all__ = ["SETTINGS_RULES", "BenchmarkSettings", "Declared", "declared"]
@@ -174,6 +176,16 @@ class BenchmarkSettings(StateSettings):
             "trainMatrix (the rank finds the matrix side, untimed, before the baseline steps; "
             f"at most {TRAIN_TARGET_MATRIX_MAX}).",
         )
+    )
+    data_loading: Annotated[LoaderSettings | None, Setting(options_prefix="--data-")] = Field(
+        None,
+        description="Both demands of training at once: each training step (trainEvery) takes "
+        "its batch from a data loader reading a dataset under checkpointPath (made once, reused "
+        "as ckptbench data makes it) and spends the loader's compute time per batch, while "
+        "checkpoints save. Its settings are ckptbench data's (the reader in backend, preset, "
+        "batchSize, numWorkers, ...). Windows of trainEvery steps alternate: a save with the "
+        "loader off, a save with the loader reading, the loader reading with no save; each "
+        "side's slowdown against running alone is reported. Default: no loader.",
     )
     verify: Annotated[
         bool,
@@ -337,10 +349,65 @@ _RUN_RULES: tuple[Rule[BenchmarkSettings], ...] = (
     ),
 )
 
+
+def _reader_scheme_cel(value: str) -> str:
+    """CEL for where a reader or checkpoint backend named ``value`` (CEL) reads: gs, s3 or file."""
+    return f"({value} == 'file' ? 'file' : ({value} in ['s3', 's3fs'] ? 's3' : 'gs'))"
+
+
+_LOADER_READER = "(has(self.dataLoading.backend) ? self.dataLoading.backend : 'gcs')"
+_CKPT_BACKEND = "(has(self.backend) ? self.backend : 'gcs')"
+
+
+def _loader_rule(rule: Rule[LoaderSettings]) -> Rule[BenchmarkSettings]:
+    """A rule of the loader's settings (``DATA_RULES``) on the checkpoint's ``data_loading``
+    group: its CEL read inside the group, its check on the group."""
+    inner = rule.cel.replace("self.", "self.dataLoading.")
+    return Rule(
+        "data_loading",
+        f"!has(self.dataLoading) || ({inner})",
+        f"breaks the loader's rule on {to_camel(rule.field)}: {rule.text(to_camel)}",
+        lambda s: s.data_loading is None or rule.check(s.data_loading),
+    )
+
+
+# The rules of a training step that reads from the loader (data_loading set).
+_LOADER_RULES: tuple[Rule[BenchmarkSettings], ...] = (
+    Rule(
+        "data_loading",
+        "!has(self.dataLoading) || has(self.trainEvery)",
+        "needs {train_every}: the loader feeds the training steps, and trainEvery is how many "
+        "steps each window of the interleaved measurement runs",
+        lambda s: s.data_loading is None or s.train_every is not None,
+    ),
+    Rule(
+        "data_loading",
+        f"!has(self.dataLoading) || {_reader_scheme_cel(_LOADER_READER)} == "
+        f"{_reader_scheme_cel(_CKPT_BACKEND)}",
+        "must read where {backend} writes (its reader, dataLoading.backend, on the same store: "
+        "gs readers beside gcs or gcsfs, s3 or s3fs beside s3 or s3fs, file beside file): the "
+        "dataset lives under checkpointPath, so that reads and uploads compete as in a job",
+        lambda s: s.data_loading is None or s.data_loading.backend.scheme == s.backend.scheme,
+    ),
+    Rule(
+        "train_step_ms",
+        "!has(self.dataLoading) || !has(self.trainStepMs)",
+        "cannot be set with {data_loading}: the step's compute is then the loader's compute "
+        "time per batch (dataLoading.computeSecondsPerBatch or its preset's)",
+        lambda s: s.data_loading is None or s.train_step_ms is None,
+    ),
+    *(_loader_rule(rule) for rule in DATA_RULES),
+)
+
 # Every rule that spans the benchmark's settings, declared next to the settings it reads: the
 # state's, how samples run, the storage's. The rank's config runs them all (config.py), and the
 # CRD carries them as CEL with the CR's own rules (operator/spec/rules.py).
-SETTINGS_RULES: tuple[Rule[BenchmarkSettings], ...] = (*STATE_RULES, *_RUN_RULES, *STORAGE_RULES)
+SETTINGS_RULES: tuple[Rule[BenchmarkSettings], ...] = (
+    *STATE_RULES,
+    *_RUN_RULES,
+    *_LOADER_RULES,
+    *STORAGE_RULES,
+)
 
 
 def declared() -> Iterator[Declared]:

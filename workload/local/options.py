@@ -13,6 +13,7 @@ Values are parsed in :mod:`plan`, not by argparse, so that a bad value is report
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import enum
 import re
@@ -25,6 +26,8 @@ from pydantic import ValidationError
 
 from ckptbench.workload.contract import settings
 from ckptbench.workload.contract.config import field_errors
+from ckptbench.workload.contract.data.settings import LoaderSettings
+from ckptbench.workload.contract.declaration import declared_fields
 
 DEFAULT_TIMEOUT_SECONDS = 3600.0
 
@@ -170,7 +173,11 @@ def room_groups(model: type) -> dict[str, str]:
 
 
 RUNNER_GROUP = "Where the ranks run and where their results go: the local runner's own options."
-GROUPS: dict[str, str] = {**room_groups(settings.BenchmarkSettings), "runner": RUNNER_GROUP}
+GROUPS: dict[str, str] = {
+    **room_groups(settings.BenchmarkSettings),
+    **room_groups(LoaderSettings),
+    "runner": RUNNER_GROUP,
+}
 
 
 def from_setting(d: settings.Declared, default: Any = _DECLARED) -> Option:
@@ -254,9 +261,42 @@ _RUNNER: tuple[Option, ...] = (
     ),
 )
 
+
+def group_options(d: settings.Declared) -> tuple[Option, ...]:
+    """The options of a group of settings (``data_loading``): a switch that sets the group with
+    its defaults, then each of its settings' own options behind the group's prefix
+    (``--data-batch-size``), which sets ``group.name`` and the group with it. No defaults here:
+    what is not given is the group's own."""
+    prefix = d.setting.options_prefix
+    assert prefix is not None
+    (model,) = [k for k in typing.get_args(d.annotation) if k is not type(None)]
+    switch = Option(
+        "--" + d.name.replace("_", "-"),
+        f"{(d.field.description or d.name).rstrip('.')} (this switch turns it on with its "
+        f"defaults; any {prefix}* option turns it on too)",
+        d.name,
+        const={},
+        group=model.OPTIONS_GROUP,
+    )
+    inner = []
+    for m in declared_fields(model, first_from=model):
+        o = from_setting(m, default=None)
+        inner.append(
+            dataclasses.replace(
+                o, flag=prefix + m.flag.removeprefix("--"), field=f"{d.name}.{m.name}"
+            )
+        )
+    return (switch, *inner)
+
+
 # Every declared setting is an option (contract/settings.py), then the runner's own.
 OPTIONS: tuple[Option, ...] = (
-    *(from_setting(d) for d in settings.declared() if not d.setting.runner),
+    *(
+        o
+        for d in settings.declared()
+        if not d.setting.runner
+        for o in (group_options(d) if d.setting.options_prefix else (from_setting(d),))
+    ),
     *_RUNNER,
 )
 

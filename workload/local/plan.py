@@ -19,6 +19,9 @@ from ckptbench.workload.contract import cells
 from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, UploadScheme
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.data.choices import Reader
+from ckptbench.workload.contract.data.presets import laptop_shape
+from ckptbench.workload.contract.data.settings import LoaderSettings
 from ckptbench.workload.contract.declaration import Declared
 from ckptbench.workload.contract.settings import declared
 from ckptbench.workload.contract.storage_settings import bucket_problem
@@ -345,6 +348,7 @@ def _cells(
                 if name not in given:
                     raw.pop(name, None)
         backend: Backend = raw["backend"]
+        _group(raw, backend)
         raw["run_id"] = run_id(backend, stamp, index if several else None)
         where = [f"{k}={v}" for k, v in varied.items()]
         try:
@@ -353,6 +357,20 @@ def _cells(
             raise UsageError(explain(exc, where if several else ())) from None
         out.append(Cell(_label(varied, backend), config, varied))
     return out
+
+
+def _group(raw: dict[str, Any], backend: Backend) -> None:
+    """The loader's options (``data_loading.<name>``) gathered into its group, set when any of
+    them is given, its reader the checkpoint backend's own library unless one is given, and its
+    preset's laptop shape where the options leave the dataset's size empty."""
+    given = {k.split(".", 1)[1]: raw.pop(k) for k in list(raw) if k.startswith("data_loading.")}
+    if not given and raw.get("data_loading") is None:
+        return
+    group = {**(raw.get("data_loading") or {}), **given}
+    group.setdefault("backend", Reader(backend.value))
+    group.setdefault("preset", LoaderSettings.model_fields["preset"].default)
+    laptop_shape(group)
+    raw["data_loading"] = group
 
 
 def _label(varied: dict[str, str], backend: Backend) -> str:

@@ -23,6 +23,7 @@ from ckptbench.workload.contract.results import intervals
 from ckptbench.workload.contract.results.summaries import (
     RunSummary,
 )
+from ckptbench.workload.local.outputs.both_rows import both_rows
 from ckptbench.workload.local.report_rows import (
     CI,
     MISSING,
@@ -132,7 +133,9 @@ def format_table(runs: Sequence[tuple[str, RunSummary]]) -> str:
         header = ["", *labels]
     if pair[0] is not None and pair[1] is not None:
         header.append("/".join(names))
-    for row in rows_for(summaries):
+    rows = rows_for(summaries)
+    rows[-2:-2] = both_rows(summaries)  # before verified and status
+    for row in rows:
         line = [row.label, *(_cell(row, s) for s in summaries)]
         if pair[0] is not None and pair[1] is not None:
             line.append(_ratio_cell(row, pair[0], pair[1]))

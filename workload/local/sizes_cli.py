@@ -46,7 +46,9 @@ def plan_options() -> tuple[options.Option, ...]:
         if d.name in SIZES_DEFAULTS
         else options.from_setting(d)
         for d in settings.declared()
-        if d.name in memory_plan.READS and d.setting.layout != "reference"
+        if d.name in memory_plan.READS
+        and d.setting.layout != "reference"
+        and not d.setting.options_prefix  # the loader's group: not a checkpoint's size
     )
 
 

@@ -23,6 +23,7 @@ an async save holds DCP's staging copy (a second full shard) until it is durable
 
 from __future__ import annotations
 
+import itertools
 import socket
 import sys
 import time
@@ -36,6 +37,7 @@ from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.rank import saving, state, training
+from ckptbench.workload.rank.both import loader, windows
 from ckptbench.workload.rank.failures import (
     PeerFailure,
 )
@@ -190,6 +192,9 @@ class _Loop(Operations):
         """The training step beside the saves (:mod:`.training`): baseline steps, then
         ``samples`` intervals of wait-for-previous, save, and ``every`` steps."""
         config = self.config
+        if config.data_loading is not None:
+            self._train_with_loader(shard, every)
+            return
         matrix = self._step("size the training step", lambda: training.matrix_of(config))
         step = training.Step(matrix, config.seed)
         record = training.Record(matrix)
@@ -221,6 +226,34 @@ class _Loop(Operations):
             self._durable(*previous)
             self._finish_training_save(previous[0])
         self.train = record.timing(every)
+
+    def _train_with_loader(self, shard: dict[str, torch.Tensor], every: int) -> None:
+        """Both demands at once (:mod:`.windows`): ``samples`` cycles of a save with the loader
+        off, a save with it reading, and it reading alone, ``every`` steps each, each step's batch
+        from the data loader (:mod:`.both`)."""
+        config = self.config
+        ids = (config.checkpoint_id(i) for i in itertools.count(config.warmups + config.samples))
+        loop = self
+
+        class _Started:
+            def __init__(self) -> None:
+                self.checkpoint_id = next(ids)
+                self.in_flight, self.stall = loop._train_save(self.checkpoint_id, shard)
+
+            def durable(self) -> float:
+                if self.in_flight is None:  # a sync save: done, checked and removed already
+                    return self.stall
+                loop._durable(self.checkpoint_id, self.in_flight)
+                times = self.in_flight.wait(config.collective_timeout_seconds)
+                loop._finish_training_save(self.checkpoint_id)  # our cleanup: untimed
+                return times.stall + times.background
+
+        side = self._step(
+            "prepare the loader",
+            lambda: loader.LoaderSide(config, self._barrier, _Started, self.distributed),
+        )
+        measured = windows.run(config.samples, every, side)
+        self.both = windows.timing(measured, every, config.samples, side.compute_seconds)
 
     def _train_save(
         self, checkpoint_id: str, shard: dict[str, torch.Tensor]
@@ -295,6 +328,7 @@ class _Loop(Operations):
             load=self.loads.timing(),
             delete=self.deletes.timing() if self.config.saves else None,
             train=self.train,
+            both=self.both,
             checkpointer_peak_rss_bytes=self.saver.checkpointer_peak_rss if self.saver else None,
             verified=verified if self.config.verify else None,
             resources=self.meter.read(),

@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.contract.choices import CacheMode
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results.rank import OpTiming, TrainTiming
+from ckptbench.workload.contract.results.rank import BothTiming, OpTiming, TrainTiming
 from ckptbench.workload.rank import full, saving, state
 from ckptbench.workload.rank.failures import (
     CheckpointFailure,
@@ -108,6 +108,7 @@ class Operations:
         self.meter = resources.Meter()
         self.saver: saving.Saver | None = None
         self.train: TrainTiming | None = None
+        self.both: BothTiming | None = None
 
     def _after_save(self, index: int, checkpoint_id: str) -> None:
         if self.after_save is not None:

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from ckptbench.workload.contract.checkpoint import models, sizes
 from ckptbench.workload.contract.checkpoint.sizes import format_bytes
 from ckptbench.workload.contract.choices import Backend, SaveMode, Stager, Strategy
+from ckptbench.workload.contract.data import memory as data_memory
 from ckptbench.workload.contract.quantity import quantity
 from ckptbench.workload.contract.settings import TRAIN_TARGET_MATRIX_MAX, BenchmarkSettings
 
@@ -167,7 +168,7 @@ class MemoryEstimate:
         if self.checkpointer_bytes:
             beside += f" + checkpointer process {format_bytes(self.checkpointer_bytes)}"
         if self.train_bytes:
-            beside += f" + training step {format_bytes(self.train_bytes)}"
+            beside += f" + training step (or its loader) {format_bytes(self.train_bytes)}"
         return (
             f"shard or load template {format_bytes(self.shard_bytes)} + the larger of saving "
             f"({' + '.join(save)}) and loading ({' + '.join(load)}) + allocator slack "
@@ -198,6 +199,7 @@ READS: tuple[str, ...] = (
     "staging_shared_memory",
     "train_every",
     "train_matrix",
+    "data_loading",
     "train_step_ms",
     "threads",
     "part_size_bytes",
@@ -249,9 +251,12 @@ def rank_load(config: BenchmarkSettings) -> RankLoad:
 
 def train_bytes(config: BenchmarkSettings) -> int:
     """The training step's matrices: a, b and out, (N, N) float32 each. A step-time target's N
-    is found on the node; the largest N it may choose is counted."""
+    is found on the node; the largest N it may choose is counted. A step that reads from the
+    loader (data_loading) builds no matrices: it holds one accelerator's loader instead."""
     if config.train_every is None:
         return 0
+    if config.data_loading is not None:
+        return data_memory.loader_bytes(config.data_loading)
     side = config.train_matrix if config.train_step_ms is None else TRAIN_TARGET_MATRIX_MAX
     return TRAIN_MATRICES * side * side * sizes.FLOAT32_BYTES
 

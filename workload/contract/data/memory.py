@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ckptbench.workload.contract.checkpoint.sizes import format_bytes
 from ckptbench.workload.contract.data.choices import Sharding
-from ckptbench.workload.contract.data.settings import DataSettings
+from ckptbench.workload.contract.data.settings import DataSettings, LoaderSettings
 
 MIB = 1024**2
 # Measured: a rank with torch and the storage clients imported (bench/bench_data.py prints it).
@@ -32,19 +32,28 @@ class DataMemory:
     total_bytes: int
 
 
-def estimate(s: DataSettings) -> DataMemory:
+def _in_flight(s: LoaderSettings) -> int:
+    workers = s.resolved_workers
+    return workers * s.prefetch_factor + 1 if workers > 0 else 1
+
+
+def loader_bytes(s: LoaderSettings) -> int:
+    """What one accelerator's loader holds at its peak (its batches, files and workers): a data
+    rank holds one per accelerator, a checkpoint rank whose step reads from the loader one."""
     workers = s.resolved_workers
     batch = s.resolved_batch_size * s.resolved_sample_bytes
-    in_flight = workers * s.prefetch_factor + 1 if workers > 0 else 1
     unit = s.file_bytes if s.sharding is Sharding.FILE else s.resolved_sample_bytes
     readers = max(1, workers)
-    per_accelerator = 2 * in_flight * batch + 2 * readers * unit + workers * WORKER_BASE_BYTES
+    return 2 * _in_flight(s) * batch + 2 * readers * unit + workers * WORKER_BASE_BYTES
+
+
+def estimate(s: DataSettings) -> DataMemory:
     return DataMemory(
-        batches_in_flight=in_flight,
-        batch_bytes=batch,
-        file_bytes=unit,
-        workers=workers * s.accelerators_per_rank,
-        total_bytes=RANK_BASE_BYTES + s.accelerators_per_rank * per_accelerator,
+        batches_in_flight=_in_flight(s),
+        batch_bytes=s.resolved_batch_size * s.resolved_sample_bytes,
+        file_bytes=s.file_bytes if s.sharding is Sharding.FILE else s.resolved_sample_bytes,
+        workers=s.resolved_workers * s.accelerators_per_rank,
+        total_bytes=RANK_BASE_BYTES + s.accelerators_per_rank * loader_bytes(s),
     )
 
 

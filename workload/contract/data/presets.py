@@ -11,6 +11,7 @@ second one accelerator demands are the preset's (docs/data-loading.md#presets).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ckptbench.workload.contract.data.choices import DataFormat, DataPreset
 
@@ -192,3 +193,21 @@ PRESETS: dict[DataPreset, Preset] = {
         ),
     )
 }
+
+
+# Settings a preset's laptop shape fills in when a local run leaves them empty.
+LAPTOP_SHAPE = {
+    "files": "laptop_files",
+    "samples_per_file": "laptop_samples_per_file",
+    "batch_size": "laptop_batch_size",
+    "num_workers": "laptop_workers",
+}
+
+
+def laptop_shape(raw: dict[str, Any]) -> None:
+    """Fill in ``raw`` (settings by name, its ``preset`` set) what its preset's laptop shape
+    gives and ``raw`` leaves empty: ``ckptbench data`` and ``ckptbench run``'s loader alike."""
+    preset = PRESETS[DataPreset(raw["preset"])]
+    for name, laptop in LAPTOP_SHAPE.items():
+        if raw.get(name) is None:
+            raw[name] = getattr(preset, laptop)

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterator
 from typing import Annotated, Any, ClassVar
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from ckptbench.workload.contract.choices import S3Reader
 from ckptbench.workload.contract.data.choices import DataFormat, DataPreset, Reader, Sharding
@@ -28,10 +28,19 @@ MAX_FILES = 100_000_000
 MAX_SAMPLES_PER_FILE = 1_000_000
 
 
-class DataSettings(ServiceSettings):
-    """The dataset, the readers and the training step: the same for every rank."""
+class LoaderSettings(BaseModel):
+    """The loader: the dataset, the reader and the batches each training step takes.
 
-    OPTIONS_GROUP: ClassVar[str] = "data"
+    Declared once for both benchmarks that read a dataset: ``ckptbench data`` (:class:`DataSettings`
+    extends it with the run's own settings) and a checkpoint run whose training step takes its
+    batches from the loader (its ``data_loading`` group, ``contract/settings.py``)."""
+
+    OPTIONS_GROUP: ClassVar[str] = "loader"
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # What was set, not every default: the group appears whole in refusals (rule.py).
+        for name in self.model_fields_set:
+            yield name, getattr(self, name)
 
     backend: Annotated[Reader, Setting(axis=True, metavar="NAME")] = choice(
         Reader.GCS,
@@ -39,16 +48,6 @@ class DataSettings(ServiceSettings):
         "Google's connector), gcs (google-cloud-storage, one download per request: the "
         "connector's direct-API baseline), gcsfs or s3fs (fsspec files), s3 (s3torchconnector's "
         "S3MapDataset / S3IterableDataset) or file (a local or mounted path, read cold).",
-    )
-    data_path: Annotated[str, Setting(flag="--storage", runner=True, metavar="URL")] = Field(
-        ...,
-        min_length=1,
-        max_length=1024,
-        description="Where the dataset lives: gs://bucket/prefix for dataflux, gcs and gcsfs, "
-        "s3://bucket/prefix for s3 and s3fs, an absolute path for file. The dataset goes under "
-        "<dataPath>/datasets/<its name>/ and is reused by every run that asks for the same one; "
-        "results go under <dataPath>/<run>/.",
-        json_schema_extra={"pattern": CHECKPOINT_PATH_PATTERN},
     )
     preset: Annotated[DataPreset, Setting(axis=True, metavar="NAME")] = choice(
         DataPreset.MLPERF_RESNET50,
@@ -84,24 +83,6 @@ class DataSettings(ServiceSettings):
         description="Files in the dataset; default: the preset's (ckptbench data: its laptop "
         "count, with its laptop samples per file and batch size).",
     )
-    seed: Annotated[int, Setting()] = Field(
-        0,
-        ge=0,
-        le=2**31 - 1,
-        description="Seed of the dataset's content and of the shuffles: the same seed makes the "
-        "same bytes and the same order.",
-    )
-    world_size: Annotated[int, Setting(axis=True, local_default=2)] = Field(
-        1, ge=1, le=100_000, description="Ranks (pods): each runs acceleratorsPerRank loaders."
-    )
-    accelerators_per_rank: Annotated[int, Setting(axis=True, flag="--accelerators")] = Field(
-        1,
-        ge=1,
-        le=64,
-        description="Emulated accelerators per rank, each with its own DataLoader over its share "
-        "of the dataset (MLPerf Storage runs one process per accelerator). A comma list draws "
-        "the AU curve: the largest number whose utilisation stays at the floor is the headline.",
-    )
     num_workers: Annotated[int | None, Setting(axis=True, flag="--workers")] = Field(
         None,
         ge=0,
@@ -131,9 +112,6 @@ class DataSettings(ServiceSettings):
         description="Shuffle samples (or files, with sharding file) each epoch from the seed; off "
         "reads them in order.",
     )
-    epochs: Annotated[int | None, Setting(axis=True, local_default=1)] = Field(
-        None, ge=1, le=1000, description="Passes over the dataset; default: the preset's."
-    )
     sharding: Annotated[Sharding, Setting(axis=True, metavar="HOW")] = choice(
         Sharding.SAMPLE,
         "How the dataset is dealt to the accelerators: sample (a map-style dataset under "
@@ -149,13 +127,6 @@ class DataSettings(ServiceSettings):
         le=3600,
         description="Seconds the emulated accelerator spends on a batch without touching it; "
         "default: the preset's seconds per sample times the batch size.",
-    )
-    au_floor: Annotated[float | None, Setting(flag="--au-floor", metavar="RATIO")] = Field(
-        None,
-        ge=0,
-        le=1,
-        description="The accelerator utilisation a run must keep to pass (MLPerf's 0.90 or "
-        "0.70); default: the preset's, none for a preset that emulates no compute.",
     )
     dataflux_compose: Annotated[
         bool,
@@ -189,20 +160,6 @@ class DataSettings(ServiceSettings):
         description="Check every sample handed to the accelerator against its checksum and its "
         "index; off measures the reads alone.",
     )
-    rendezvous_timeout_seconds: Annotated[
-        float,
-        Setting(unit="seconds", flag="--rendezvous-timeout", local_default=60.0, metavar="SECONDS"),
-    ] = Field(600.0, ge=1, le=86_400, description="How long a rank waits for rank 0 to answer.")
-    progress_timeout_seconds: Annotated[
-        float, Setting(unit="seconds", flag="--progress-timeout", metavar="SECONDS")
-    ] = Field(
-        300.0,
-        ge=1,
-        le=86_400,
-        description="A rank that neither beats its heartbeat nor moves a byte for this long is "
-        "frozen and stopped.",
-    )
-
     # -- what the preset fills in ----------------------------------------------------------------
 
     @property
@@ -234,25 +191,10 @@ class DataSettings(ServiceSettings):
         return self.batch_size or self.preset_spec.batch_size
 
     @property
-    def resolved_epochs(self) -> int:
-        return self.epochs or self.preset_spec.epochs
-
-    @property
     def resolved_compute_seconds(self) -> float:
         if self.compute_seconds_per_batch is not None:
             return self.compute_seconds_per_batch
         return self.preset_spec.compute_for(self.resolved_batch_size)
-
-    @property
-    def resolved_au_floor(self) -> float | None:
-        if self.au_floor is not None:
-            return self.au_floor
-        return self.preset_spec.au_floor if self.resolved_compute_seconds > 0 else None
-
-    @property
-    def accelerators(self) -> int:
-        """Emulated accelerators in the whole run."""
-        return self.world_size * self.accelerators_per_rank
 
     @property
     def total_samples(self) -> int:
@@ -266,6 +208,81 @@ class DataSettings(ServiceSettings):
     @property
     def file_bytes(self) -> int:
         return self.resolved_samples_per_file * self.resolved_sample_bytes
+
+
+class DataSettings(LoaderSettings, ServiceSettings):
+    """The dataset, the readers and the training step: the same for every rank."""
+
+    OPTIONS_GROUP: ClassVar[str] = "data"
+
+    data_path: Annotated[str, Setting(flag="--storage", runner=True, metavar="URL")] = Field(
+        ...,
+        min_length=1,
+        max_length=1024,
+        description="Where the dataset lives: gs://bucket/prefix for dataflux, gcs and gcsfs, "
+        "s3://bucket/prefix for s3 and s3fs, an absolute path for file. The dataset goes under "
+        "<dataPath>/datasets/<its name>/ and is reused by every run that asks for the same one; "
+        "results go under <dataPath>/<run>/.",
+        json_schema_extra={"pattern": CHECKPOINT_PATH_PATTERN},
+    )
+    seed: Annotated[int, Setting()] = Field(
+        0,
+        ge=0,
+        le=2**31 - 1,
+        description="Seed of the dataset's content and of the shuffles: the same seed makes the "
+        "same bytes and the same order.",
+    )
+    world_size: Annotated[int, Setting(axis=True, local_default=2)] = Field(
+        1, ge=1, le=100_000, description="Ranks (pods): each runs acceleratorsPerRank loaders."
+    )
+    accelerators_per_rank: Annotated[int, Setting(axis=True, flag="--accelerators")] = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Emulated accelerators per rank, each with its own DataLoader over its share "
+        "of the dataset (MLPerf Storage runs one process per accelerator). A comma list draws "
+        "the AU curve: the largest number whose utilisation stays at the floor is the headline.",
+    )
+    epochs: Annotated[int | None, Setting(axis=True, local_default=1)] = Field(
+        None, ge=1, le=1000, description="Passes over the dataset; default: the preset's."
+    )
+    au_floor: Annotated[float | None, Setting(flag="--au-floor", metavar="RATIO")] = Field(
+        None,
+        ge=0,
+        le=1,
+        description="The accelerator utilisation a run must keep to pass (MLPerf's 0.90 or "
+        "0.70); default: the preset's, none for a preset that emulates no compute.",
+    )
+    rendezvous_timeout_seconds: Annotated[
+        float,
+        Setting(unit="seconds", flag="--rendezvous-timeout", local_default=60.0, metavar="SECONDS"),
+    ] = Field(600.0, ge=1, le=86_400, description="How long a rank waits for rank 0 to answer.")
+    progress_timeout_seconds: Annotated[
+        float, Setting(unit="seconds", flag="--progress-timeout", metavar="SECONDS")
+    ] = Field(
+        300.0,
+        ge=1,
+        le=86_400,
+        description="A rank that neither beats its heartbeat nor moves a byte for this long is "
+        "frozen and stopped.",
+    )
+
+    # -- what follows from them -------------------------------------------------------------------
+
+    @property
+    def resolved_epochs(self) -> int:
+        return self.epochs or self.preset_spec.epochs
+
+    @property
+    def resolved_au_floor(self) -> float | None:
+        if self.au_floor is not None:
+            return self.au_floor
+        return self.preset_spec.au_floor if self.resolved_compute_seconds > 0 else None
+
+    @property
+    def accelerators(self) -> int:
+        """Emulated accelerators in the whole run."""
+        return self.world_size * self.accelerators_per_rank
 
     def samples_per_accelerator(self) -> int:
         """Samples one accelerator reads in an epoch under sample sharding (DistributedSampler's
@@ -289,7 +306,7 @@ class DataSettings(ServiceSettings):
         return {d.name: out[d.name] for d in declared() if d.setting.acts_in(self)}
 
 
-def _whole_files(s: DataSettings) -> bool:
+def _whole_files(s: LoaderSettings) -> bool:
     return s.resolved_format is DataFormat.RAW or s.resolved_samples_per_file == 1
 
 
@@ -323,7 +340,7 @@ MAX_FILE_BYTES = 4 * 1024**3
 
 # The rules that span the data-loading settings (rule.py says how a rule is read). Their CEL
 # resolves what the preset fills in, as the rank does, so the API server and the rank agree.
-DATA_RULES: tuple[Rule[DataSettings], ...] = (
+DATA_RULES: tuple[Rule[LoaderSettings], ...] = (
     Rule(
         "sharding",
         f"{_SHARDING} != 'sample' || {_FORMAT} == 'raw' || {_PER_FILE} == 1",

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import mlperf_rules, parts, stats
+from ckptbench.workload.contract.results import both, mlperf_rules, parts, stats
 from ckptbench.workload.contract.results.intervals import mean_interval, rate_interval
 from ckptbench.workload.contract.results.mlperf_figures import mlperf_metrics
 from ckptbench.workload.contract.results.parts import OpPart, Part, ResourcePart, rank_throughput
@@ -330,6 +330,7 @@ def summarize_records(
         verified=verified,
         resources=resource_summary(whole.resources, slowest, by_rank),
         train=summarize_train(ordered),
+        both=both.summarize([(r.rank, r.both) for r in ordered if r.both is not None]),
         checkpointer_peak_rss_bytes=checkpointer_peak_rss(ordered),
         errors=errors[:_ERRORS_LISTED],
         error_count=len(errors),

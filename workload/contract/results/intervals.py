@@ -4,7 +4,7 @@ where the intervals tell it apart (docs/measurement.md#confidence-intervals).
 - :func:`mean_interval`: a mean's Student-t interval; :func:`rate_interval`: a rate's, from its
   duration's;
 - :func:`mean_ratio_interval` and :func:`throughput_ratio_interval`: one cell against another
-  (Welch's degrees of freedom);
+  (Welch's degrees of freedom); :func:`ratio_interval`: the same over two sets of windows;
 - :func:`best_of`: the best cell, only where its interval is above every other's.
 """
 
@@ -48,27 +48,41 @@ def rate_interval(nbytes: int, seconds: Interval | None) -> Interval | None:
     )
 
 
-def _welch_df(a: OpSummary, b: OpSummary) -> float:
+def _welch_df(na: int, sa: float, nb: int, sb: float) -> float:
     """Welch-Satterthwaite degrees of freedom of two means' difference (or ratio)."""
-    va, vb = a.stdev_seconds**2 / a.samples, b.stdev_seconds**2 / b.samples
+    va, vb = sa**2 / na, sb**2 / nb
     if va + vb == 0:
-        return float(min(a.samples, b.samples) - 1)
-    return (va + vb) ** 2 / (va**2 / (a.samples - 1) + vb**2 / (b.samples - 1))
+        return float(min(na, nb) - 1)
+    return (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+
+
+def _ratio(na: int, ma: float, sa: float, nb: int, mb: float, sb: float) -> Interval | None:
+    """The :data:`CONFIDENCE` interval of mean b / mean a (n, mean, stdev each) by the delta
+    method: relative standard error sqrt((se_a/m_a)^2 + (se_b/m_b)^2), t at the
+    Welch-Satterthwaite degrees of freedom. None with fewer than two samples on either side, or a
+    mean of 0."""
+    if na < 2 or nb < 2 or ma <= 0 or mb <= 0:
+        return None
+    ratio = mb / ma
+    relative = math.hypot(sa / math.sqrt(na) / ma, sb / math.sqrt(nb) / mb)
+    half = stats.t_quantile(1.0 - (1.0 - CONFIDENCE) / 2.0, max(1.0, _welch_df(na, sa, nb, sb)))
+    return Interval(low=max(0.0, ratio * (1 - half * relative)), high=ratio * (1 + half * relative))
 
 
 def mean_ratio_interval(a: OpSummary, b: OpSummary) -> Interval | None:
-    """The :data:`CONFIDENCE` interval of ``b.mean_seconds / a.mean_seconds`` by the delta method:
-    relative standard error sqrt((se_a/m_a)^2 + (se_b/m_b)^2), t at the Welch-Satterthwaite
-    degrees of freedom. None with fewer than two samples on either side, or a mean of 0."""
-    if a.samples < 2 or b.samples < 2 or a.mean_seconds <= 0 or b.mean_seconds <= 0:
-        return None
-    ratio = b.mean_seconds / a.mean_seconds
-    relative = math.hypot(
-        a.stdev_seconds / math.sqrt(a.samples) / a.mean_seconds,
-        b.stdev_seconds / math.sqrt(b.samples) / b.mean_seconds,
+    """The interval of ``b.mean_seconds / a.mean_seconds`` (:func:`_ratio`)."""
+    return _ratio(
+        a.samples, a.mean_seconds, a.stdev_seconds, b.samples, b.mean_seconds, b.stdev_seconds
     )
-    half = stats.t_quantile(1.0 - (1.0 - CONFIDENCE) / 2.0, max(1.0, _welch_df(a, b)))
-    return Interval(low=max(0.0, ratio * (1 - half * relative)), high=ratio * (1 + half * relative))
+
+
+def ratio_interval(a: OpStats, b: OpStats) -> Interval | None:
+    """The interval of ``b.mean / a.mean`` (:func:`_ratio`), each over its samples: both demands'
+    slowdowns, together's windows over alone's (results/both.py); bounds rounded."""
+    found = _ratio(a.n, a.mean, a.stdev, b.n, b.mean, b.stdev)
+    if found is None or found.high is None:
+        return found
+    return Interval(low=round(found.low, ROUND), high=round(found.high, ROUND))
 
 
 def throughput_ratio_interval(

@@ -213,6 +213,28 @@ class TrainTiming(BaseModel):
     )
 
 
+class BothTiming(BaseModel):
+    """One rank's windows of both demands at once (``data_loading`` set; results/both.py), by
+    kind; bounded: statistics, not lists. Seconds throughout, but ``au_*`` (fractions) and the
+    sample counts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    every: Count = Field(description="Steps per window (trainEvery).")
+    cycles: Count = Field(description="Cycles of the three windows run.")
+    compute_seconds: float = Field(ge=0, description="The accelerator's compute per step.")
+    step_alone: OpStats = Field(description="Per loader-alone window: its seconds per step.")
+    step_together: OpStats = Field(description="Per together window: its seconds per step.")
+    au_alone: OpStats = Field(description="Per loader-alone window: compute / window seconds.")
+    au_together: OpStats = Field(description="Per together window: compute / window seconds.")
+    samples_alone: Count = Field(description="Samples handed over in loader-alone windows.")
+    samples_together: Count = Field(description="Samples handed over in together windows.")
+    stall_alone: OpStats = Field(description="Per save-alone window: the save call's stall.")
+    stall_together: OpStats = Field(description="Per together window: the save call's stall.")
+    save_alone: OpStats = Field(description="Per save-alone window: the call until durable.")
+    save_together: OpStats = Field(description="Per together window: the call until durable.")
+
+
 class RankResult(BaseModel):
     """What one rank reports. ``save``/``load`` are absent when the rank failed before them;
     ``delete`` also when checkpoints are kept (nothing was deleted)."""
@@ -238,6 +260,7 @@ class RankResult(BaseModel):
         "0, the sweep of what is left (finish). None when checkpoints are kept.",
     )
     train: TrainTiming | None = None
+    both: BothTiming | None = None
     checkpointer_peak_rss_bytes: Bytes | None = Field(
         None,
         description="save_mode process: the checkpointer process's peak resident memory "

@@ -19,6 +19,7 @@ from typing import Literal, NamedTuple
 
 from ckptbench.workload.contract.choices import CacheMode, Procedure
 from ckptbench.workload.contract.results.rank import (
+    BothTiming,
     OpStats,
     OpTiming,
     RankResources,
@@ -147,6 +148,7 @@ class RankRecord(NamedTuple):
     error: str | None
     procedure: Procedure
     cache: CacheMode | None
+    both: BothTiming | None = None
 
 
 def moved_bytes(result: RankResult | RankRecord, op: Operation) -> int:
@@ -180,6 +182,7 @@ def record_of(result: RankResult) -> RankRecord:
         load=op("load"),
         delete=op("delete"),
         train=result.train,
+        both=result.both,
         resources=ResourceRow.of(result.resources) if result.resources is not None else None,
         checkpointer_peak_rss_bytes=result.checkpointer_peak_rss_bytes,
         verified=result.verified,

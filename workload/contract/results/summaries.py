@@ -201,6 +201,39 @@ class ResourceSummary(BaseModel):
     )
 
 
+class Slowdown(BaseModel):
+    """Together / alone of a time figure's means over windows: above 1 is slower together."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ratio: float = Field(description="Mean together / mean alone.")
+    interval: Interval | None = Field(
+        None, description="95% interval of the ratio (None: fewer than 2 windows a side)."
+    )
+    rank: int = Field(description="The rank it is of: the one with the largest ratio.")
+
+
+class BothSummary(BaseModel):
+    """Both demands at once across ranks (results/both.py): each side alone and together,
+    and its slowdown."""
+
+    model_config = ConfigDict(frozen=True)
+
+    every: int = Field(description="Steps per window.")
+    cycles: int = Field(description="Cycles of save-alone, together, loader-alone windows.")
+    samples_per_second_alone: float = Field(description="All ranks' samples / their seconds.")
+    samples_per_second_together: float = Field(description="The same, in together windows.")
+    au_alone: float = Field(description="Mean over ranks of each rank's mean window AU.")
+    au_together: float = Field(description="The same, in together windows.")
+    save_seconds_alone: float = Field(description="Mean over ranks of the mean save (to durable).")
+    save_seconds_together: float = Field(description="The same, the loader reading.")
+    stall_seconds_alone: float = Field(description="Mean over ranks of the mean stall.")
+    stall_seconds_together: float = Field(description="The same, the loader reading.")
+    loader_slowdown: Slowdown = Field(description="Step seconds, together / loader alone.")
+    save_slowdown: Slowdown = Field(description="Save seconds, together / save alone.")
+    stall_slowdown: Slowdown = Field(description="Stall seconds, together / save alone.")
+
+
 class TrainSummary(BaseModel):
     """The training step beside the saves, across ranks (docs/measurement.md). A training job
     runs at the pace of its slowest rank: the overhead that counts is the slowest rank's."""
@@ -279,6 +312,9 @@ class RunSummary(BaseModel):
     verified: bool | None = Field(None, description="Every rank verified every load.")
     resources: ResourceSummary | None = Field(
         None, description="CPU, peak RSS and storage traffic per rank (absent: none reported)."
+    )
+    both: BothSummary | None = Field(
+        None, description="Both demands at once (dataLoading set): each side's slowdown."
     )
     train: TrainSummary | None = Field(
         None, description="The training step beside the saves (trainEvery set)."

@@ -15,7 +15,7 @@ from ckptbench.workload.contract import cells
 from ckptbench.workload.contract.data import memory
 from ckptbench.workload.contract.data.choices import Reader
 from ckptbench.workload.contract.data.config import DataConfig
-from ckptbench.workload.contract.data.presets import PRESETS
+from ckptbench.workload.contract.data.presets import laptop_shape
 from ckptbench.workload.contract.data.settings import declared as data_declared
 from ckptbench.workload.local import plan as run_plan
 from ckptbench.workload.local.data.options import OPTION_OF, OPTIONS, option
@@ -24,13 +24,6 @@ from ckptbench.workload.local.outputs import target
 from ckptbench.workload.rank.process import memory as process_memory
 
 EMULATOR_BUCKET = run_plan.EMULATOR_BUCKET
-# Settings a preset's laptop shape fills in when the command line leaves them empty.
-_LAPTOP = {
-    "files": "laptop_files",
-    "samples_per_file": "laptop_samples_per_file",
-    "batch_size": "laptop_batch_size",
-    "num_workers": "laptop_workers",
-}
 
 
 @dataclass(frozen=True)
@@ -101,10 +94,7 @@ def _cells(fixed: dict[str, Any], axes: list[tuple[Option, list[tuple[str, Any]]
     out = []
     for index, combo in enumerate(combos):
         raw = {**fixed, **combo}
-        preset = PRESETS[raw["preset"]]
-        for name, laptop in _LAPTOP.items():
-            if raw.get(name) is None:
-                raw[name] = getattr(preset, laptop)
+        laptop_shape(raw)
         varied = {
             o.name: axis.text(axis.values.index(combo[axis.field]))
             for (o, values), axis in zip(axes, listed, strict=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,10 +23,12 @@ from typing import Any
 from ckptbench.workload.contract.checkpoint.sizes import GIB
 from ckptbench.workload.contract.results import figures, mlperf_figures
 from ckptbench.workload.contract.results.summaries import (
+    BothSummary,
     Interval,
     OpSummary,
     RankSpread,
     RunSummary,
+    Slowdown,
     TrainSummary,
 )
 
@@ -154,7 +157,8 @@ def settings_of(s: RunSummary) -> dict[str, Any]:
     settings: dict[str, Any] = {"world_size": s.world_size}
     for k, v in s.extra.get("settings", {}).items():
         if k not in _SKIPPED_SETTINGS:
-            settings[k] = v
+            # A group of settings (data_loading) as one JSON cell, not Python's repr of a dict.
+            settings[k] = json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
     return settings
 
 
@@ -176,6 +180,7 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
         for key in ("mean_seconds", "slowest_rank", "slowest_rank_seconds", "max_seconds"):
             row[f"save_{name}_{key}"] = getattr(spread, key) if spread is not None else None
     row.update(_train(s.train))
+    row.update(_both(s.both))
     row["checkpointer_peak_rss_bytes"] = s.checkpointer_peak_rss_bytes
     row["verified"] = s.verified
     row.update(_resources(s))
@@ -184,6 +189,23 @@ def figures_of(s: RunSummary) -> dict[str, Any]:
     row["mlperf_category"] = s.mlperf_category
     row["mlperf_open_reasons"] = "; ".join(s.mlperf_open_reasons or []) or None
     row["ram_rule"] = s.ram_rule
+    return row
+
+
+def _both(b: BothSummary | None) -> dict[str, Any]:
+    """Both demands at once, one column per figure (a slowdown: its ratio, its interval's
+    bounds and its rank), empty without a loader."""
+    row: dict[str, Any] = {}
+    for name, info in BothSummary.model_fields.items():
+        value = getattr(b, name) if b is not None else None
+        if info.annotation is Slowdown:
+            interval = value.interval if value is not None else None
+            row[f"both_{name}"] = value.ratio if value is not None else None
+            row[f"both_{name}_low"] = interval.low if interval is not None else None
+            row[f"both_{name}_high"] = interval.high if interval is not None else None
+            row[f"both_{name}_rank"] = value.rank if value is not None else None
+        else:
+            row[f"both_{name}"] = value
     return row
 
 

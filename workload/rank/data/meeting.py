@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ckptbench.workload.contract.data.config import DataConfig
 from ckptbench.workload.rank import rendezvous
+
+
+class Meets(Protocol):
+    """Where ranks meet: the data ranks' TCP store (:class:`Meeting`), or a checkpoint rank's
+    process group when its training step reads from the loader (rank/both/loader.py)."""
+
+    def barrier(self, name: str) -> None: ...
+    def publish(self, key: str, value: object) -> None: ...
+    def read(self, key: str) -> Any: ...
+    def gather(self, name: str, value: object) -> list[Any]: ...
 
 
 class Meeting:

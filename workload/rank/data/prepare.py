@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from ckptbench.workload.contract.data.config import DataConfig
 from ckptbench.workload.contract.data.layout import Manifest
 from ckptbench.workload.rank.data import content
-from ckptbench.workload.rank.data.meeting import Meeting
+from ckptbench.workload.rank.data.meeting import Meets
 from ckptbench.workload.rank.data.store import Store
 
 
@@ -40,7 +40,7 @@ def _found(config: DataConfig, store: Store) -> bool:
     return True
 
 
-def prepare(config: DataConfig, store: Store, meeting: Meeting) -> float | None:
+def prepare(config: DataConfig, store: Store, meeting: Meets) -> float | None:
     """Make sure the dataset is there; the seconds this rank spent writing it, None if reused."""
     ds = config.dataset
     if config.rank == 0:

@@ -62,7 +62,7 @@ def dataset_for(config: DataConfig, store: Store, g: int) -> tud.Dataset[Item]:
     )
 
 
-def _loader_of(
+def loader_of(
     config: DataConfig, dataset: tud.Dataset[Item], g: int
 ) -> Callable[[int], tud.DataLoader[Item]]:
     plan = plan_of(config)
@@ -105,7 +105,7 @@ def run(
     t0 = time.perf_counter()
     datasets = [dataset_for(config, store, g) for g in accelerators]
     listing = time.perf_counter() - t0 if config.backend.is_library_dataset else None
-    loaders = [_loader_of(config, d, g) for d, g in zip(datasets, accelerators, strict=True)]
+    loaders = [loader_of(config, d, g) for d, g in zip(datasets, accelerators, strict=True)]
     meeting.barrier("start")
     plan = plan_of(config)
 
