@@ -31,9 +31,9 @@ def test_each_setting_the_spec_sets_becomes_its_option(tmp_path: Path) -> None:
     )
     options, notes = manifest_data.options_of(path)
     assert options == [
-        "--backend", "dataflux", "--storage", "gs://bkt/data", "--preset", "fineweb-parquet",
-        "--sample-size", "1024", "--world-size", "3", "--workers", "1", "--no-shuffle",
-        "--sharding", "file",
+        "--backend", "dataflux", "--preset", "fineweb-parquet", "--sample-size", "1024",
+        "--workers", "1", "--no-shuffle", "--sharding", "file", "--storage", "gs://bkt/data",
+        "--world-size", "3",
     ]  # fmt: skip
     # datafluxCompose: true is the default the switch turns off: nothing to pass.
     assert notes == ["image, queueName: a cluster's settings, without effect here"]
@@ -82,7 +82,7 @@ def test_a_file_runs_here_and_the_command_line_wins(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert "the command line replaces --storage, --files of" in proc.stderr
+    assert "the command line replaces --files, --storage of" in proc.stderr
     assert "resources: a cluster's settings, without effect here" in proc.stderr
     [run] = json.loads(out.read_text())["runs"]
     settings = run["settings"]
