@@ -125,5 +125,34 @@ def test_a_delete_that_keeps_failing_names_the_object_it_left(
     assert rule.fired == preflight.PREFLIGHT_ATTEMPTS
     client = storage.Client(project="x", client_options={"api_endpoint": gcs_emulator.url})
     (left,) = list(client.list_blobs(gcs_bucket))
-    assert f"its empty test object gs://{gcs_bucket}/{left.name} stays" in str(info.value)
-    left.delete()
+    assert left.name.startswith("p/.ckptbench-preflight-")
+    assert str(info.value).endswith(
+        f"; 1 object left under gs://{gcs_bucket}/p: remove it with "
+        f"`ckptbench clean gs://{gcs_bucket}/p`"
+    ), info.value
+    # The command named removes it.
+    env = {**os.environ, EMULATOR_ENV: gcs_emulator.url}
+    proc = subprocess.run(
+        [sys.executable, "-m", "ckptbench.cli", "clean", f"gs://{gcs_bucket}/p"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert list(client.list_blobs(gcs_bucket)) == []
+
+
+def test_a_refused_delete_says_so_and_names_the_object_it_left(
+    gcs_emulator: GcsEmulator, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Credentials that may write but not delete: a run would leave every checkpoint behind.
+    rule = Rule("status", method="DELETE", statuses=(403,), times=None)
+    proxy = FaultProxy(gcs_emulator.url, [rule])
+    with proxy.running():
+        monkeypatch.setenv(EMULATOR_ENV, proxy.url)
+        with pytest.raises(preflight.PreflightError) as info:
+            preflight.check_gcs(f"gs://{gcs_bucket}/p", None)
+    text = str(info.value)
+    assert "these credentials may not delete there" in text, text
+    assert text.endswith(f"remove it with `ckptbench clean gs://{gcs_bucket}/p`"), text
+    client = storage.Client(project="x", client_options={"api_endpoint": gcs_emulator.url})
+    for blob in client.list_blobs(gcs_bucket):
+        blob.delete()

@@ -19,6 +19,7 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exceptions
 
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.results.rank import Leftovers
 from ckptbench.workload.storage.gcs.client import emulator_host, make_client, split_gs_url
 
 # Long enough for a real bucket across a continent, short enough to say no before anything runs.
@@ -71,7 +72,8 @@ def check_gcs(storage: str, project: str | None) -> None:
         ) from None
     except (gexc.Forbidden, gexc.Unauthorized) as exc:
         raise PreflightError(
-            f"--storage {storage}: these credentials may not write there ({exc.message})"
+            f"--storage {storage}: these credentials may not {_act(written)} there ({exc.message})"
+            f"{_left(written, storage, f'gs://{bucket_name}/{name}')}"
         ) from None
     except (
         requests.ConnectionError,
@@ -80,22 +82,32 @@ def check_gcs(storage: str, project: str | None) -> None:
     ) as exc:
         raise PreflightError(
             f"--storage {storage}: cannot reach {where} within {PREFLIGHT_SECONDS:.0f} s "
-            f"({type(exc).__name__}){_left(written, f'gs://{bucket_name}/{name}')}"
+            f"({type(exc).__name__}){_left(written, storage, f'gs://{bucket_name}/{name}')}"
         ) from None
     except auth_exceptions.GoogleAuthError as exc:
         raise PreflightError(f"--storage {storage}: the credentials were refused ({exc})") from None
     except gexc.GoogleAPICallError as exc:
         raise PreflightError(
             f"--storage {storage}: {where} answered {exc.code}: {exc.message}"
-            f"{_left(written, f'gs://{bucket_name}/{name}')}"
+            f"{_left(written, storage, f'gs://{bucket_name}/{name}')}"
         ) from None
     finally:
         client.close()
 
 
-def _left(written: bool, url: str) -> str:
-    """What a failed preflight left behind, said: its empty object, when the delete failed."""
-    return f"; its empty test object {url} stays: delete it" if written else ""
+def _act(written: bool) -> str:
+    """What the refused request did: a run needs to delete as well as to write."""
+    return "delete" if written else "write"
+
+
+def _left(written: bool, storage: str, url: str) -> str:
+    """What a failed preflight left behind, said: its empty object, when the delete failed, and
+    the clean that removes it (which takes a prefix, never a whole bucket)."""
+    if not written:
+        return ""
+    if storage.rstrip("/").count("/") < 3:  # scheme://bucket: no prefix for clean to take
+        return f"; its empty test object {url} stays: delete it"
+    return "; " + Leftovers(objects=1, under=storage.rstrip("/")).notice()
 
 
 # A transient answer (429, 5xx, a reset) is retried a few times, as the ranks retry theirs: one
@@ -147,8 +159,10 @@ def check_s3(storage: str, config: WorkloadConfig) -> None:
     )
     name = f"{prefix}/.ckptbench-preflight-{secrets.token_hex(4)}".lstrip("/")
     service = where.describe
+    written = False
     try:
         client.put_object(Bucket=bucket, Key=name, Body=b"")
+        written = True
         client.delete_object(Bucket=bucket, Key=name)
     except bexc.NoCredentialsError:
         raise PreflightError(
@@ -159,7 +173,7 @@ def check_s3(storage: str, config: WorkloadConfig) -> None:
     except (bexc.EndpointConnectionError, bexc.ConnectTimeoutError, bexc.ReadTimeoutError) as exc:
         raise PreflightError(
             f"--storage {storage}: cannot reach {service} within {S3_CONNECT_SECONDS:.0f} s "
-            f"({type(exc).__name__})"
+            f"({type(exc).__name__}){_left(written, storage, f's3://{bucket}/{name}')}"
         ) from None
     except bexc.ClientError as exc:
         error = exc.response.get("Error", {})
@@ -174,10 +188,15 @@ def check_s3(storage: str, config: WorkloadConfig) -> None:
             ) from None
         if code in ("AccessDenied", "403", "AllAccessDisabled"):
             raise PreflightError(
-                f"--storage {storage}: these credentials may not write there ({code})"
+                f"--storage {storage}: these credentials may not {_act(written)} there ({code})"
+                f"{_left(written, storage, f's3://{bucket}/{name}')}"
             ) from None
         raise PreflightError(
             f"--storage {storage}: {service} answered {code}: {error.get('Message', '')}"
+            f"{_left(written, storage, f's3://{bucket}/{name}')}"
         ) from None
     except bexc.BotoCoreError as exc:
-        raise PreflightError(f"--storage {storage}: {service}: {exc}") from None
+        raise PreflightError(
+            f"--storage {storage}: {service}: {exc}"
+            f"{_left(written, storage, f's3://{bucket}/{name}')}"
+        ) from None

@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.contract.choices import CacheMode
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results.rank import OpTiming, TrainTiming
+from ckptbench.workload.contract.results.rank import Leftovers, OpTiming, TrainTiming
 from ckptbench.workload.rank import full, saving, state
 from ckptbench.workload.rank.failures import (
     CheckpointFailure,
@@ -104,6 +104,7 @@ class Operations:
         # Checkpoints saved (or being saved) and not yet cleaned up: what a failure leaves.
         self.pending: list[str] = []
         self.left_behind: str | None = None
+        self.left: Leftovers | None = None
         self.collector = Collector(config.garbage_collection)
         self.meter = resources.Meter()
         self.saver: saving.Saver | None = None

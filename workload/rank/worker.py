@@ -320,6 +320,8 @@ def _summary_line(summary: RunSummary) -> str:
     parts.append(f"verified: {summary.verified}")
     if summary.error_count:
         parts.append(f"{summary.error_count} rank(s) failed")
+    if summary.left is not None:
+        parts.append(summary.left.notice())
     return ", ".join(parts)
 
 

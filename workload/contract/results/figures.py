@@ -33,7 +33,7 @@ from ckptbench.workload.contract.results import mlperf_rules, parts, stats
 from ckptbench.workload.contract.results.intervals import mean_interval, rate_interval
 from ckptbench.workload.contract.results.mlperf_figures import mlperf_metrics
 from ckptbench.workload.contract.results.parts import OpPart, Part, ResourcePart, rank_throughput
-from ckptbench.workload.contract.results.rank import ROUND, OpStats, RankResult
+from ckptbench.workload.contract.results.rank import ROUND, Leftovers, OpStats, RankResult
 from ckptbench.workload.contract.results.records import (
     Operation,
     RankOp,
@@ -336,8 +336,18 @@ def summarize_records(
         procedure=procedure,
         cache=ordered[0].cache if ordered else None,
         mlperf=mlperf_metrics(save, load, total_bytes) if procedure is Procedure.MLPERF else None,
+        left=leftovers(ordered),
         **ram_rule_figures(ordered),
     )
+
+
+def leftovers(records: Sequence[RankRecord]) -> Leftovers | None:
+    """The objects the run could not delete: the sum of each rank's own (rank 0 counts only what
+    no other rank's prefix names), under the run's folder; None when every rank removed its own."""
+    left = [r.left for r in records if r.left is not None]
+    if not left:
+        return None
+    return Leftovers(objects=sum(x.objects for x in left), under=left[0].under)
 
 
 # -- across operations, and the checkpoint as stored ---------------------------------------------

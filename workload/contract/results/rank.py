@@ -213,6 +213,27 @@ class TrainTiming(BaseModel):
     )
 
 
+class Leftovers(BaseModel):
+    """Objects a run could not delete, and the folder ``ckptbench clean`` removes them from: said
+    in every output, so nothing stays behind unnoticed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    objects: Count = Field(description="Objects (or files) left.")
+    under: str = Field(
+        max_length=1024, description="The run's folder they lie under, as clean takes it."
+    )
+
+    def notice(self) -> str:
+        """One line naming the count, the folder and the command that removes them."""
+        noun = "object" if self.objects == 1 else "objects"
+        them = "it" if self.objects == 1 else "them"
+        return (
+            f"{self.objects} {noun} left under {self.under}: "
+            f"remove {them} with `ckptbench clean {self.under}`"
+        )
+
+
 class RankResult(BaseModel):
     """What one rank reports. ``save``/``load`` are absent when the rank failed before them;
     ``delete`` also when checkpoints are kept (nothing was deleted)."""
@@ -264,6 +285,12 @@ class RankResult(BaseModel):
             "After a failure: what this rank could not delete of the failed sample's "
             "checkpoint (a count, the first names and the first error)."
         ),
+    )
+    left: Leftovers | None = Field(
+        None,
+        description="After a failure: the objects this rank could not delete that are its own to "
+        "delete (its own data objects; on rank 0 also .metadata and whatever no other rank's "
+        "prefix names), so the run's count is their sum.",
     )
     error: str | None = None
     procedure: Procedure = Field(Procedure.CKPTBENCH, description="The procedure that ran.")

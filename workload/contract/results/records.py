@@ -19,6 +19,7 @@ from typing import Literal, NamedTuple
 
 from ckptbench.workload.contract.choices import CacheMode, Procedure
 from ckptbench.workload.contract.results.rank import (
+    Leftovers,
     OpStats,
     OpTiming,
     RankResources,
@@ -147,6 +148,7 @@ class RankRecord(NamedTuple):
     error: str | None
     procedure: Procedure
     cache: CacheMode | None
+    left: Leftovers | None = None
 
 
 def moved_bytes(result: RankResult | RankRecord, op: Operation) -> int:
@@ -186,6 +188,7 @@ def record_of(result: RankResult) -> RankRecord:
         error=result.error,
         procedure=result.procedure,
         cache=result.cache,
+        left=result.left,
     )
 
 
