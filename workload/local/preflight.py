@@ -31,7 +31,8 @@ class PreflightError(RuntimeError):
 
 
 def check_gcs(storage: str, project: str | None) -> None:
-    """Write and delete one empty object under ``storage`` (gs://bucket/prefix), without retries."""
+    """Write and delete one empty object under ``storage`` (gs://bucket/prefix), a transient
+    failure tried again (:func:`_with_retries`)."""
     bucket_name, prefix = split_gs_url(storage)
     where = emulator_host() or "storage.googleapis.com"
     try:
@@ -121,15 +122,31 @@ _TRANSIENT: tuple[type[Exception], ...] = (
 )
 
 
-def _with_retries(call: Callable[[], None]) -> None:
+def _with_retries(
+    call: Callable[[], object], transient: Callable[[Exception], bool] | None = None
+) -> None:
+    """``call()``, tried again after a transient failure (:data:`_TRANSIENT`, or what
+    ``transient`` says is one) up to :data:`PREFLIGHT_ATTEMPTS` times in all."""
     for attempt in range(PREFLIGHT_ATTEMPTS):
         try:
             call()
             return
-        except _TRANSIENT:
-            if attempt + 1 == PREFLIGHT_ATTEMPTS:
+        except Exception as exc:
+            again = transient(exc) if transient is not None else isinstance(exc, _TRANSIENT)
+            if not again or attempt + 1 == PREFLIGHT_ATTEMPTS:
                 raise
             time.sleep(0.25 * 2**attempt)
+
+
+def _s3_transient(exc: Exception) -> bool:
+    """An S3 answer worth another try: 429 or a 5xx (SlowDown among them). A reset connection
+    never reaches here: botocore sends the request again itself, as the test of it shows."""
+    import botocore.exceptions as bexc
+
+    if isinstance(exc, bexc.ClientError):
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        return status == 429 or status >= 500
+    return False
 
 
 # An S3 endpoint that takes no connection in this long is refused: a few seconds, before any rank.
@@ -138,7 +155,9 @@ S3_CONNECT_SECONDS = 5.0
 
 def check_s3(storage: str, config: WorkloadConfig) -> None:
     """Write and delete one empty object under ``storage`` (s3://bucket/prefix) on the service
-    the settings or the AWS variables name, with the standard credential chain, no retries."""
+    the settings or the AWS variables name, with the standard credential chain; a transient
+    answer (429, 5xx) is tried again as the GCS check's is (botocore's own retries are off: its
+    standard mode does not take a bare 429 for throttling)."""
     import botocore.exceptions as bexc
     from botocore.config import Config
 
@@ -161,9 +180,9 @@ def check_s3(storage: str, config: WorkloadConfig) -> None:
     service = where.describe
     written = False
     try:
-        client.put_object(Bucket=bucket, Key=name, Body=b"")
+        _with_retries(lambda: client.put_object(Bucket=bucket, Key=name, Body=b""), _s3_transient)
         written = True
-        client.delete_object(Bucket=bucket, Key=name)
+        _with_retries(lambda: client.delete_object(Bucket=bucket, Key=name), _s3_transient)
     except bexc.NoCredentialsError:
         raise PreflightError(
             f"--storage {storage}: no AWS credentials for {service} (set AWS_ACCESS_KEY_ID and "
