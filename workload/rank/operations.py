@@ -175,14 +175,19 @@ class Operations:
             # memory that still holds the values just saved, and the timed load finds every page
             # of its destination already touched.
             state.mark_unwritten(template)
-            return timing.timed_reader(session.reader(checkpoint_id))
+            return timing.timed_reader(session.reader(checkpoint_id), checkpoint_id)
 
         reader: timing.TimedReader = self._step("prepare load", prepare)
 
         def load() -> timing.Phases:
             if self.config.single_object:
                 return full.load(self.config, session, checkpoint_id, template)
-            dcp_load(template, storage_reader=reader)
+            try:
+                dcp_load(template, storage_reader=reader)
+            except BaseException:  # DCP's CheckpointException is one
+                if reader.unreadable is not None:  # said by name, not as DCP's "metadata is None"
+                    raise reader.unreadable from None
+                raise
             return reader.phases
 
         return self._timed("load", load, checkpoint_id)
