@@ -35,7 +35,7 @@ from ckptbench.operator.spec.objects import ITEM_CHECKS, object_list, optional_n
 from ckptbench.operator.spec.policy import CONTEXT_KEY, Policy
 from ckptbench.operator.spec.rules import RULES_OF_THE_CR, memory_problem
 from ckptbench.operator.spec.schemas import (
-    FREE_OBJECT,
+    AFFINITY_SCHEMA,
     RESOURCES_SCHEMA,
     TOLERATIONS_SCHEMA,
     VOLUME_MOUNTS_SCHEMA,
@@ -128,8 +128,9 @@ class CheckpointBenchmarkSpec(BenchmarkSettings):
     )
     affinity: dict[str, Any] | None = Field(
         None,
-        description="Affinity of the pods (a Kubernetes Affinity object).",
-        json_schema_extra=crd_schema(FREE_OBJECT),
+        description="Affinity of the pods (a Kubernetes Affinity object); node affinity may "
+        "not require or prefer control-plane nodes.",
+        json_schema_extra=crd_schema(AFFINITY_SCHEMA),
     )
     volumes: list[dict[str, Any]] = object_list(
         VOLUMES_SCHEMA,
