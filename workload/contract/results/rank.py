@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ckptbench.workload.contract.choices import CacheMode, Procedure
 from ckptbench.workload.contract.results import stats
+from ckptbench.workload.contract.results.run_samples import RunSamples
 
 SCHEMA_VERSION = 2
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -292,6 +293,11 @@ class RankResult(BaseModel):
         "delete (its own data objects; on rank 0 also .metadata and whatever no other rank's "
         "prefix names), so the run's count is their sum.",
     )
+    run: RunSamples | None = Field(
+        None,
+        description="Rank 0: every rank's per-sample lists reduced to the run's (run_samples.py), "
+        "which its message keeps when the ranks' own lists no longer fit.",
+    )
     error: str | None = None
     procedure: Procedure = Field(Procedure.CKPTBENCH, description="The procedure that ran.")
     cache: CacheMode | None = Field(
@@ -323,6 +329,9 @@ class RankResult(BaseModel):
             keep = max(0, len(slim.error) - overflow - 16)
             slim = slim.model_copy(update={"error": slim.error[:keep] + "…"})
             text = slim._compact()
+        if len(text.encode()) > limit and slim.run is not None:
+            # Past what the message can hold (docs/measurement.md): the status then falls back.
+            text = slim.model_copy(update={"run": None})._compact()
         return text
 
     @classmethod

@@ -26,6 +26,7 @@ from ckptbench.workload.contract.results.rank import (
     RankResult,
     TrainTiming,
 )
+from ckptbench.workload.contract.results.run_samples import RunSamples
 
 Operation = Literal["save", "load", "delete"]
 
@@ -149,6 +150,7 @@ class RankRecord(NamedTuple):
     procedure: Procedure
     cache: CacheMode | None
     left: Leftovers | None = None
+    run: RunSamples | None = None  # rank 0's reduction of every rank's per-sample lists
 
 
 def moved_bytes(result: RankResult | RankRecord, op: Operation) -> int:
@@ -189,6 +191,7 @@ def record_of(result: RankResult) -> RankRecord:
         procedure=result.procedure,
         cache=result.cache,
         left=result.left,
+        run=result.run,
     )
 
 
