@@ -10,6 +10,7 @@ messages alone must equal summary.json's figures exactly.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from ckptbench.operator.status.aggregate import operation
 from ckptbench.operator.status.memo import StatusMemo
@@ -21,6 +22,8 @@ from ckptbench.workload.contract.results.rank import (
 )
 from ckptbench.workload.contract.results.records import record_of
 from ckptbench.workload.contract.results.run_samples import Vectors, pack, unpack
+from ckptbench.workload.contract.results.summaries import RunSummary
+from tests import workers
 
 RANKS = 4
 SAMPLES = 100
@@ -96,3 +99,26 @@ def test_forged_run_samples_make_the_message_unreadable() -> None:
     for forged in ["not base64!", base64.b64encode(b"plain").decode(), bomb]:
         with pytest.raises(ValidationError):
             RankResult.model_validate({"rank": 0, "run": {"ranks": 1, "save": forged}})
+
+
+def test_real_ranks_messages_give_the_summary_json_figures(tmp_path: Path) -> None:
+    # Two real ranks with 40 samples: their own lists no longer fit in their messages.
+    config = workers.small_config(
+        f"file://{tmp_path}/ckpt", layer_size=10, padding_size=2, sample_count=40
+    )
+    ranks = workers.run(config, tmp_path)
+    assert all(w.proc.returncode == 0 for w in ranks), workers.logs(ranks)
+    messages = [w.termination_path.read_text() for w in ranks]
+    parsed = [RankResult.from_termination_message(m) for m in messages]
+    assert parsed[1].save is not None and parsed[1].save.seconds is None  # dropped
+    assert parsed[0].run is not None and parsed[0].run.ranks == 2
+    status = StatusMemo().summary(
+        [record_of(p) for p in parsed], config.world_size, config.total_bytes, None
+    )
+    written = RunSummary.model_validate_json(
+        Path(f"{config.results_path}/summary.json").read_text()
+    )
+    for name in ("save", "load", "delete"):
+        assert getattr(status, name) == getattr(written, name), name
+    assert written.save is not None and written.save.seconds is not None
+    assert len(written.save.seconds) == 40
