@@ -39,7 +39,8 @@ def test_discarding_a_failed_sample_stops_at_its_bound_and_names_what_is_left(
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.url)
         session = open_session(workers.small_config(f"gs://{gcs_bucket}/run", backend="gcs"))
         started = time.monotonic()
-        left = session.discard_failed([cid], rank=0, seconds=2.0)
+        discarded = session.discard_failed([cid], rank=0, seconds=2.0)
+        left = discarded.text if discarded is not None else None
         elapsed = time.monotonic() - started
         session.close()
     assert elapsed < 6.0, elapsed  # 12 deletes unbounded would take 12 x the per-delete deadline
@@ -89,7 +90,8 @@ def test_an_aborted_upload_stops_deleting_its_parts_at_the_bound_and_the_rest_is
             time.sleep(0.05)
         lingering = set(_upload_threads()) - before
         fired = list(proxy.fired)
-        left = session.discard_failed([cid], rank=0, seconds=bound)
+        discarded = session.discard_failed([cid], rank=0, seconds=bound)
+        left = discarded.text if discarded is not None else None
         session.close()
     assert elapsed < bound + 1.5, elapsed
     assert not lingering, lingering

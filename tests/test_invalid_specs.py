@@ -461,6 +461,30 @@ HOSTILE = [
         "cel",
     ),
     Hostile(
+        "control-plane-node-affinity",
+        _with(
+            affinity={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {
+                                "matchExpressions": [
+                                    {
+                                        "key": "node-role.kubernetes.io/control-plane",
+                                        "operator": "Exists",
+                                    }
+                                ]
+                            }
+                        ]
+                    }
+                }
+            }
+        ),
+        "affinity",
+        "control-plane",
+        "cel",
+    ),
+    Hostile(
         "system-priority-class",
         _with(priorityClassName="system-node-critical"),
         "priorityClassName",

@@ -101,7 +101,9 @@ def test_a_skipped_tensor_fails_verification_even_on_reused_memory(
     monkeypatch.setattr(
         state, "empty_template", lambda c: {k: v.clone() for k, v in expected.items()}
     )
-    monkeypatch.setattr(timing, "timed_reader", lambda inner: _Skipping(inner, "dummy_tensor_1"))
+    monkeypatch.setattr(
+        timing, "timed_reader", lambda inner, where="": _Skipping(inner, "dummy_tensor_1")
+    )
     result = loop.run(config, log=_quiet())
     assert result.verified is False
     assert result.error is not None and "dummy_tensor_1" in result.error
@@ -139,11 +141,11 @@ def test_file_loads_read_the_disk_unless_the_cache_is_kept(
     seen: list[tuple[int, int]] = []
     real = timing.timed_reader
 
-    def check(inner: StorageReader) -> timing.TimedReader:
+    def check(inner: StorageReader, where: str = "") -> timing.TimedReader:
         # Called after the save and the eviction, before the load reads anything.
         folder = Path(str(inner.path))  # type: ignore[attr-defined]
         seen.append(_resident_pages(folder / "__0_0.distcp"))
-        return real(inner)
+        return real(inner, where)
 
     monkeypatch.setattr(timing, "timed_reader", check)
     result = loop.run(config, log=_quiet())

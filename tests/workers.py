@@ -1,9 +1,10 @@
 """Spawning real worker processes for tests, and a worker entry point with fault injection.
 
-``python -m tests.workers corrupt RANK TENSOR`` and ``python -m tests.workers delete RANK`` run
-an ordinary rank (:func:`ckptbench.workload.rank.worker.run`) whose after-save hook damages the
-first timed sample's checkpoint on disk between its save and its load: the real save, load and
-verification code paths then have to notice. ``python -m tests.workers slow-write RANK SECONDS``
+``python -m tests.workers corrupt RANK TENSOR``, ``python -m tests.workers delete RANK`` and
+``python -m tests.workers garble-metadata 0`` run an ordinary rank
+(:func:`ckptbench.workload.rank.worker.run`) whose after-save hook damages the first timed
+sample's checkpoint on disk between its save and its load: the real save, load and verification
+code paths then have to notice. ``python -m tests.workers slow-write RANK SECONDS``
 delays every ``write_data`` of rank RANK; ``slow-delete RANK SECONDS`` delays its deletes of
 its own objects, and ``fail-delete RANK`` makes them raise.
 """
@@ -277,6 +278,9 @@ def _inject_main(argv: list[str]) -> int:
             return
         if mode == "corrupt":
             _corrupt(checkpoint_id, argv[2], target)
+        elif mode == "garble-metadata":
+            # What a truncated upload or a stray write leaves: no pickle DCP can read.
+            objectio.write_text(f"{checkpoint_id}/.metadata", "\x80garbled", project=None)
         elif mode == "delete":
             objectio.delete_prefix(
                 checkpoint_id, name_prefix=f"__{target}_0.distcp", project=config.project

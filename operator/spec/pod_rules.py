@@ -2,14 +2,15 @@
 mounts, tolerations, node selection, priority classes (rules of the CR alone: the settings' own
 are declared beside the settings).
 
-Kept from the cluster's own: no toleration or node selector reaches the control plane, no
-system priority class, no mount reaches outside its volume or over the operator's temporary
-folder.
+Kept from the cluster's own: no toleration, node selector or node affinity reaches the control
+plane (the same keys, :data:`CONTROL_PLANE_KEYS`), no system priority class, no mount reaches
+outside its volume or over the operator's temporary folder.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ckptbench.operator.spec.names import (
     CONTROL_PLANE_KEYS,
@@ -37,11 +38,67 @@ def _one_source_each(spec: PodFields) -> bool:
     return all(sum(source in v for source in VOLUME_SOURCES) == 1 for v in spec.volumes)
 
 
+# Node affinity's operators that draw pods to nodes with a label (NotIn and DoesNotExist keep
+# them away, Gt and Lt compare numbers).
+ATTRACTING_OPERATORS: tuple[str, ...] = ("In", "Exists")
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+
+
+def _node_selector_terms(affinity: object) -> list[dict[str, Any]]:
+    """Every node selector term of ``affinity``, required and preferred; whatever is not of
+    the shape Kubernetes gives it is skipped (the pod API refuses it)."""
+    node = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    if not isinstance(node, dict):
+        return []
+    terms: list[object] = []
+    required = node.get(_REQUIRED)
+    if isinstance(required, dict) and isinstance(required.get("nodeSelectorTerms"), list):
+        terms += required["nodeSelectorTerms"]
+    preferred = node.get(_PREFERRED)
+    if isinstance(preferred, list):
+        terms += [p.get("preference") for p in preferred if isinstance(p, dict)]
+    return [t for t in terms if isinstance(t, dict)]
+
+
+def _affinity_keeps_off_the_control_plane(spec: PodFields) -> bool:
+    for term in _node_selector_terms(spec.affinity):
+        expressions = term.get("matchExpressions")
+        for e in expressions if isinstance(expressions, list) else []:
+            if (
+                isinstance(e, dict)
+                and e.get("key") in CONTROL_PLANE_KEYS
+                and e.get("operator") in ATTRACTING_OPERATORS
+            ):
+                return False
+    return True
+
+
 def _cel_list(items: tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{item}'" for item in items) + "]"
 
 
 _ONE_SOURCE_CEL = " + ".join(f"(has(v.{source}) ? 1 : 0)" for source in VOLUME_SOURCES)
+
+
+def _term_cel(term: str) -> str:
+    """CEL: the node selector term ``term`` draws no pod to a control-plane label."""
+    return (
+        f"(!has({term}.matchExpressions) || {term}.matchExpressions.all(e, !has(e.key) || "
+        f"!(e.key in {_cel_list(CONTROL_PLANE_KEYS)}) || !has(e.operator) || "
+        f"!(e.operator in {_cel_list(ATTRACTING_OPERATORS)})))"
+    )
+
+
+_NODE = "self.affinity.nodeAffinity"
+# Every step is optional in the schema (AFFINITY_SCHEMA), so each is tested with has() first.
+_AFFINITY_CEL = (
+    f"!has(self.affinity) || !has({_NODE}) || "
+    f"((!has({_NODE}.{_REQUIRED}) || !has({_NODE}.{_REQUIRED}.nodeSelectorTerms) || "
+    f"{_NODE}.{_REQUIRED}.nodeSelectorTerms.all(t, {_term_cel('t')})) && "
+    f"(!has({_NODE}.{_PREFERRED}) || {_NODE}.{_PREFERRED}.all(p, !has(p.preference) || "
+    f"{_term_cel('p.preference')})))"
+)
 
 
 POD_RULES: tuple[Rule[PodFields], ...] = (
@@ -118,6 +175,14 @@ POD_RULES: tuple[Rule[PodFields], ...] = (
         f"self.nodeSelector.all(k, !(k in {_cel_list(CONTROL_PLANE_KEYS)}))",
         "must not select control-plane nodes",
         lambda s: not set(s.node_selector or {}) & set(CONTROL_PLANE_KEYS),
+    ),
+    Rule(
+        "affinity",
+        _AFFINITY_CEL,
+        "must not require or prefer control-plane nodes (node affinity In or Exists on "
+        + ", ".join(CONTROL_PLANE_KEYS)
+        + ")",
+        _affinity_keeps_off_the_control_plane,
     ),
     Rule(
         "priority_class_name",

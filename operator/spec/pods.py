@@ -19,7 +19,7 @@ from ckptbench.operator.spec.names import MAX_LIST_ITEMS, ImagePullPolicy
 from ckptbench.operator.spec.objects import ITEM_CHECKS, object_list, optional_name
 from ckptbench.operator.spec.policy import CONTEXT_KEY, Policy
 from ckptbench.operator.spec.schemas import (
-    FREE_OBJECT,
+    AFFINITY_SCHEMA,
     RESOURCES_SCHEMA,
     TOLERATIONS_SCHEMA,
     VOLUME_MOUNTS_SCHEMA,
@@ -95,8 +95,9 @@ class PodSpec(BaseModel):
     )
     affinity: dict[str, Any] | None = Field(
         None,
-        description="Affinity of the pods (a Kubernetes Affinity object).",
-        json_schema_extra=crd_schema(FREE_OBJECT),
+        description="Affinity of the pods (a Kubernetes Affinity object); node affinity may "
+        "not require or prefer control-plane nodes.",
+        json_schema_extra=crd_schema(AFFINITY_SCHEMA),
     )
     volumes: list[dict[str, Any]] = object_list(
         VOLUMES_SCHEMA,

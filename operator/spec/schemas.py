@@ -154,3 +154,66 @@ TOLERATIONS_SCHEMA: dict[str, Any] = {
         },
     },
 }
+
+
+# Affinity stays free-form but for the path to node affinity's match expressions: an API server's
+# CEL sees no field a schema leaves undeclared, so the rule that keeps pods off control-plane
+# nodes (pod_rules) needs these declared; everything else in it is preserved as given.
+def _open(description: str, properties: dict[str, Any]) -> dict[str, Any]:
+    return {**_free(description), "properties": properties}
+
+
+_MATCH_EXPRESSIONS: dict[str, Any] = {
+    "type": "array",
+    "maxItems": MAX_LIST_ITEMS,
+    "description": "Node label requirements, all of which a node must meet.",
+    "items": _open(
+        "A node label requirement: key, operator, values.",
+        {
+            "key": {
+                "type": "string",
+                "maxLength": 317,
+                "description": "The node label key; never a control-plane one with In or Exists.",
+            },
+            "operator": {
+                "type": "string",
+                "maxLength": 16,
+                "description": "In, NotIn, Exists, DoesNotExist, Gt or Lt.",
+            },
+        },
+    ),
+}
+_NODE_SELECTOR_TERM: dict[str, Any] = _open(
+    "A node selector term (matchExpressions, matchFields).",
+    {"matchExpressions": _MATCH_EXPRESSIONS},
+)
+AFFINITY_SCHEMA: dict[str, Any] = _open(
+    "Affinity of the pods (a Kubernetes Affinity object).",
+    {
+        "nodeAffinity": _open(
+            "Which nodes the pods may, or prefer to, run on.",
+            {
+                "requiredDuringSchedulingIgnoredDuringExecution": _open(
+                    "Nodes the pods must run on: any one of the terms.",
+                    {
+                        "nodeSelectorTerms": {
+                            "type": "array",
+                            "maxItems": MAX_LIST_ITEMS,
+                            "description": "Terms of which a node must meet one.",
+                            "items": _NODE_SELECTOR_TERM,
+                        }
+                    },
+                ),
+                "preferredDuringSchedulingIgnoredDuringExecution": {
+                    "type": "array",
+                    "maxItems": MAX_LIST_ITEMS,
+                    "description": "Nodes the scheduler prefers, each term with a weight.",
+                    "items": _open(
+                        "A weighted preference (weight, preference).",
+                        {"preference": _NODE_SELECTOR_TERM},
+                    ),
+                },
+            },
+        )
+    },
+)

@@ -19,6 +19,7 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exceptions
 
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.contract.results.rank import Leftovers
 from ckptbench.workload.storage.gcs.client import emulator_host, make_client, split_gs_url
 
 # Long enough for a real bucket across a continent, short enough to say no before anything runs.
@@ -30,7 +31,8 @@ class PreflightError(RuntimeError):
 
 
 def check_gcs(storage: str, project: str | None) -> None:
-    """Write and delete one empty object under ``storage`` (gs://bucket/prefix), without retries."""
+    """Write and delete one empty object under ``storage`` (gs://bucket/prefix), a transient
+    failure tried again (:func:`_with_retries`)."""
     bucket_name, prefix = split_gs_url(storage)
     where = emulator_host() or "storage.googleapis.com"
     try:
@@ -71,7 +73,8 @@ def check_gcs(storage: str, project: str | None) -> None:
         ) from None
     except (gexc.Forbidden, gexc.Unauthorized) as exc:
         raise PreflightError(
-            f"--storage {storage}: these credentials may not write there ({exc.message})"
+            f"--storage {storage}: these credentials may not {_act(written)} there ({exc.message})"
+            f"{_left(written, storage, f'gs://{bucket_name}/{name}')}"
         ) from None
     except (
         requests.ConnectionError,
@@ -80,22 +83,32 @@ def check_gcs(storage: str, project: str | None) -> None:
     ) as exc:
         raise PreflightError(
             f"--storage {storage}: cannot reach {where} within {PREFLIGHT_SECONDS:.0f} s "
-            f"({type(exc).__name__}){_left(written, f'gs://{bucket_name}/{name}')}"
+            f"({type(exc).__name__}){_left(written, storage, f'gs://{bucket_name}/{name}')}"
         ) from None
     except auth_exceptions.GoogleAuthError as exc:
         raise PreflightError(f"--storage {storage}: the credentials were refused ({exc})") from None
     except gexc.GoogleAPICallError as exc:
         raise PreflightError(
             f"--storage {storage}: {where} answered {exc.code}: {exc.message}"
-            f"{_left(written, f'gs://{bucket_name}/{name}')}"
+            f"{_left(written, storage, f'gs://{bucket_name}/{name}')}"
         ) from None
     finally:
         client.close()
 
 
-def _left(written: bool, url: str) -> str:
-    """What a failed preflight left behind, said: its empty object, when the delete failed."""
-    return f"; its empty test object {url} stays: delete it" if written else ""
+def _act(written: bool) -> str:
+    """What the refused request did: a run needs to delete as well as to write."""
+    return "delete" if written else "write"
+
+
+def _left(written: bool, storage: str, url: str) -> str:
+    """What a failed preflight left behind, said: its empty object, when the delete failed, and
+    the clean that removes it (which takes a prefix, never a whole bucket)."""
+    if not written:
+        return ""
+    if storage.rstrip("/").count("/") < 3:  # scheme://bucket: no prefix for clean to take
+        return f"; its empty test object {url} stays: delete it"
+    return "; " + Leftovers(objects=1, under=storage.rstrip("/")).notice()
 
 
 # A transient answer (429, 5xx, a reset) is retried a few times, as the ranks retry theirs: one
@@ -109,15 +122,31 @@ _TRANSIENT: tuple[type[Exception], ...] = (
 )
 
 
-def _with_retries(call: Callable[[], None]) -> None:
+def _with_retries(
+    call: Callable[[], object], transient: Callable[[Exception], bool] | None = None
+) -> None:
+    """``call()``, tried again after a transient failure (:data:`_TRANSIENT`, or what
+    ``transient`` says is one) up to :data:`PREFLIGHT_ATTEMPTS` times in all."""
     for attempt in range(PREFLIGHT_ATTEMPTS):
         try:
             call()
             return
-        except _TRANSIENT:
-            if attempt + 1 == PREFLIGHT_ATTEMPTS:
+        except Exception as exc:
+            again = transient(exc) if transient is not None else isinstance(exc, _TRANSIENT)
+            if not again or attempt + 1 == PREFLIGHT_ATTEMPTS:
                 raise
             time.sleep(0.25 * 2**attempt)
+
+
+def _s3_transient(exc: Exception) -> bool:
+    """An S3 answer worth another try: 429 or a 5xx (SlowDown among them). A reset connection
+    never reaches here: botocore sends the request again itself, as the test of it shows."""
+    import botocore.exceptions as bexc
+
+    if isinstance(exc, bexc.ClientError):
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        return status == 429 or status >= 500
+    return False
 
 
 # An S3 endpoint that takes no connection in this long is refused: a few seconds, before any rank.
@@ -126,7 +155,9 @@ S3_CONNECT_SECONDS = 5.0
 
 def check_s3(storage: str, config: WorkloadConfig) -> None:
     """Write and delete one empty object under ``storage`` (s3://bucket/prefix) on the service
-    the settings or the AWS variables name, with the standard credential chain, no retries."""
+    the settings or the AWS variables name, with the standard credential chain; a transient
+    answer (429, 5xx) is tried again as the GCS check's is (botocore's own retries are off: its
+    standard mode does not take a bare 429 for throttling)."""
     import botocore.exceptions as bexc
     from botocore.config import Config
 
@@ -147,9 +178,11 @@ def check_s3(storage: str, config: WorkloadConfig) -> None:
     )
     name = f"{prefix}/.ckptbench-preflight-{secrets.token_hex(4)}".lstrip("/")
     service = where.describe
+    written = False
     try:
-        client.put_object(Bucket=bucket, Key=name, Body=b"")
-        client.delete_object(Bucket=bucket, Key=name)
+        _with_retries(lambda: client.put_object(Bucket=bucket, Key=name, Body=b""), _s3_transient)
+        written = True
+        _with_retries(lambda: client.delete_object(Bucket=bucket, Key=name), _s3_transient)
     except bexc.NoCredentialsError:
         raise PreflightError(
             f"--storage {storage}: no AWS credentials for {service} (set AWS_ACCESS_KEY_ID and "
@@ -159,7 +192,7 @@ def check_s3(storage: str, config: WorkloadConfig) -> None:
     except (bexc.EndpointConnectionError, bexc.ConnectTimeoutError, bexc.ReadTimeoutError) as exc:
         raise PreflightError(
             f"--storage {storage}: cannot reach {service} within {S3_CONNECT_SECONDS:.0f} s "
-            f"({type(exc).__name__})"
+            f"({type(exc).__name__}){_left(written, storage, f's3://{bucket}/{name}')}"
         ) from None
     except bexc.ClientError as exc:
         error = exc.response.get("Error", {})
@@ -174,10 +207,15 @@ def check_s3(storage: str, config: WorkloadConfig) -> None:
             ) from None
         if code in ("AccessDenied", "403", "AllAccessDisabled"):
             raise PreflightError(
-                f"--storage {storage}: these credentials may not write there ({code})"
+                f"--storage {storage}: these credentials may not {_act(written)} there ({code})"
+                f"{_left(written, storage, f's3://{bucket}/{name}')}"
             ) from None
         raise PreflightError(
             f"--storage {storage}: {service} answered {code}: {error.get('Message', '')}"
+            f"{_left(written, storage, f's3://{bucket}/{name}')}"
         ) from None
     except bexc.BotoCoreError as exc:
-        raise PreflightError(f"--storage {storage}: {service}: {exc}") from None
+        raise PreflightError(
+            f"--storage {storage}: {service}: {exc}"
+            f"{_left(written, storage, f's3://{bucket}/{name}')}"
+        ) from None

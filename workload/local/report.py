@@ -159,7 +159,8 @@ def align(lines: list[list[str]]) -> str:
 
 
 def failure_lines(label: str, s: RunSummary) -> list[str]:
-    """Why a run failed: each rank's own error, then the ranks that never reported."""
+    """Why a run failed: each rank's own error, then the ranks that never reported, then what
+    its cleanup left behind."""
     lines = [f"{label}: rank {e.rank}{_on(e.host)} failed: {e.error}" for e in s.errors]
     if s.error_count > len(s.errors):
         lines.append(f"{label}: ... and {s.error_count - len(s.errors)} more failed ranks")
@@ -179,6 +180,8 @@ def failure_lines(label: str, s: RunSummary) -> list[str]:
     if not lines and not s.succeeded:
         missing = [op for op in ("save", "load") if getattr(s, op) is None]
         lines.append(f"{label}: no {' or '.join(missing) or 'result'} timings were reported")
+    if s.left is not None:
+        lines.append(f"{label}: {s.left.notice()}")
     return lines
 
 

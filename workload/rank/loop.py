@@ -35,7 +35,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.contract.choices import Procedure
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results.rank import RankResult
+from ckptbench.workload.contract.results.rank import Leftovers, RankResult
 from ckptbench.workload.rank import saving, state, training
 from ckptbench.workload.rank.both import loader, windows
 from ckptbench.workload.rank.failures import (
@@ -307,9 +307,11 @@ class _Loop(Operations):
     def _discard_failed_samples(self) -> None:
         # Bounded in time and with no collective (a peer may be gone); never raises.
         if self.pending and self.session is not None and not self.config.keep_checkpoints:
-            self.left_behind = self.session.discard_failed(self.pending, self.config.rank)
-            if self.left_behind:
-                self.say(f"[rank {self.config.rank}] could not remove {self.left_behind}")
+            left = self.session.discard_failed(self.pending, self.config.rank)
+            if left is not None:
+                self.left_behind = left.text
+                self.left = Leftovers(objects=left.own, under=self.config.run_path)
+                self.say(f"[rank {self.config.rank}] could not remove {left.text}")
 
     def _result(self, error: BaseException | None) -> RankResult:
         verified = self.verified
@@ -334,6 +336,7 @@ class _Loop(Operations):
             resources=self.meter.read(),
             setup_seconds=round(session.setup_seconds, 6) if session else None,
             left_behind=self.left_behind,
+            left=self.left,
             read_paths={k: v for k, v in paths.items() if v} if paths else None,
             error=RankResult.error_text(error) if error is not None else None,
             procedure=self.config.procedure,

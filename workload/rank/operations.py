@@ -24,7 +24,12 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from ckptbench.workload.contract.choices import CacheMode
 from ckptbench.workload.contract.config import WorkloadConfig
-from ckptbench.workload.contract.results.rank import BothTiming, OpTiming, TrainTiming
+from ckptbench.workload.contract.results.rank import (
+    BothTiming,
+    Leftovers,
+    OpTiming,
+    TrainTiming,
+)
 from ckptbench.workload.rank import full, saving, state
 from ckptbench.workload.rank.failures import (
     CheckpointFailure,
@@ -104,6 +109,7 @@ class Operations:
         # Checkpoints saved (or being saved) and not yet cleaned up: what a failure leaves.
         self.pending: list[str] = []
         self.left_behind: str | None = None
+        self.left: Leftovers | None = None
         self.collector = Collector(config.garbage_collection)
         self.meter = resources.Meter()
         self.saver: saving.Saver | None = None
@@ -175,14 +181,19 @@ class Operations:
             # memory that still holds the values just saved, and the timed load finds every page
             # of its destination already touched.
             state.mark_unwritten(template)
-            return timing.timed_reader(session.reader(checkpoint_id))
+            return timing.timed_reader(session.reader(checkpoint_id), checkpoint_id)
 
         reader: timing.TimedReader = self._step("prepare load", prepare)
 
         def load() -> timing.Phases:
             if self.config.single_object:
                 return full.load(self.config, session, checkpoint_id, template)
-            dcp_load(template, storage_reader=reader)
+            try:
+                dcp_load(template, storage_reader=reader)
+            except BaseException:  # DCP's CheckpointException is one
+                if reader.unreadable is not None:  # said by name, not as DCP's "metadata is None"
+                    raise reader.unreadable from None
+                raise
             return reader.phases
 
         return self._timed("load", load, checkpoint_id)

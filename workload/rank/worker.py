@@ -24,8 +24,10 @@ from ckptbench.workload.contract import environment as environment_vars
 from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.choices import Backend, Procedure
 from ckptbench.workload.contract.config import ConfigError, WorkloadConfig
+from ckptbench.workload.contract.results import figures
 from ckptbench.workload.contract.results.figures import summarize
 from ckptbench.workload.contract.results.rank import RankResult
+from ckptbench.workload.contract.results.records import record_of
 from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.rank import loop, model_state, rendezvous
 from ckptbench.workload.rank.operations import AfterSave
@@ -141,6 +143,15 @@ def _run(config: WorkloadConfig, after_save: AfterSave | None) -> int:
     attempts = objectio.ATTEMPTS if result.error is None else 2
     _write_rank_result(config, result, env, say, attempts)
     results = _gather(result, config, say) if grouped else [result]
+    if config.rank == 0 and result.error is None:
+        # The run's per-sample vectors, from every rank's full lists, in rank 0's own message:
+        # the operator's status reads them where the ranks' messages dropped their lists.
+        result = result.model_copy(
+            update={"run": figures.run_samples_of([record_of(r) for r in results])}
+        )
+        results = [result if r.rank == 0 else r for r in results]
+        write_termination_log(config, result, say)
+        write_result_file(config, result, say)
     if config.rank == 0:
         _write_summary(config, results, {**env, "checkpoint": checkpoint_facts(config, stored)},
                        say, attempts)  # fmt: skip
@@ -320,6 +331,8 @@ def _summary_line(summary: RunSummary) -> str:
     parts.append(f"verified: {summary.verified}")
     if summary.error_count:
         parts.append(f"{summary.error_count} rank(s) failed")
+    if summary.left is not None:
+        parts.append(summary.left.notice())
     return ", ".join(parts)
 
 

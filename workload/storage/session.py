@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +45,27 @@ from ckptbench.workload.storage.traffic import (
     CountingStream,
     count_traffic,
 )
+
+# A data object's name starts with its writer's rank (``__{rank}_``); anything else under a
+# checkpoint (.metadata) is rank 0's to delete.
+_RANK_PREFIX = re.compile(r"^__(\d+)_")
+
+
+def owner(name: str) -> int | None:
+    """The rank whose data object ``name`` is (relative to its checkpoint), or None: rank 0's."""
+    found = _RANK_PREFIX.match(name)
+    return int(found.group(1)) if found else None
+
+
+@dataclass(frozen=True)
+class Discarded:
+    """What a rank's cleanup after a failure could not remove: a line for its log (a count, the
+    first names, the first error), and how many of those objects were its own to delete. Rank
+    0 tries every object of a checkpoint, but counts only its own, so the ranks' counts add up
+    to the objects left without counting one twice."""
+
+    text: str
+    own: int
 
 
 class StorageSession:
@@ -214,12 +236,13 @@ class StorageSession:
 
     def discard_failed(
         self, checkpoint_ids: list[str], rank: int, seconds: float = DISCARD_SECONDS
-    ) -> str | None:
+    ) -> Discarded | None:
         """After a failure: delete what this rank left of ``checkpoint_ids`` (its own
         ``__{rank}_*`` objects and parts; rank 0 everything under them), best effort, within about
         ``seconds`` each. Returns what could not be removed, or None."""
         prefix = "" if rank == 0 else f"__{rank}_"
         left: list[str] = []
+        own = 0
         first: str | None = None
         for checkpoint_id in checkpoint_ids:
             try:
@@ -229,11 +252,12 @@ class StorageSession:
                 first = first or f"{type(exc).__name__}: {exc}"
                 continue
             left += [f"{checkpoint_id}/{name}" for name in outcome.failed]
+            own += sum(1 for name in outcome.failed if owner(name) in (None, rank))
             first = first or outcome.first_error
         if not left:
             return None
         shown = ", ".join(left[:3]) + (" ..." if len(left) > 3 else "")
-        return f"{len(left)} object(s): {shown} ({first})"[:1000]
+        return Discarded(f"{len(left)} object(s): {shown} ({first})"[:1000], own)
 
     def delete_prefix(self, url: str, name_prefix: str = "") -> int:
         """Delete a checkpoint's objects (or files) under ``url`` starting with ``name_prefix``,

@@ -262,15 +262,37 @@ class _TimedStagingWriter(TimedWriter, AsyncStager):
         self.inner.close()
 
 
+class MetadataUnreadable(RuntimeError):
+    """A checkpoint's .metadata could not be read (missing, truncated, garbled); names it."""
+
+
 class TimedReader(_Timed[StorageReader], StorageReader):
     """A StorageReader that times the calls DCP makes on ``inner`` and forwards them unchanged,
-    and measures what each load read from storage against what its plan needed."""
+    and measures what each load read from storage against what its plan needed.
+
+    When the checkpoint's .metadata (at ``where``) cannot be read, :attr:`unreadable` names it,
+    and DCP's fallback to a rank's own metadata, which no ckptbench save writes, gets the same
+    error without another read."""
 
     _metadata: Metadata | None = None
 
+    def __init__(self, inner: StorageReader, where: str = "") -> None:
+        super().__init__(inner)
+        self.where = where
+        self.unreadable: MetadataUnreadable | None = None
+
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         self._clock.touch()
-        return self.inner.read_metadata(*args, **kwargs)
+        if self.unreadable is not None:
+            raise self.unreadable
+        try:
+            return self.inner.read_metadata(*args, **kwargs)
+        except Exception as exc:
+            self.unreadable = MetadataUnreadable(
+                f"checkpoint metadata at {self.where}/.metadata is unreadable: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            raise self.unreadable from exc
 
     def set_up_storage_reader(
         self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any
@@ -313,5 +335,7 @@ def timed_writer(inner: StorageWriter) -> TimedWriter:
     return TimedWriter(inner)
 
 
-def timed_reader(inner: StorageReader) -> TimedReader:
-    return TimedReader(inner)
+def timed_reader(inner: StorageReader, where: str = "") -> TimedReader:
+    """``inner`` timed; ``where``: the checkpoint it reads, named when its metadata is not."""
+    torch_seam.quiet_metadata_fallback()
+    return TimedReader(inner, where)

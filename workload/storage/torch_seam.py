@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import io
+import logging
 import pickle
 import struct
 import warnings
@@ -396,3 +397,25 @@ def replace_checkpointer_logger_init(init: Callable[[int], None]) -> None:
             "written for torch 2.13.0, see torch_seam.py"
         )
     setattr(executor, "_init_logger", init)  # noqa: B010 (a private name, set on purpose)
+
+
+# DCP's load, when the checkpoint's .metadata cannot be read, logs the failure with its traceback
+# and tries a rank-local metadata file no ckptbench save writes, logging a second traceback; both
+# on the root logger (state_dict_loader's ``logger = logging.getLogger()``), where only a filter
+# on the root logger itself sees them. The reader names the failure (timing.MetadataUnreadable),
+# so these two records, and only these, are dropped.
+_FALLBACK_RECORDS = frozenset(
+    ["Global metadata is not found. Falling back to rank local metadata.",
+     "Rank local metadata is not found."]
+)  # fmt: skip
+
+
+def _not_a_fallback(record: logging.LogRecord) -> bool:
+    return record.msg not in _FALLBACK_RECORDS
+
+
+def quiet_metadata_fallback() -> None:
+    """Drop DCP's two tracebacks of a metadata fallback (idempotent)."""
+    root = logging.getLogger()
+    if _not_a_fallback not in root.filters:
+        root.addFilter(_not_a_fallback)

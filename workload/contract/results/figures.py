@@ -29,11 +29,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import both, mlperf_rules, parts, stats
+from ckptbench.workload.contract.results import both, mlperf_rules, parts, run_samples, stats
 from ckptbench.workload.contract.results.intervals import mean_interval, rate_interval
 from ckptbench.workload.contract.results.mlperf_figures import mlperf_metrics
 from ckptbench.workload.contract.results.parts import OpPart, Part, ResourcePart, rank_throughput
-from ckptbench.workload.contract.results.rank import ROUND, OpStats, RankResult
+from ckptbench.workload.contract.results.rank import ROUND, Leftovers, OpStats, RankResult
 from ckptbench.workload.contract.results.records import (
     Operation,
     RankOp,
@@ -43,6 +43,7 @@ from ckptbench.workload.contract.results.records import (
     rank_ops,
     record_of,
 )
+from ckptbench.workload.contract.results.run_samples import RunSamples, Vectors
 from ckptbench.workload.contract.results.summaries import (
     RANKS_LISTED,
     OpSummary,
@@ -83,15 +84,20 @@ def span_seconds(op: OpPart) -> list[float] | None:
 # -- per operation -------------------------------------------------------------------------------
 
 
-def op_summary(op: OpPart | None, total_bytes: int, idle: int = 0) -> OpSummary | None:
+def op_summary(
+    op: OpPart | None, total_bytes: int, idle: int = 0, run: Vectors | None = None
+) -> OpSummary | None:
     """One operation's figures from the reduction of the ranks that timed it (:mod:`.parts`);
-    ``idle`` ranks took no part (they are counted among the ranks left out)."""
+    ``idle`` ranks took no part (they are counted among the ranks left out). ``run``: the same
+    per-sample vectors, reduced by rank 0 from every rank's full lists (:func:`run_samples_of`),
+    which stand in for the ranks' own when their messages could not carry them."""
     if op is None:
         return None
-    per_sample = collective_seconds(op)
-    # Some rank's message was too long for its samples: the worst rank's statistics stand in.
+    per_sample = run.seconds if run is not None else collective_seconds(op)
+    # Some rank's message was too long for its samples, and rank 0 sent none for the run: the
+    # worst rank's statistics stand in.
     collective = OpStats.of(per_sample) if per_sample is not None else op.worst.stats()
-    spans = span_seconds(op)
+    spans = run.spans if run is not None else span_seconds(op)
     span_mean = round(stats.mean(spans), ROUND) if spans else None
     mean_ci = mean_interval(collective)
     span_ci = mean_interval(OpStats.of(spans)) if spans else None
@@ -310,9 +316,14 @@ def summarize_records(
         verified = None
     procedure = ordered[0].procedure if ordered else Procedure.CKPTBENCH
     whole = parts.reduce(ordered, part)
-    save = op_summary(whole.save, total_bytes, idle_ranks(ordered, "save"))
-    load = with_parity_figures(op_summary(whole.load, total_bytes), whole.load)
-    delete = op_summary(whole.delete, total_bytes, idle_ranks(ordered, "delete"))
+    run = _run(by_rank.get(0), len(ordered), ranks)
+    save = op_summary(whole.save, total_bytes, idle_ranks(ordered, "save"), _vectors(run, "save"))
+    load = with_parity_figures(
+        op_summary(whole.load, total_bytes, run=_vectors(run, "load")), whole.load
+    )
+    delete = op_summary(
+        whole.delete, total_bytes, idle_ranks(ordered, "delete"), _vectors(run, "delete")
+    )
     slowest = -whole.slowest[1] if whole.slowest is not None else None
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
     return RunSummary(
@@ -337,8 +348,49 @@ def summarize_records(
         procedure=procedure,
         cache=ordered[0].cache if ordered else None,
         mlperf=mlperf_metrics(save, load, total_bytes) if procedure is Procedure.MLPERF else None,
+        left=leftovers(ordered),
         **ram_rule_figures(ordered),
     )
+
+
+def run_samples_of(records: Sequence[RankRecord]) -> RunSamples:
+    """Rank 0's reduction of every rank's full per-sample lists to the run's vectors (the same
+    :func:`collective_seconds` and :func:`span_seconds` every summary computes)."""
+    whole = parts.reduce(sorted(records, key=lambda r: r.rank))
+
+    def packed(op: OpPart | None) -> str | None:
+        seconds = collective_seconds(op) if op is not None else None
+        if op is None or seconds is None:
+            return None
+        return run_samples.pack(run_samples.Vectors(seconds, span_seconds(op)))
+
+    return RunSamples(
+        ranks=len(records),
+        save=packed(whole.save),
+        load=packed(whole.load),
+        delete=packed(whole.delete),
+    )
+
+
+def _run(rank0: RankRecord | None, reported: int, ranks: int) -> RunSamples | None:
+    """Rank 0's run vectors, when they cover every rank of the run and every rank reported (a
+    rank that reported after rank 0 gathered would otherwise be left out of them)."""
+    if rank0 is None or rank0.run is None:
+        return None
+    return rank0.run if rank0.run.ranks == ranks == reported else None
+
+
+def _vectors(run: RunSamples | None, op: Operation) -> Vectors | None:
+    return run.vectors(op) if run is not None else None
+
+
+def leftovers(records: Sequence[RankRecord]) -> Leftovers | None:
+    """The objects the run could not delete: the sum of each rank's own (rank 0 counts only what
+    no other rank's prefix names), under the run's folder; None when every rank removed its own."""
+    left = [r.left for r in records if r.left is not None]
+    if not left:
+        return None
+    return Leftovers(objects=sum(x.objects for x in left), under=left[0].under)
 
 
 # -- across operations, and the checkpoint as stored ---------------------------------------------

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ckptbench.workload.contract.choices import CacheMode, Procedure
 from ckptbench.workload.contract.results import stats
+from ckptbench.workload.contract.results.run_samples import RunSamples
 
 SCHEMA_VERSION = 2
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -235,6 +236,27 @@ class BothTiming(BaseModel):
     save_together: OpStats = Field(description="Per together window: the call until durable.")
 
 
+class Leftovers(BaseModel):
+    """Objects a run could not delete, and the folder ``ckptbench clean`` removes them from: said
+    in every output, so nothing stays behind unnoticed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    objects: Count = Field(description="Objects (or files) left.")
+    under: str = Field(
+        max_length=1024, description="The run's folder they lie under, as clean takes it."
+    )
+
+    def notice(self) -> str:
+        """One line naming the count, the folder and the command that removes them."""
+        noun = "object" if self.objects == 1 else "objects"
+        them = "it" if self.objects == 1 else "them"
+        return (
+            f"{self.objects} {noun} left under {self.under}: "
+            f"remove {them} with `ckptbench clean {self.under}`"
+        )
+
+
 class RankResult(BaseModel):
     """What one rank reports. ``save``/``load`` are absent when the rank failed before them;
     ``delete`` also when checkpoints are kept (nothing was deleted)."""
@@ -288,6 +310,17 @@ class RankResult(BaseModel):
             "checkpoint (a count, the first names and the first error)."
         ),
     )
+    left: Leftovers | None = Field(
+        None,
+        description="After a failure: the objects this rank could not delete that are its own to "
+        "delete (its own data objects; on rank 0 also .metadata and whatever no other rank's "
+        "prefix names), so the run's count is their sum.",
+    )
+    run: RunSamples | None = Field(
+        None,
+        description="Rank 0: every rank's per-sample lists reduced to the run's (run_samples.py), "
+        "which its message keeps when the ranks' own lists no longer fit.",
+    )
     error: str | None = None
     procedure: Procedure = Field(Procedure.CKPTBENCH, description="The procedure that ran.")
     cache: CacheMode | None = Field(
@@ -319,6 +352,9 @@ class RankResult(BaseModel):
             keep = max(0, len(slim.error) - overflow - 16)
             slim = slim.model_copy(update={"error": slim.error[:keep] + "…"})
             text = slim._compact()
+        if len(text.encode()) > limit and slim.run is not None:
+            # Past what the message can hold (docs/measurement.md): the status then falls back.
+            text = slim.model_copy(update={"run": None})._compact()
         return text
 
     @classmethod

@@ -20,12 +20,14 @@ from typing import Literal, NamedTuple
 from ckptbench.workload.contract.choices import CacheMode, Procedure
 from ckptbench.workload.contract.results.rank import (
     BothTiming,
+    Leftovers,
     OpStats,
     OpTiming,
     RankResources,
     RankResult,
     TrainTiming,
 )
+from ckptbench.workload.contract.results.run_samples import RunSamples
 
 Operation = Literal["save", "load", "delete"]
 
@@ -149,6 +151,8 @@ class RankRecord(NamedTuple):
     procedure: Procedure
     cache: CacheMode | None
     both: BothTiming | None = None
+    left: Leftovers | None = None
+    run: RunSamples | None = None  # rank 0's reduction of every rank's per-sample lists
 
 
 def moved_bytes(result: RankResult | RankRecord, op: Operation) -> int:
@@ -189,6 +193,8 @@ def record_of(result: RankResult) -> RankRecord:
         error=result.error,
         procedure=result.procedure,
         cache=result.cache,
+        left=result.left,
+        run=result.run,
     )
 
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ckptbench.workload.contract.choices import CacheMode, Procedure
 from ckptbench.workload.contract.results import stats
-from ckptbench.workload.contract.results.rank import SCHEMA_VERSION, RankResources
+from ckptbench.workload.contract.results.rank import SCHEMA_VERSION, Leftovers, RankResources
 
 RANKS_LISTED = 64  # per-rank I/O seconds in the summary, bounded whatever the world size
 
@@ -323,6 +323,11 @@ class RunSummary(BaseModel):
         None,
         description="saveMode process: the largest peak resident memory of a rank's "
         "checkpointer process (a second process: not in resources.max_peak_rss_bytes).",
+    )
+    left: Leftovers | None = Field(
+        None,
+        description="Objects the run's cleanup could not delete after a failure, and the folder "
+        "`ckptbench clean` removes them from; absent when nothing was left.",
     )
     errors: list[RankError] = Field(default_factory=list, description="At most the first 10.")
     error_count: int = 0
