@@ -40,7 +40,7 @@ class SweepApi(Protocol):
 
 @dataclass(frozen=True)
 class SweepOutcome:
-    status: sst.SweepStatus
+    status: sst.SweepStatusBase
     created: list[str]
 
 

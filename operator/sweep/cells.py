@@ -20,6 +20,7 @@ from ckptbench.operator.data import names as data_names
 from ckptbench.operator.data.model import DataLoadingBenchmarkSpec
 from ckptbench.operator.spec import names
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.operator.spec.pods import PodSpec
 from ckptbench.workload.contract import cells as contract_cells
 from ckptbench.workload.contract import settings
 from ckptbench.workload.contract.data import settings as data_settings
@@ -34,7 +35,7 @@ class ChildKind:
     sweep_kind: str
     kind: str
     plural: str
-    model: type[BaseModel]
+    model: type[PodSpec]
     axis_names: tuple[str, ...]
 
     def axis_fields(self) -> list[str]:
@@ -71,11 +72,12 @@ class SweepSpec(Protocol):
     CHILD: ClassVar[ChildKind]
 
     @property
-    def template(self) -> BaseModel: ...
+    def template(self) -> PodSpec: ...
     @property
     def axes(self) -> Any: ...
     @property
     def cells(self) -> Any: ...
+
 
 LABEL_SWEEP = "ckptbench.dev/sweep"
 LABEL_CELL = "ckptbench.dev/sweep-cell"
@@ -109,7 +111,7 @@ class CellError(ValueError):
     """A cell's settings make an invalid benchmark spec; the message names the cell."""
 
 
-def child_spec(child: ChildKind, template: BaseModel, values: dict[str, Any]) -> BaseModel:
+def child_spec(child: ChildKind, template: PodSpec, values: dict[str, Any]) -> PodSpec:
     """The template with ``values`` (snake_case field -> value) set, validated as a whole as
     ``child``'s spec."""
     # Only what the template sets: a default (layerSize) must not clash with a cell's (model).
@@ -139,7 +141,7 @@ class Cell:
 
     number: int
     values: dict[str, Any]
-    spec: BaseModel
+    spec: PodSpec
     child: ChildKind
 
     @property

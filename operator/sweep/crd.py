@@ -39,6 +39,7 @@ def _header(kind: SweepKind) -> str:
         f"# Regenerate: ckptbench crd --kind {kind.crd_word} > {crd_file(kind)}\n"
     )
 
+
 ROOT_RULES: list[dict[str, str]] = [
     {
         "rule": f"size(self.metadata.name) <= {MAX_SWEEP_NAME_LENGTH}",

@@ -159,7 +159,10 @@ def data_table(sweep: str, cells: Sequence[Cell], children: Children) -> dict[st
         label = by_number[row.cell].label[:MAX_TEXT]
         if row.samples_per_second is not None:
             top = BestDataCell(
-                cell=row.cell, name=row.name, settings=label, samples_per_second=row.samples_per_second
+                cell=row.cell,
+                name=row.name,
+                settings=label,
+                samples_per_second=row.samples_per_second,
             )
     line = None
     if top is not None:

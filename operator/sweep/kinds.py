@@ -107,6 +107,6 @@ DATA_SWEEP = SweepKind(
 SWEEP_KINDS: tuple[SweepKind, ...] = (CHECKPOINT_SWEEP, DATA_SWEEP)
 
 
-def sweep_kind_of(kind: str) -> SweepKind | None:
+def sweep_kind_of(kind: object) -> SweepKind | None:
     """The sweep kind named ``kind`` (a manifest's ``kind``), None for any other."""
     return next((k for k in SWEEP_KINDS if k.kind == kind), None)

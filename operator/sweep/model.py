@@ -32,6 +32,7 @@ from pydantic.alias_generators import to_camel
 
 from ckptbench.operator.data.model import DataLoadingBenchmarkSpec
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
+from ckptbench.operator.spec.pods import PodSpec
 from ckptbench.operator.sweep.cells import CHECKPOINT, DATA, ChildKind, expand, scalar
 from ckptbench.workload.contract.cells import MAX_CELLS
 
@@ -134,7 +135,7 @@ class SweepSpecBase(BaseModel):
         **_CONFIG, json_schema_extra={"x-kubernetes-validations": _SPEC_RULES}
     )
 
-    template: BaseModel
+    template: PodSpec
     axes: BaseModel | None
     cells: list[BaseModel] | None
     parallelism: int = Field(

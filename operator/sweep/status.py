@@ -368,7 +368,11 @@ def _one_line(
     return None
 
 
-def invalid_status(problem: str, table: Table[Any] = CHECKPOINT_TABLE) -> SweepStatusBase:
+@overload
+def invalid_status(problem: str) -> SweepStatus: ...
+@overload
+def invalid_status(problem: str, table: Table[_S]) -> _S: ...
+def invalid_status(problem: str, table: Table[Any] = CHECKPOINT_TABLE) -> Any:
     """A sweep whose spec (or a cell's) is invalid: nothing is created; the message says why."""
     return table.status_model(phase=FAILED, reason="InvalidSpec", message=problem[:2000])
 
