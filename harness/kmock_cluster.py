@@ -24,6 +24,7 @@ from typing import Any
 
 import kmock
 
+from ckptbench.operator.data import names as data_names
 from ckptbench.operator.spec import names as spec_names
 from ckptbench.operator.sweep import crd as sweep_crd
 from ckptbench.operator.sweep.cells import SWEEP_KIND
@@ -57,6 +58,9 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     ),
     f"{spec_names.GROUP}/{spec_names.VERSION}/{sweep_crd.PLURAL}": _resource(
         SWEEP_KIND, sweep_crd.SHORT_NAME
+    ),
+    f"{spec_names.GROUP}/{spec_names.VERSION}/{data_names.PLURAL}": _resource(
+        data_names.KIND, data_names.SHORT_NAME
     ),
     "jobset.x-k8s.io/v1alpha2/jobsets": _resource("JobSet"),
     "v1/pods": _resource("Pod"),

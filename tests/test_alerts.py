@@ -33,6 +33,7 @@ EXPECTED_ALERTS = {
     "CkptbenchReconcileErrors",
     "CkptbenchBenchmarkPendingTooLong",
     "CkptbenchBenchmarkStalled",
+    "CkptbenchDataAcceleratorUtilizationBelowFloor",
 }
 
 
@@ -93,6 +94,11 @@ def test_alerts_use_only_series_the_operator_exports() -> None:
         ("CkptbenchReconcileErrors", ("for: 15m", "for: 1m")),
         ("CkptbenchBenchmarkPendingTooLong", ('phase="Pending"', 'phase=~"Pending|Queued"')),
         ("CkptbenchBenchmarkStalled", ('phase="Running"} == 1', 'phase="Running"} >= 0')),
+        ("CkptbenchDataAcceleratorUtilizationBelowFloor", ("au_passed == 0", "au_passed == 1")),
+        (
+            "CkptbenchDataAcceleratorUtilizationBelowFloor",
+            ('phase="Succeeded"} == 1', 'phase="Succeeded"} >= 0'),
+        ),
     ],
 )
 def test_the_unit_tests_catch_a_changed_rule(

@@ -60,6 +60,11 @@ NAMESPACED_RULES = {
         for v in ("get", "list", "watch", "patch", "update")
     },
     *{("ckptbench.dev", "checkpointbenchmarksweeps/status", v) for v in ("get", "patch", "update")},
+    *{
+        ("ckptbench.dev", "dataloadingbenchmarks", v)
+        for v in ("get", "list", "watch", "patch", "update")
+    },
+    *{("ckptbench.dev", "dataloadingbenchmarks/status", v) for v in ("get", "patch", "update")},
     *{("jobset.x-k8s.io", "jobsets", v) for v in ("get", "list", "watch", "create")},
     *{("", "pods", v) for v in ("get", "list", "watch")},
     *{("", "events", v) for v in ("create", "patch")},
@@ -90,6 +95,17 @@ CONTRACT_METRICS = {
     "ckptbench_operator_reconciles_total": "counter",
     "ckptbench_operator_reconcile_errors_total": "counter",
     "ckptbench_operator_reconcile_duration_seconds": "histogram",
+    # A DataLoadingBenchmark's (the dashboard's "Data loading" row).
+    "ckptbench_data_ranks": "gauge",
+    "ckptbench_data_phase": "gauge",
+    "ckptbench_data_samples_per_second": "gauge",
+    "ckptbench_data_bytes_per_second": "gauge",
+    "ckptbench_data_accelerator_utilization_ratio": "gauge",
+    "ckptbench_data_au_passed": "gauge",
+    "ckptbench_data_time_to_first_batch_seconds": "gauge",
+    "ckptbench_data_batch_wait_seconds": "gauge",
+    "ckptbench_data_sustained_accelerators": "gauge",
+    "ckptbench_data_epochs": "gauge",
 }
 
 
@@ -766,8 +782,11 @@ def test_editor_and_viewer_roles_aggregate_to_edit_and_view(render: Any) -> None
     assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     granted = rule_triples(editor["rules"])
-    assert ("ckptbench.dev", "checkpointbenchmarks", "create") in granted
-    assert ("ckptbench.dev", "checkpointbenchmarks/status", "patch") not in granted
+    for kind in ("checkpointbenchmarks", "dataloadingbenchmarks"):
+        assert ("ckptbench.dev", kind, "create") in granted
+        assert ("ckptbench.dev", f"{kind}/status", "get") in granted
+        assert ("ckptbench.dev", f"{kind}/status", "patch") not in granted
+        assert ("ckptbench.dev", f"{kind}/status", "list") in rule_triples(viewer["rules"])
     assert {verb for _, _, verb in rule_triples(viewer["rules"])} == {"get", "list", "watch"}
 
 

@@ -102,3 +102,15 @@ def test_the_readme_says_how_long_its_two_commands_take() -> None:
     assert re.search(r"setup took [\d.]+ minutes", setup), "no duration for setup and run"
     assert re.search(r"run [\d.]+ to [\d.]+ minutes", setup), "no duration for the run"
     assert re.search(r"\d+ minutes on 2 cores", tests), "no duration for the tests"
+
+
+def test_every_metric_family_the_operator_exports_is_defined_in_the_docs() -> None:
+    """Each family of the operator's registry is named in docs/ (operator.md lists them with
+    their labels; the sweep's and the training step's are in their own pages)."""
+    from ckptbench.operator.runtime import metrics
+
+    docs = "\n".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    families = {f.name for f in metrics.REGISTRY.collect()}
+    assert any(name.startswith("ckptbench_data_") for name in families)
+    undefined = sorted(name for name in families if not re.search(rf"`{name}(_total)?[{{`]", docs))
+    assert not undefined, f"metrics the docs do not define: {undefined}"

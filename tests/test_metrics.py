@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from ckptbench.operator.runtime import metrics
+from ckptbench.operator.runtime.data import metrics as data_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +28,11 @@ CONTRACT_NAMES = {
     "ckptbench_operator_reconciles_total",
     "ckptbench_operator_reconcile_errors_total",
     "ckptbench_operator_reconcile_duration_seconds",
+    *("ckptbench_data_ranks", "ckptbench_data_phase", "ckptbench_data_samples_per_second"),
+    *("ckptbench_data_bytes_per_second", "ckptbench_data_accelerator_utilization_ratio"),
+    *("ckptbench_data_au_passed", "ckptbench_data_time_to_first_batch_seconds"),
+    *("ckptbench_data_batch_wait_seconds", "ckptbench_data_sustained_accelerators"),
+    "ckptbench_data_epochs",
 }
 
 OP = {
@@ -56,6 +62,8 @@ def clean() -> Iterator[None]:
     yield
     for key in list(metrics._series):
         metrics.remove_benchmark(*key)
+    for key in list(data_metrics._series):
+        data_metrics.remove_benchmark(*key)
 
 
 def value(metric: str, /, **labels: str) -> float | None:
@@ -289,6 +297,7 @@ def _every_family_set() -> None:
     metrics.update_benchmark(
         "ns", "b3", "gcs", {"load": {"readAmplification": 1.5, "maxRankReadAmplification": 2.0}}
     )
+    data_metrics.update_benchmark("ns", "d1", "gcsfs", data_status())
 
 
 @pytest.mark.parametrize(
@@ -310,8 +319,12 @@ def test_rank_resources_have_a_family_per_unit(
 
 
 # The unit suffixes Prometheus' naming guide names, and the families that count things (no unit).
-UNIT_SUFFIXES = ("_seconds", "_bytes", "_bytes_per_second", "_ratio")
-COUNTS = {"ckptbench_benchmark_ranks", "ckptbench_benchmark_phase", "ckptbench_sweep_cells"}
+UNIT_SUFFIXES = ("_seconds", "_bytes", "_bytes_per_second", "_samples_per_second", "_ratio")
+COUNTS = {
+    *("ckptbench_benchmark_ranks", "ckptbench_benchmark_phase", "ckptbench_sweep_cells"),
+    *("ckptbench_data_ranks", "ckptbench_data_phase", "ckptbench_data_epochs"),
+    *("ckptbench_data_au_passed", "ckptbench_data_sustained_accelerators"),
+}
 
 
 def test_each_family_has_one_unit_and_says_it() -> None:
@@ -353,3 +366,99 @@ def test_promtool_check_metrics_is_clean() -> None:
     assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), (
         result.stdout + result.stderr
     )
+
+
+# ---- a DataLoadingBenchmark's series ------------------------------------------------------------
+
+
+def data_status(au: float = 0.95, floor: float | None = 0.9) -> dict[str, Any]:
+    """A status as the operator writes it, from four ranks' results (tests/test_data_status.py)."""
+    from datetime import UTC, datetime
+
+    from ckptbench.operator.data.status import compute_status
+    from ckptbench.operator.spec.status_schema import status_body
+    from tests.test_data_status import Spec, done, jobset
+
+    pods = [done(r, au=[au, au - 0.02]) for r in range(4)]
+    now = datetime(2025, 3, 1, tzinfo=UTC)
+    return status_body(compute_status(Spec(resolved_au_floor=floor), jobset(), pods, None, now))
+
+
+def data_base(name: str = "d1") -> dict[str, str]:
+    return {"namespace": "ns", "name": name, "backend": "gcsfs"}
+
+
+# Each data family's series and the status field it must copy.
+DATA_SERIES = [
+    ("ckptbench_data_ranks", {"state": "expected"}, ("ranksExpected",)),
+    ("ckptbench_data_ranks", {"state": "reported"}, ("ranksReported",)),
+    ("ckptbench_data_samples_per_second", {"statistic": "value"}, ("samplesPerSecond",)),
+    (
+        "ckptbench_data_samples_per_second",
+        {"statistic": "ci_low"},
+        ("samplesPerSecondInterval", "low"),
+    ),
+    ("ckptbench_data_bytes_per_second", {"statistic": "value"}, ("bytesPerSecond",)),
+    (
+        "ckptbench_data_bytes_per_second",
+        {"statistic": "ci_low"},
+        ("bytesPerSecondInterval", "low"),
+    ),
+    (
+        "ckptbench_data_accelerator_utilization_ratio",
+        {"statistic": "mean"},
+        ("acceleratorUtilization",),
+    ),
+    (
+        "ckptbench_data_accelerator_utilization_ratio",
+        {"statistic": "min"},
+        ("acceleratorUtilizationMin",),
+    ),
+    ("ckptbench_data_accelerator_utilization_ratio", {"statistic": "floor"}, ("auFloor",)),
+    ("ckptbench_data_time_to_first_batch_seconds", {}, ("firstBatchSeconds",)),
+    ("ckptbench_data_batch_wait_seconds", {"statistic": "p50"}, ("waits", "p50Seconds")),
+    ("ckptbench_data_batch_wait_seconds", {"statistic": "p99"}, ("waits", "p99Seconds")),
+    ("ckptbench_data_epochs", {}, ("epochs", "count")),
+    ("ckptbench_data_sustained_accelerators", {}, ("sustainedAccelerators",)),
+]
+
+
+@pytest.mark.parametrize(("metric", "labels", "path"), DATA_SERIES)
+def test_data_series_copy_the_status(
+    metric: str, labels: dict[str, str], path: tuple[str, ...]
+) -> None:
+    status = data_status()
+    data_metrics.update_benchmark("ns", "d1", "gcsfs", status)
+    expected: Any = status
+    for key in path:
+        expected = expected[key]
+    assert value(metric, **data_base(), **labels) == pytest.approx(float(expected))
+
+
+@pytest.mark.parametrize(
+    ("au", "floor", "passed", "sustained"),
+    [(0.95, 0.9, 1.0, 8.0), (0.85, 0.9, 0.0, 0.0), (0.95, None, None, None)],
+)
+def test_the_au_verdict_is_a_series_when_there_is_a_floor(
+    au: float, floor: float | None, passed: float | None, sustained: float | None
+) -> None:
+    data_metrics.update_benchmark("ns", "d1", "gcsfs", data_status(au, floor))
+    assert value("ckptbench_data_au_passed", **data_base()) == passed
+    assert value("ckptbench_data_sustained_accelerators", **data_base()) == sustained
+    assert value("ckptbench_data_phase", **data_base(), phase="Succeeded") == 1.0
+
+
+def test_a_deleted_data_benchmark_leaves_no_series_and_a_same_named_checkpoint_s_stay() -> None:
+    data_metrics.update_benchmark("ns", "b1", "gcsfs", data_status())
+    data_metrics.update_benchmark("ns", "d2", "gcsfs", data_status())
+    metrics.update_benchmark("ns", "b1", "gcs", SUCCEEDED)
+    data_metrics.remove_benchmark("ns", "b1")
+    scrape = generate_latest(metrics.REGISTRY).decode()
+    assert "ckptbench_data_" in scrape and 'name="b1"' in scrape
+    data_lines = [line for line in scrape.splitlines() if line.startswith("ckptbench_data_")]
+    assert data_lines and not [line for line in data_lines if 'name="b1"' in line]
+    assert value("ckptbench_benchmark_checkpoint_bytes", **base()) == 200.0
+    # And the other way round: the checkpoint benchmark's deletion leaves the data one's.
+    data_metrics.update_benchmark("ns", "b1", "gcsfs", data_status())
+    metrics.remove_benchmark("ns", "b1")
+    assert value("ckptbench_data_ranks", **data_base("b1"), state="reported") == 4.0

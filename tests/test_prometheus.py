@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ckptbench.operator.data import names as data_names
 from ckptbench.operator.render import jobset as rendering
 from ckptbench.operator.render import labels as render_labels
 from ckptbench.operator.spec import names as spec_names
@@ -40,20 +41,29 @@ from harness.operator_process import (
     stop_process,
     wait_for,
 )
+from tests.test_data_kmock import data_benchmark, data_pod
+from tests.test_data_kmock import result as data_result
 from tests.test_operator_kmock import ckptbench_object, reference_spec
 from tests.tools import find_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "charts" / "ckptbench" / "dashboards" / "ckptbench.json"
 OPERATOR_NS, BENCH_NS, BENCH = "ckptbench-system", "team-b", "shown"
+DATA_BENCH = "read"  # a DataLoadingBenchmark beside it
 CKB = f"{spec_names.GROUP}/{spec_names.VERSION}"
 WORLD, LAYER, PADDING = 4, 10, 8
 # $cluster as Grafana sends its "All": the test's Prometheus, like a single cluster's, puts no
 # cluster label on the series.
-VARIABLES = {"$cluster": ".*", "$namespace": BENCH_NS, "$benchmark": BENCH, "$backend": "gcs"}
+VARIABLES = {
+    "$cluster": ".*",
+    "$namespace": BENCH_NS,
+    "$benchmark": BENCH,
+    "$backend": "gcs",
+    "$data_benchmark": DATA_BENCH,
+}
 # Panels about one benchmark: each must show data for it. The others (the operator's own
 # reconciles, sweeps) must evaluate without error.
-PER_BENCHMARK = re.compile(r"ckptbench_benchmark_")
+PER_BENCHMARK = re.compile(r"ckptbench_(benchmark|data)_")
 
 
 def find_prometheus() -> str:
@@ -153,7 +163,8 @@ def dashboard_expressions() -> list[tuple[str, str]]:
     for panel in panels:
         for target in panel.get("targets", []):
             expr = target["expr"]
-            for variable, value in VARIABLES.items():
+            # The longest first: $benchmark must not eat into $data_benchmark.
+            for variable, value in sorted(VARIABLES.items(), key=lambda v: -len(v[0])):
                 expr = expr.replace(variable, value)
             found.append((panel["title"], expr.replace("$__rate_interval", "1m")))
     return found
@@ -237,6 +248,23 @@ def operator_with_a_benchmark(
         wait_for(
             "the benchmark's results in the metrics",
             lambda: f'name="{BENCH}",namespace="{BENCH_NS}",operation="load"' in operator.metrics(),
+        )
+        data = data_benchmark(DATA_BENCH, auFloor=0.95)  # AU ~0.91: below it, the verdict 0
+        data["metadata"]["namespace"] = BENCH_NS
+        client.create(CKB, data_names.PLURAL, data)
+        wait_for(
+            "the data benchmark's JobSet",
+            lambda: client.get("jobset.x-k8s.io/v1alpha2", "jobsets", BENCH_NS, DATA_BENCH),
+        )
+        for rank in range(2):
+            pod = data_pod(DATA_BENCH, rank, "Succeeded", data_result(rank).to_message(), 0)
+            pod["metadata"]["namespace"] = BENCH_NS
+            client.create("v1", "pods", pod)
+        wait_for(
+            "the data benchmark's results in the metrics",
+            lambda: (
+                f'ckptbench_data_au_passed{{backend="gcs",name="{DATA_BENCH}"' in operator.metrics()
+            ),
         )
         yield operator
 

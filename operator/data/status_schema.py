@@ -26,12 +26,16 @@ from ckptbench.operator.spec.status_schema import (
 )
 from ckptbench.workload.contract.results.summaries import Interval
 
+EPOCHS_LISTED = 100  # epochs whose seconds the status lists; count counts them all
+
 
 class Epochs(StatusModel):
     """The epochs read: each one's seconds, its slowest rank's."""
 
     count: int = Field(description="Epochs read.")
-    seconds: list[float] = Field(description="Each epoch's seconds, the first 100.", max_length=100)
+    seconds: list[float] = Field(
+        description="Each epoch's seconds, the first 100.", max_length=EPOCHS_LISTED
+    )
 
 
 class Waits(StatusModel):

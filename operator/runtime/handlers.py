@@ -26,6 +26,7 @@ import kopf
 from ckptbench.operator.render.labels import (
     JOBSET_API_VERSION,
     LABEL_BENCHMARK,
+    LABEL_KIND,
     LABEL_MANAGED_BY,
     MANAGED_BY,
 )
@@ -34,9 +35,12 @@ from ckptbench.operator.runtime.registration import Watched, deleted, on_spec_ch
 from ckptbench.operator.spec import names
 from ckptbench.operator.status.pods import kept
 
+# A CheckpointBenchmark's objects carry no kind label; another kind's (runtime/data/handlers.py)
+# do, so a same-named DataLoadingBenchmark's pods never enter this index.
 _WATCHED_LABELS: dict[str, Any] = {
     LABEL_BENCHMARK: kopf.PRESENT,
     LABEL_MANAGED_BY: MANAGED_BY,
+    LABEL_KIND: kopf.ABSENT,
 }
 _JOBSET_GROUP, _JOBSET_VERSION = JOBSET_API_VERSION.split("/")
 # Server-side label selector of the JobSet and pod watches (main puts it in kopf's settings):

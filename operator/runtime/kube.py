@@ -11,14 +11,17 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import kubernetes
 import yaml
 from kubernetes.client.exceptions import ApiException
 
+from ckptbench.operator.data import names as data_names
 from ckptbench.operator.render.labels import (
     JOBSET_API_VERSION,
+    LABEL_KIND,
     benchmark_labels,
     benchmark_selector,
     jobset_name,
@@ -60,6 +63,7 @@ def load_config() -> kubernetes.client.ApiClient:
 # (group, version, plural) of each custom resource the operator reads or writes.
 Resource = tuple[str, str, str]
 BENCHMARKS: Resource = (names.GROUP, names.VERSION, names.PLURAL)
+DATA_BENCHMARKS: Resource = (names.GROUP, names.VERSION, data_names.PLURAL)
 SWEEPS: Resource = (names.GROUP, names.VERSION, sweep_crd.PLURAL)
 JOBSETS: Resource = (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)
 # kopf's peering objects (kopf.dev/v1), read to know whether this replica leads (runtime/peering).
@@ -67,10 +71,30 @@ PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
 PEERINGS, CLUSTER_PEERINGS = "kopfpeerings", "clusterkopfpeerings"
 
 
+@dataclass(frozen=True)
+class Served:
+    """A kind of benchmark the API calls are about: its resource, and the kind label its pods
+    carry (a CheckpointBenchmark's carry none)."""
+
+    kind: str
+    resource: Resource
+    pod_kind: str | None
+
+
+CHECKPOINTS = Served(names.KIND, BENCHMARKS, None)
+DATA = Served(data_names.KIND, DATA_BENCHMARKS, data_names.KIND)
+
+
 class Kube:
-    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+    """The API as one kind of benchmark's reconciles see it (``served``); the sweeps' calls are
+    about CheckpointBenchmarks whichever it is."""
+
+    def __init__(
+        self, api_client: kubernetes.client.ApiClient, served: Served = CHECKPOINTS
+    ) -> None:
         self._custom = kubernetes.client.CustomObjectsApi(api_client)
         self._core = kubernetes.client.CoreV1Api(api_client)
+        self._served = served
 
     # -- custom objects, whichever the resource ------------------------------------------------
 
@@ -110,17 +134,18 @@ class Kube:
     # -- benchmarks ------------------------------------------------------------------------------
 
     def get_benchmark(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(BENCHMARKS, namespace, name)
+        return self._get(self._served.resource, namespace, name)
 
     def list_benchmarks(self, namespace: str | None) -> list[tuple[str, str]]:
         """(namespace, name) of every benchmark in ``namespace`` (None: every namespace)."""
+        group, version, plural = self._served.resource
         if namespace is None:
             response = self._custom.list_cluster_custom_object(
-                names.GROUP, names.VERSION, names.PLURAL, _preload_content=False
+                group, version, plural, _preload_content=False
             )
         else:
             response = self._custom.list_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, names.PLURAL, _preload_content=False
+                group, version, namespace, plural, _preload_content=False
             )
         found = []
         for item in _json(response).get("items") or []:
@@ -130,7 +155,7 @@ class Kube:
         return found
 
     def patch_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self._patch_status(BENCHMARKS, namespace, name, patch)
+        self._patch_status(self._served.resource, namespace, name, patch)
 
     def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get(JOBSETS, namespace, jobset_name(name))
@@ -140,11 +165,17 @@ class Kube:
 
     def list_pods(self, namespace: str, benchmark: str) -> list[dict[str, Any]]:
         """The benchmark's pods. The selector is applied again here: a server (or emulator) that
-        ignores it must not mix another benchmark's ranks into this one's status."""
+        ignores it must not mix another benchmark's ranks into this one's status; nor are a
+        same-named benchmark of another kind's pods this one's."""
         response = self._core.list_namespaced_pod(
             namespace, label_selector=benchmark_selector(benchmark), _preload_content=False
         )
-        return _labelled(_json(response), benchmark_labels(benchmark))
+        return [
+            pod
+            for pod in _labelled(_json(response), benchmark_labels(benchmark))
+            if ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_KIND)
+            == self._served.pod_kind
+        ]
 
     def get_peering(self, namespace: str | None, name: str) -> dict[str, Any] | None:
         """kopf's peering object: the namespace's KopfPeering, or (None) the ClusterKopfPeering."""
@@ -192,7 +223,7 @@ class Kube:
     def post_event(
         self, benchmark: Mapping[str, Any], type_: str, reason: str, message: str, now: str
     ) -> None:
-        """A core/v1 Event about the benchmark, as `kubectl describe ckb` lists them."""
+        """A core/v1 Event about the benchmark, as `kubectl describe ckb` (or `dlb`) lists them."""
         meta = benchmark.get("metadata") or {}
         namespace = str(meta.get("namespace", ""))
         identity = f"{meta.get('uid')}/{reason}/{now}/{message}"
@@ -204,7 +235,7 @@ class Kube:
             "metadata": {"name": f"{meta.get('name')}.{suffix}", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": names.API_VERSION,
-                "kind": names.KIND,
+                "kind": self._served.kind,
                 "name": meta.get("name"),
                 "namespace": namespace,
                 "uid": meta.get("uid"),

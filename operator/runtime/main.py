@@ -130,8 +130,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str] | None = None) ->
     env = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(
         prog="ckptbench operator",
-        description="Run the CheckpointBenchmark operator (kopf; with --peering, as one of "
-        "several replicas of which one works at a time).",
+        description="Run the CheckpointBenchmark and DataLoadingBenchmark operator (kopf; with "
+        "--peering, as one of several replicas of which one works at a time).",
     )
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument(
@@ -266,6 +266,8 @@ def main(argv: Sequence[str]) -> int:
 
     from ckptbench.operator.render.jobset import RenderDefaults
     from ckptbench.operator.runtime import handlers, kube, metrics, peering, sweep_handlers
+    from ckptbench.operator.runtime.data import handlers as data_handlers
+    from ckptbench.operator.runtime.data.kind import DATA
     from ckptbench.operator.runtime.reconcile import Reconciler
     from ckptbench.operator.runtime.sweeps import SweepReconciler
 
@@ -304,16 +306,27 @@ def main(argv: Sequence[str]) -> int:
         policy=options.admin_policy(),
     )
     try:
-        api = kube.Kube(kube.load_config())
+        client = kube.load_config()
     except kube.NoCredentials as exc:
         print(f"ckptbench operator: error: {exc}", file=sys.stderr)
         return 2
+    api = kube.Kube(client)
+    leading = None if me is None else peering.gate(api.get_peering, me)
     reconciler = Reconciler(
         api=api,
         defaults=defaults,
         namespaces=options.namespaces,
         resync_seconds=options.resync_seconds,
-        leading=None if me is None else peering.gate(api.get_peering, me),
+        leading=leading,
+    )
+    # DataLoadingBenchmarks: the same reconcile, with the data kind's parts and API.
+    data_reconciler = Reconciler(
+        api=kube.Kube(client, kube.DATA),
+        defaults=defaults,
+        namespaces=options.namespaces,
+        resync_seconds=options.resync_seconds,
+        leading=leading,
+        kind=DATA,
     )
     sweeps = SweepReconciler(api=api, policy=defaults.policy)
     server, thread = metrics.serve(options.metrics_port, options.bind_address)
@@ -323,7 +336,7 @@ def main(argv: Sequence[str]) -> int:
         options.metrics_port,
         options.health_url,
         ", ".join(options.namespaces) or "all namespaces",
-        f"{handlers.__name__}, {sweep_handlers.__name__}",
+        f"{handlers.__name__}, {sweep_handlers.__name__}, {data_handlers.__name__}",
     )
     try:
         kopf.run(
@@ -336,7 +349,7 @@ def main(argv: Sequence[str]) -> int:
             namespaces=list(options.namespaces),
             liveness_endpoint=options.health_url,
             settings=settings,
-            memo=kopf.Memo(reconciler=reconciler, sweeps=sweeps),
+            memo=kopf.Memo(reconciler=reconciler, sweeps=sweeps, data_reconciler=data_reconciler),
         )
     finally:
         server.shutdown()

@@ -1,4 +1,4 @@
-"""The operator's Prometheus metrics, on a registry of its own (not the process-global one).
+"""The operator's Prometheus metrics: a CheckpointBenchmark's, a sweep's and the reconciles'.
 
 Per benchmark: labels namespace, name, backend; no rank label (cardinality grows with world size).
 A deleted benchmark's series are removed with :func:`remove_benchmark`. Every value is copied from
@@ -12,33 +12,32 @@ One unit per family, named by its suffix (``_seconds``, ``_bytes``, ``_bytes_per
 ``_ratio``; counts without one): a label never switches a family between seconds and bytes, so
 ``sum``/``max`` over a family's series, and a panel's unit, are always right.
 
-Counters and histograms export no ``_created`` series: prometheus_client adds one per child by
-default, a second series per label set that no panel or rule reads (and Prometheus' own
-created-timestamp handling does not need it).
+The registry and the series bookkeeping are :mod:`.series`'s, shared with the DataLoadingBenchmark's
+series (:mod:`.data.metrics`), which this module imports so that :func:`metric_names` names them.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    start_http_server,
-)
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from ckptbench.operator.runtime.data import metrics as data_metrics  # noqa: F401 (its families)
+from ckptbench.operator.runtime.series import (
+    REGISTRY,
+    Key,
+    Series,
+    StatusPath,
+    Value,
+    at,
+    drop,
+    number,
+    publish,
+)
 from ckptbench.operator.status.phases import PHASES
 
-# A process-wide switch of prometheus_client, read at every scrape; the operator's process
-# serves only this registry.
-disable_created_metrics()  # type: ignore[no-untyped-call]
-REGISTRY = CollectorRegistry(auto_describe=True)
 _LABELS = ("namespace", "name", "backend")
 OPERATIONS = ("save", "load", "delete")  # delete: absent when checkpoints are kept
 _SWEEP_OPERATIONS = ("save", "load")  # a sweep's cells keep save and load throughputs only
@@ -132,7 +131,6 @@ RANK_NETWORK = Gauge(
 )
 _SLOWEST = "slowestRankResources"
 # Labels after the benchmark's -> the status keys down to the figure.
-StatusPath = tuple[str, ...]
 RANK_RESOURCES: dict[Gauge, dict[tuple[str, str], StatusPath]] = {
     RANK_CPU: {
         ("user", "max"): ("resources", "maxCpuUserSeconds"),
@@ -226,9 +224,11 @@ RECONCILE_DURATION = Histogram(
 
 # The handlers that count reconciles: each counter starts at 0, so a dashboard shows "0 errors"
 # rather than "No data" until the first one.
+_BENCHMARK_HANDLERS = ("create", "resume", "update", "jobset", "pod", "resync")
 HANDLERS = (
-    *("create", "resume", "update", "jobset", "pod", "resync"),
+    *_BENCHMARK_HANDLERS,
     *("sweep-create", "sweep-resume", "sweep-update", "sweep-child"),
+    *(f"data-{handler}" for handler in _BENCHMARK_HANDLERS),  # DataLoadingBenchmarks'
 )
 for _handler in HANDLERS:
     RECONCILES.labels(_handler)
@@ -239,11 +239,7 @@ _BENCHMARK_GAUGES: tuple[Gauge, ...] = (
     *(RANK_CPU, RANK_NETWORK, ASYNC_SECONDS, TRAIN_SECONDS, CHECKPOINT_OVERHEAD, PEAK_RSS),
 )
 # Which label values each benchmark has series under, so removal takes away exactly those.
-Key = tuple[str, str]  # (namespace, name) of a benchmark or a sweep
-Series = set[tuple[Gauge, tuple[str, ...]]]
-Value = tuple[Gauge, tuple[str, ...], float]
 _series: dict[Key, Series] = {}
-_lock = threading.Lock()
 
 
 def metric_names() -> list[str]:
@@ -289,9 +285,9 @@ def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[st
     values += _resources(base, status)
     values += _async_values(base, status) + _train_values(base, status)
     for labels, path in PEAKS.items():
-        if (value := _at(status, path)) is not None:
+        if (value := at(status, path)) is not None:
             values.append((PEAK_RSS, (*base, *labels), value))
-    _publish(_series, (namespace, name), values)
+    publish(_series, (namespace, name), values)
 
 
 def _read_amplification(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Value]:
@@ -310,23 +306,8 @@ def _resources(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Value]:
         (gauge, (*base, *labels), value)
         for gauge, paths in RANK_RESOURCES.items()
         for labels, path in paths.items()
-        if (value := _at(status, path)) is not None
+        if (value := at(status, path)) is not None
     ]
-
-
-def _at(status: Mapping[str, Any], path: StatusPath) -> float | None:
-    """The number at ``path`` in the status, if every step is there."""
-    *blocks, key = path
-    holder: Any = status
-    for block in blocks:
-        holder = holder.get(block) if isinstance(holder, Mapping) else None
-    return _number(holder, key)
-
-
-def _number(mapping: Any, key: str) -> float | None:
-    if isinstance(mapping, Mapping) and isinstance(mapping.get(key), int | float):
-        return float(mapping[key])
-    return None
 
 
 def _async_values(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Value]:
@@ -335,7 +316,7 @@ def _async_values(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Valu
     for label, key in ASYNC_FIGURES.items():
         figure = save.get(key) if isinstance(save, Mapping) else None
         for statistic, stat_key in ASYNC_STATISTICS.items():
-            if (value := _number(figure, stat_key)) is not None:
+            if (value := number(figure, stat_key)) is not None:
                 values.append((ASYNC_SECONDS, (*base, label, statistic), value))
     return values
 
@@ -346,43 +327,20 @@ def _train_values(base: tuple[str, ...], status: Mapping[str, Any]) -> list[Valu
         return []
     values: list[Value] = []
     for label, key in TRAIN_FIGURES.items():
-        if (value := _number(train, key)) is not None:
+        if (value := number(train, key)) is not None:
             values.append((TRAIN_SECONDS, (*base, label), value))
     for label in ("wait", "stall"):
-        if (value := _number(train.get(label), "slowestRankSeconds")) is not None:
+        if (value := number(train.get(label), "slowestRankSeconds")) is not None:
             values.append((TRAIN_SECONDS, (*base, label), value))
     for statistic, key in OVERHEADS.items():
-        if (value := _number(train, key)) is not None:
+        if (value := number(train, key)) is not None:
             values.append((CHECKPOINT_OVERHEAD, (*base, statistic), value))
     return values
 
 
 def remove_benchmark(namespace: str, name: str) -> None:
     """Remove every series of the benchmark (it was deleted)."""
-    _drop(_series, (namespace, name))
-
-
-def _publish(owned: dict[Key, Series], key: Key, values: list[Value]) -> None:
-    """Set ``values`` as the series of one object; its series not among them are removed (a
-    backend change, a re-created benchmark, must not leave the old ones behind)."""
-    fresh = {(gauge, labels) for gauge, labels, _ in values}
-    with _lock:
-        for gauge, labels in owned.get(key, set()) - fresh:
-            _remove(gauge, labels)
-        for gauge, labels, value in values:
-            gauge.labels(*labels).set(value)
-        owned[key] = fresh
-
-
-def _drop(owned: dict[Key, Series], key: Key) -> None:
-    with _lock:
-        for gauge, labels in owned.pop(key, set()):
-            _remove(gauge, labels)
-
-
-def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:
-    with suppress(KeyError):  # already gone
-        gauge.remove(*labels)
+    drop(_series, (namespace, name))
 
 
 _SWEEP_COUNTS = {
@@ -408,11 +366,11 @@ def update_sweep(namespace: str, sweep: str, status: Mapping[str, Any]) -> None:
             if isinstance(rate, int | float):
                 cell = (namespace, sweep, str(row.get("cell")), operation)
                 values.append((SWEEP_CELL_THROUGHPUT, cell, float(rate) * 1024**3))
-    _publish(_sweep_series, (namespace, sweep), values)
+    publish(_sweep_series, (namespace, sweep), values)
 
 
 def remove_sweep(namespace: str, sweep: str) -> None:
-    _drop(_sweep_series, (namespace, sweep))
+    drop(_sweep_series, (namespace, sweep))
 
 
 @contextmanager

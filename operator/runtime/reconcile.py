@@ -1,8 +1,10 @@
-"""One reconcile of a CheckpointBenchmark, and the reconciler that runs it on events and resyncs.
+"""One reconcile of a benchmark, and the reconciler that runs it on events and resyncs.
 
-A reconcile reads the benchmark, makes sure its JobSet exists (creating it at most once: an
-existing one, 409 AlreadyExists, counts as done), reads the JobSet's pods (from the operator's
-watch-fed pod index: no list call, see :class:`Reconciler`), computes the status
+Both kinds of benchmark (CheckpointBenchmark, DataLoadingBenchmark) reconcile alike; what differs
+is a :class:`Kind`: how its spec is parsed, its JobSet rendered, its status computed and its
+series set. A reconcile reads the benchmark, makes sure its JobSet exists (creating it at most
+once: an existing one, 409 AlreadyExists, counts as done), reads the JobSet's pods (from the
+operator's watch-fed pod index: no list call, see :class:`Reconciler`), computes the status
 with the pure :func:`~ckptbench.operator.status.compute.compute_status`, and patches it only when
 it changed.
 The spec the JobSet was rendered from is kept in an annotation on the JobSet: a later edit of the
@@ -17,16 +19,21 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
+from pydantic import BaseModel
+
+from ckptbench.operator.data.status_schema import DataLoadingStatus
 from ckptbench.operator.render.jobset import RenderDefaults, RenderError, render_jobset, spec_hash
 from ckptbench.operator.render.labels import SPEC_HASH_ANNOTATION
 from ckptbench.operator.runtime import metrics
 from ckptbench.operator.runtime.coalesce import Coalescing, Key
 from ckptbench.operator.runtime.steps import patch_if_changed, read_live
+from ckptbench.operator.spec import names
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec, canonical_json
 from ckptbench.operator.spec.names import validate_name
 from ckptbench.operator.spec.parse import SpecError, parse_spec
+from ckptbench.operator.spec.policy import Policy
 from ckptbench.operator.spec.status_schema import BenchmarkStatus, status_body
 from ckptbench.operator.status import compute as st
 from ckptbench.operator.status.conditions import timestamp
@@ -70,9 +77,99 @@ def index_reader(index: PodIndex) -> PodRead:
     return read
 
 
+S = TypeVar("S", bound=BaseModel)  # a kind's spec model
+Status = BenchmarkStatus | DataLoadingStatus  # the status of each kind the operator writes
+S_in = TypeVar("S_in", bound=BaseModel, contravariant=True)
+
+
+class Compute(Protocol[S_in]):
+    """A kind's status: a pure function of the spec that ran, its JobSet and its pods."""
+
+    def __call__(
+        self,
+        spec: S_in,
+        jobset: Mapping[str, Any] | None,
+        pods: Sequence[Mapping[str, Any]],
+        previous: Mapping[str, Any] | None,
+        now: datetime,
+        *,
+        generation: int | None,
+        spec_change: str | None,
+        foreign_jobset: str | None,
+        memo: Any,
+    ) -> BaseModel: ...
+
+
+class Invalid(Protocol):
+    """A kind's status when its spec cannot run: no JobSet is created."""
+
+    def __call__(
+        self,
+        message: str,
+        previous: Mapping[str, Any] | None,
+        now: datetime,
+        *,
+        generation: int | None,
+    ) -> BaseModel: ...
+
+
+@dataclass(frozen=True)
+class Kind(Generic[S]):
+    """What a reconcile needs of one kind of benchmark; the steps are the same for every kind."""
+
+    name: str
+    parse: Callable[[object, Policy | None], S]  # raises SpecError naming the fields
+    render: Callable[[str, str, str, S, RenderDefaults], dict[str, Any]]  # raises RenderError
+    compute: Compute[S]
+    invalid: Invalid
+    backend: Callable[[S], str]  # the series' backend label
+    update_metrics: Callable[[str, str, str, Mapping[str, Any]], None]
+    remove_metrics: Callable[[str, str], None]
+    new_memo: Callable[[], Any]  # what one benchmark's reconciles keep for the next
+    handler_prefix: str = ""  # before the handler names its reconciles are counted under
+
+
+def _compute_checkpoint(
+    spec: CheckpointBenchmarkSpec,
+    jobset: Mapping[str, Any] | None,
+    pods: Sequence[Mapping[str, Any]],
+    previous: Mapping[str, Any] | None,
+    now: datetime,
+    *,
+    generation: int | None,
+    spec_change: str | None,
+    foreign_jobset: str | None,
+    memo: Any,
+) -> BaseModel:
+    return st.compute_status(
+        spec,
+        jobset,
+        pods,
+        previous,
+        now,
+        generation=generation,
+        spec_change=spec_change,
+        foreign_jobset=foreign_jobset,
+        memo=memo,
+    )
+
+
+CHECKPOINT: Kind[CheckpointBenchmarkSpec] = Kind(
+    name=names.KIND,
+    parse=parse_spec,
+    render=render_jobset,
+    compute=_compute_checkpoint,
+    invalid=st.invalid_spec_status,
+    backend=lambda spec: spec.backend.value,
+    update_metrics=metrics.update_benchmark,
+    remove_metrics=metrics.remove_benchmark,
+    new_memo=StatusMemo,
+)
+
+
 @dataclass(frozen=True)
 class Outcome:
-    status: BenchmarkStatus
+    status: Status
     patched: bool
     created_jobset: bool
     events: tuple[Event, ...] = ()
@@ -84,25 +181,26 @@ def reconcile_once(
     namespace: str,
     name: str,
     now: datetime,
-    memo: StatusMemo | None = None,
+    memo: Any = None,
     pods: PodRead | None = None,
+    kind: Kind[Any] = CHECKPOINT,
 ) -> Outcome | None:
     """Bring the benchmark's JobSet and status up to date. None when the benchmark is gone.
     ``memo`` is what the benchmark's last reconcile kept for this one; ``pods`` reads its pods
-    (by default a list call)."""
+    (by default a list call); ``api`` is the API as ``kind`` sees it."""
     read_pods = api.list_pods if pods is None else pods
-    live = read_live(api.get_benchmark, metrics.remove_benchmark, namespace, name)
+    live = read_live(api.get_benchmark, kind.remove_metrics, namespace, name)
     if live is None:
         return None
     bench, meta, uid, previous = live.obj, live.meta, live.uid, live.status
     generation = meta.get("generation") if isinstance(meta.get("generation"), int) else None
     raw_spec = bench.get("spec") or {}
 
-    current: CheckpointBenchmarkSpec | None = None
+    current: BaseModel | None = None
     problem = validate_name(name)
     if problem is None:
         try:
-            current = parse_spec(raw_spec, defaults.policy)
+            current = kind.parse(raw_spec, defaults.policy)
         except SpecError as exc:
             problem = str(exc)
 
@@ -113,7 +211,7 @@ def reconcile_once(
         jobset = None
     elif jobset is None and current is not None:
         try:
-            body = render_jobset(name, namespace, uid, current, defaults)
+            body = kind.render(name, namespace, uid, current, defaults)
         except RenderError as exc:
             problem = str(exc)
         else:
@@ -129,13 +227,13 @@ def reconcile_once(
                 jobset = None
 
     if jobset is None and problem is not None:
-        status = st.invalid_spec_status(problem, previous, now, generation=generation)
+        status = kind.invalid(problem, previous, now, generation=generation)
         backend = str(raw_spec.get("backend", "")) if isinstance(raw_spec, Mapping) else ""
     else:
-        ran, change = _ran_spec(jobset, current, problem)
+        ran, change = _ran_spec(kind, jobset, current, problem)
         if ran is None:  # unreachable: no JobSet means a valid current spec
             raise RuntimeError("no spec to compute the status from")
-        status = st.compute_status(
+        status = kind.compute(
             ran,
             jobset,
             read_pods(namespace, name) if jobset is not None else [],
@@ -146,10 +244,12 @@ def reconcile_once(
             foreign_jobset=foreign,
             memo=memo,
         )
-        backend = ran.backend.value
+        backend = kind.backend(ran)
 
     body, patched = patch_if_changed(api.patch_status, namespace, name, previous, status)
-    metrics.update_benchmark(namespace, name, backend, body)
+    kind.update_metrics(namespace, name, backend, body)
+    if not isinstance(status, Status):  # every kind's status model
+        raise TypeError(f"{kind.name}: not a status the operator writes: {type(status)}")
     events = tuple(transitions(previous, status, created_jobset=created))
     for event in events:
         try:
@@ -204,19 +304,20 @@ def _foreign(jobset: Mapping[str, Any] | None, name: str, uid: str) -> str | Non
 
 
 def _ran_spec(
+    kind: Kind[Any],
     jobset: Mapping[str, Any] | None,
-    current: CheckpointBenchmarkSpec | None,
+    current: BaseModel | None,
     problem: str | None,
-) -> tuple[CheckpointBenchmarkSpec | None, str | None]:
+) -> tuple[BaseModel | None, str | None]:
     """The spec the JobSet runs (from its annotation) and a description of any later edit."""
     if jobset is None:
         return current, None
     annotations = (jobset.get("metadata") or {}).get("annotations") or {}
-    ran: CheckpointBenchmarkSpec | None = None
+    ran: BaseModel | None = None
     ran_json: dict[str, Any] | None = None
     try:
         ran_json = json.loads(annotations.get(RENDERED_SPEC_ANNOTATION) or "null")
-        ran = parse_spec(ran_json) if ran_json is not None else None
+        ran = kind.parse(ran_json, None) if ran_json is not None else None
     except (ValueError, SpecError):
         ran, ran_json = None, None
     if problem is not None:
@@ -254,14 +355,17 @@ class Reconciler(Coalescing):
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
     pod_index: PodIndex | None = None
     leading: Callable[[str | None], Awaitable[bool]] | None = None
+    kind: Kind[Any] = CHECKPOINT  # the kind of benchmark it reconciles (``api`` is that kind's)
     # Per benchmark, what its last reconcile kept: each message is read once, not every time.
-    _memos: dict[Key, StatusMemo] = field(default_factory=dict, init=False)
+    _memos: dict[Key, Any] = field(default_factory=dict, init=False)
 
     async def reconcile(self, namespace: str, name: str, handler: str) -> Outcome | None:
         key = (namespace, name)
         async with self.lock(key):
             with metrics.observe_reconcile(handler):
-                memo = self._memos.setdefault(key, StatusMemo())
+                memo = self._memos.get(key)
+                if memo is None:
+                    memo = self._memos[key] = self.kind.new_memo()
                 pods = None if self.pod_index is None else index_reader(self.pod_index)
                 try:
                     return await asyncio.to_thread(
@@ -273,6 +377,7 @@ class Reconciler(Coalescing):
                         self.clock(),
                         memo,
                         pods,
+                        self.kind,
                     )
                 except Exception as exc:
                     await asyncio.to_thread(
@@ -301,13 +406,13 @@ class Reconciler(Coalescing):
                 log.exception("resync: could not list benchmarks in %s", namespace or "all")
                 continue
             for key in keys:
-                self.request(*key, HANDLER_RESYNC)
+                self.request(*key, self.kind.handler_prefix + HANDLER_RESYNC)
 
     async def forget(self, namespace: str, name: str) -> None:
         """The benchmark is gone: drop its series and bookkeeping. Under the benchmark's lock, so
         a reconcile already running when the deletion arrived cannot bring the series back."""
         key = (namespace, name)
         async with self.lock(key):
-            metrics.remove_benchmark(namespace, name)
+            self.kind.remove_metrics(namespace, name)
             self._memos.pop(key, None)
         self._locks.pop(key, None)

@@ -7,6 +7,7 @@ aggregates, the slowest rank and short lists of missing or failed ranks only.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ckptbench.operator.spec.status_schema import (
     Operation,
@@ -14,7 +15,7 @@ from ckptbench.operator.spec.status_schema import (
     RankErrorEntry,
     spread,
 )
-from ckptbench.operator.status.pods import Reports, excerpt
+from ckptbench.operator.status.pods import RankReports, Reports, excerpt
 from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.results import figures
 from ckptbench.workload.contract.results.records import RankRecord
@@ -55,7 +56,7 @@ def rank_errors(summary: RunSummary, reports: Reports) -> list[RankErrorEntry]:
     ]
 
 
-def failed_pods(reports: Reports) -> list[PodFailure]:
+def failed_pods(reports: RankReports[Any]) -> list[PodFailure]:
     """The first few failed pods, each error cut short; ``failedPodCount`` counts them all."""
     return [
         f.model_copy(update={"error": excerpt(f.error)}) if f.error else f

@@ -6,11 +6,11 @@ so a reconcile that finds nothing new emits nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from ckptbench.operator.spec.status_schema import BenchmarkStatus
+from ckptbench.operator.spec.status_schema import Condition
 from ckptbench.operator.status.conditions import find_condition
 from ckptbench.operator.status.phases import ADMITTED, FAILED, RUNNING, SUCCEEDED, TERMINAL_PHASES
 
@@ -22,8 +22,23 @@ class Event:
     message: str
 
 
+class Lifecycle(Protocol):
+    """What the events read of a status, whichever the kind of benchmark."""
+
+    @property
+    def phase(self) -> str | None: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def message(self) -> str | None: ...
+    @property
+    def job_set_name(self) -> str | None: ...
+    @property
+    def conditions(self) -> Sequence[Condition] | None: ...
+
+
 def transitions(
-    previous: Mapping[str, Any], status: BenchmarkStatus, *, created_jobset: bool
+    previous: Mapping[str, Any], status: Lifecycle, *, created_jobset: bool
 ) -> list[Event]:
     """Events for what ``status`` says that ``previous`` (as read from the API) did not: the
     JobSet created, admitted, the ranks started, the benchmark succeeded or failed (with its

@@ -1,9 +1,10 @@
 """What a benchmark's pods say: their results (termination messages), failures and waits.
 
-The ranks report through their containers' termination messages (the workload's compact
-:class:`RankResult` JSON). Only the pods of the JobSet's latest restart attempt count. A failed
-pod and an unreadable result are recorded as the status lists them (:class:`PodFailure`,
-:class:`Unreadable`).
+The ranks report through their containers' termination messages (a CheckpointBenchmark's the
+workload's compact :class:`RankResult` JSON, read by :func:`read_pods`; another kind's read by the
+parser it hands :func:`read_results`). Only the pods of the JobSet's latest restart attempt
+count. A failed pod and an unreadable result are recorded as the status lists them
+(:class:`PodFailure`, :class:`Unreadable`).
 
 Reading a message (JSON parsed, every number bounded) costs ~20 µs, and a terminated container's
 message never changes: :class:`ReadMessages` keeps what each pod's message gave, its rank's

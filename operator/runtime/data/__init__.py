@@ -1,0 +1,1 @@
+"""The operator's runtime for DataLoadingBenchmarks: its kind, handlers and series."""
