@@ -374,3 +374,10 @@ def test_a_data_sweep_file_runs_here_as_a_local_sweep(tmp_path: Path) -> None:
     runs = json.loads(out.read_text())["runs"]
     assert [r["settings"]["num_workers"] for r in runs] == [0, 1]
     assert all(r["settings"]["backend"] == "file" for r in runs)
+
+
+def test_the_sweeps_doc_names_every_data_axis_and_the_example() -> None:
+    doc = (ROOT / "docs" / "sweeps.md").read_text()
+    part = doc.split("## DataLoadingBenchmarkSweep", 1)[1].split("\n## ", 1)[0]
+    assert [f for f in sc.DATA.axis_fields() if f"`{to_camel(f)}`" not in part] == []
+    assert f"examples/sweeps/{EXAMPLE.name}" in part
