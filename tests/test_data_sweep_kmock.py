@@ -4,6 +4,7 @@ cell is the one with the most samples/s among those that keep the AU floor."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,6 +30,10 @@ def _results(cell: int) -> list[Any]:
     ]
 
 
+def _getter(client: Client, api: str, plural: str, name: str) -> Callable[[], Any]:
+    return lambda: client.get(api, plural, NS, name)
+
+
 def _sweep_status(client: Client, name: str) -> dict[str, Any]:
     found: dict[str, Any] = (client.get(API, DATA_SWEEP.plural, NS, name) or {}).get("status") or {}
     return found
@@ -50,16 +55,14 @@ def test_a_data_sweep_runs_its_cells_and_names_the_best_that_keeps_the_floor(
     uid = created["metadata"]["uid"]
     for number in (1, 2):
         name = sc.child_name("reads", number)
-        child = wait_for(
-            f"child {name}", lambda name=name: client.get(API, data_names.PLURAL, NS, name)
-        )
+        child = wait_for(f"child {name}", _getter(client, API, data_names.PLURAL, name))
         assert child["kind"] == data_names.KIND
         (owner,) = child["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"]) == (DATA_SWEEP.kind, uid)
         assert child["spec"]["numWorkers"] == number
         # One at a time: the second child waits for the first.
         assert client.get(API, data_names.PLURAL, NS, sc.child_name("reads", number + 1)) is None
-        wait_for("the child's JobSet", lambda name=name: client.get(JOBSET, "jobsets", NS, name))
+        wait_for("the child's JobSet", _getter(client, JOBSET, "jobsets", name))
         for r in _results(number):
             client.create("v1", "pods", data_pod(name, r.rank, "Succeeded", r.to_message(), 0))
 
