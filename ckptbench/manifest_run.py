@@ -25,7 +25,7 @@ from ckptbench.operator import manifests
 from ckptbench.operator.data.names import KIND as DATA_KIND
 from ckptbench.operator.spec.names import API_VERSION, KIND
 from ckptbench.operator.spec.parse import SpecError, parse_spec
-from ckptbench.operator.sweep.cells import SWEEP_KIND
+from ckptbench.operator.sweep.cells import DATA_SWEEP_KIND, SWEEP_KIND
 from ckptbench.operator.sweep.model import parse_sweep
 from ckptbench.workload.contract import inputs
 from ckptbench.workload.contract.declaration import Declared
@@ -164,13 +164,13 @@ def options_of(path: str) -> tuple[list[str], list[str]]:
         read_documents(path),
         (KIND, SWEEP_KIND),
         "CheckpointBenchmarks or sweeps",
-        {DATA_KIND: "ckptbench data"},
+        {DATA_KIND: "ckptbench data", DATA_SWEEP_KIND: "ckptbench data"},
     )
     try:
         if document.get("kind") == SWEEP_KIND:
             sweep = parse_sweep(document.get("spec"))
             options = _settings_options(sweep.template)
-            options += _axes_options(sweep.axes, path)
+            options += axes_options(sweep.axes, path, lambda name: option(OPTION_OF[name]))
             spec = sweep.template
         else:
             spec = parse_spec(document.get("spec"))
@@ -218,18 +218,21 @@ def settings_options(
     return out
 
 
-def _axes_options(axes: BaseModel | None, path: str) -> list[str]:
+def axes_options(
+    axes: BaseModel | None, path: str, option_of: Callable[[str], Option]
+) -> list[str]:
+    """A sweep's axes as the command's comma lists (``option_of`` a setting's name)."""
     if axes is None:
         raise ManifestProblem(
             f"{path}: spec.cells: a list of cells cannot be run here; give spec.axes (a cross "
-            "product), or run each cell's CheckpointBenchmark"
+            "product), or run each cell's benchmark"
         )
     out: list[str] = []
     for name in type(axes).model_fields:
         values = getattr(axes, name)
         if values is None:
             continue
-        o = option(OPTION_OF[name])
+        o = option_of(name)
         if o.is_switch:
             raise ManifestProblem(
                 f"{path}: spec.axes.{to_camel(name)}: a switch cannot vary in one local run"

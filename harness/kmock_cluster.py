@@ -26,8 +26,7 @@ import kmock
 
 from ckptbench.operator.data import names as data_names
 from ckptbench.operator.spec import names as spec_names
-from ckptbench.operator.sweep import crd as sweep_crd
-from ckptbench.operator.sweep.cells import SWEEP_KIND
+from ckptbench.operator.sweep.kinds import SWEEP_KINDS
 
 ALL_VERBS = frozenset({"get", "list", "watch", "create", "update", "patch", "delete"})
 READ_VERBS = frozenset({"get", "list", "watch"})
@@ -56,9 +55,12 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     f"{spec_names.GROUP}/{spec_names.VERSION}/{spec_names.PLURAL}": _resource(
         spec_names.KIND, spec_names.SHORT_NAME
     ),
-    f"{spec_names.GROUP}/{spec_names.VERSION}/{sweep_crd.PLURAL}": _resource(
-        SWEEP_KIND, sweep_crd.SHORT_NAME
-    ),
+    **{
+        f"{spec_names.GROUP}/{spec_names.VERSION}/{sweep.plural}": _resource(
+            sweep.kind, sweep.short_name
+        )
+        for sweep in SWEEP_KINDS
+    },
     f"{spec_names.GROUP}/{spec_names.VERSION}/{data_names.PLURAL}": _resource(
         data_names.KIND, data_names.SHORT_NAME
     ),

@@ -17,6 +17,7 @@ KINDS = {
     "benchmark": benchmark_crd.crd_yaml,
     "sweep": sweep_crd.crd_yaml,
     "data": data_crd.crd_yaml,
+    "data-sweep": sweep_crd.data_crd_yaml,
 }
 
 
@@ -24,10 +25,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="ckptbench crd",
         description="Print a CustomResourceDefinition (YAML): CheckpointBenchmark (the default), "
-        "with --kind sweep CheckpointBenchmarkSweep, with --kind data DataLoadingBenchmark. "
+        "with --kind sweep CheckpointBenchmarkSweep, with --kind data DataLoadingBenchmark, with "
+        "--kind data-sweep DataLoadingBenchmarkSweep. "
         f"Regenerate the files with `ckptbench crd > {benchmark_crd.CRD_FILE}`, "
-        f"`ckptbench crd --kind sweep > {sweep_crd.CRD_FILE}` and "
-        f"`ckptbench crd --kind data > {data_crd.CRD_FILE}` (and their copies in the chart).",
+        f"`ckptbench crd --kind sweep > {sweep_crd.CRD_FILE}`, "
+        f"`ckptbench crd --kind data > {data_crd.CRD_FILE}` and "
+        f"`ckptbench crd --kind data-sweep > {sweep_crd.DATA_CRD_FILE}` (and their copies in the "
+        "chart).",
     )
     parser.add_argument("--kind", choices=sorted(KINDS), default="benchmark")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """``ckptbench render``: the JobSet the operator would create, for dry runs and GitOps.
 
-Input: CheckpointBenchmark, DataLoadingBenchmark and CheckpointBenchmarkSweep YAML documents from
+Input: CheckpointBenchmark, DataLoadingBenchmark and their sweeps' YAML documents from
 files, directories (their *.yaml, *.yml and *.json), glob patterns, or ``-`` for standard input;
 ``-f`` takes several and repeats. A sweep is expanded into the child benchmarks the operator
 would create for it, and each child is rendered as a benchmark. Documents of other kinds (the
@@ -45,9 +45,10 @@ from ckptbench.operator.spec.names import (
 )
 from ckptbench.operator.spec.parse import SpecError, parse_spec
 from ckptbench.operator.spec.policy import Policy
-from ckptbench.operator.sweep.cells import SWEEP_KIND, CellError, render_child
+from ckptbench.operator.sweep.cells import CellError, render_child
 from ckptbench.operator.sweep.cells import expand as sweep_cells
-from ckptbench.operator.sweep.model import parse_sweep
+from ckptbench.operator.sweep.kinds import SWEEP_KINDS, SweepKind, sweep_kind_of
+from ckptbench.operator.sweep.model import parse_sweep_of
 from ckptbench.workload.contract import inputs
 
 DRY_RUN_UID = "00000000-0000-0000-0000-000000000000"
@@ -80,8 +81,9 @@ def render_documents(
     queue: list[tuple[str, Any]] = []
     for number, document in enumerate(documents, start=1):
         where = f"{source} (document {number})"
-        if isinstance(document, dict) and document.get("kind") == SWEEP_KIND:
-            children, found = sweep_children(document, where, options.defaults.policy)
+        sweep = sweep_kind_of(document.get("kind")) if isinstance(document, dict) else None
+        if isinstance(document, dict) and sweep is not None:
+            children, found = sweep_children(document, where, options.defaults.policy, sweep)
             problems += found
             queue += [(f"{where}, cell {n}", child) for n, child in enumerate(children, 1)]
             if children:
@@ -136,10 +138,10 @@ def render_documents(
 
 
 def sweep_children(
-    document: dict[str, Any], where: str, policy: Policy
+    document: dict[str, Any], where: str, policy: Policy, kind: SweepKind
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """The child CheckpointBenchmarks the operator creates for a sweep document, as it makes
-    them (same cells, names and owner), or the problems that make it create none."""
+    """The child benchmarks the operator creates for a sweep document of ``kind``, as it makes
+    them (same cells, kind, names and owner), or the problems that make it create none."""
     metadata = document.get("metadata")
     if not isinstance(metadata, dict):
         return [], [f"{where}: metadata: missing or not a mapping"]
@@ -148,7 +150,7 @@ def sweep_children(
         return [], [f"{where}: metadata.name: missing"]
     namespace = metadata.get("namespace") or DEFAULT_NAMESPACE
     try:
-        spec = parse_sweep(document.get("spec") or {})
+        spec = parse_sweep_of(kind.spec_model, document.get("spec") or {})
         cells = sweep_cells(spec)
     except (ValueError, CellError) as exc:
         return [], [f"{where}: {exc}"]
@@ -220,7 +222,7 @@ def _check_document(document: dict[str, Any]) -> list[str]:
 
 
 # Kinds of our group that are not benchmarks (a sweep is expanded before this is asked).
-OTHER_KINDS = frozenset({SWEEP_KIND})
+OTHER_KINDS = frozenset(k.kind for k in SWEEP_KINDS)
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -270,7 +272,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ckptbench render",
         description="Print the JobSet the operator creates for each CheckpointBenchmark and "
-        "DataLoadingBenchmark, and for each child benchmark of a CheckpointBenchmarkSweep.",
+        "DataLoadingBenchmark, and for each child benchmark of a CheckpointBenchmarkSweep or a "
+        "DataLoadingBenchmarkSweep.",
         epilog=f"Without metadata.uid or --uid, owner references carry the placeholder uid "
         f"{DRY_RUN_UID}; the operator fills in the benchmark's real one.",
     )
@@ -358,8 +361,8 @@ def main(argv: list[str]) -> int:
     if not jobsets and not problems:
         # Rendering nothing is no success: the input named the wrong file (`-f /etc/shadow`).
         problems.append(
-            f"{', '.join(args.filename)}: holds no {KIND}, {DATA_KIND} or {SWEEP_KIND}: nothing "
-            "to render"
+            f"{', '.join(args.filename)}: holds no {KIND}, {DATA_KIND}, "
+            f"{' or '.join(k.kind for k in SWEEP_KINDS)}: nothing to render"
         )
     for note in notes:
         print(f"ckptbench render: note: {note}", file=sys.stderr)

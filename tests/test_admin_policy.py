@@ -450,6 +450,13 @@ def test_the_admission_policy_refuses_a_data_loading_benchmark_that_escalates(ca
     assert admission_refusals(policy, {**DATA_BASE, **ALLOWED}, "DataLoadingBenchmark") == []
     rules = policy["spec"]["matchConstraints"]["resourceRules"]
     assert "dataloadingbenchmarks" in rules[0]["resources"]
+    # A DataLoadingBenchmarkSweep's template is checked as the benchmark's spec.
+    sweep = {"template": {**DATA_BASE, **fields}, "axes": {"numWorkers": [1, 2]}}
+    (message,) = admission_refusals(policy, sweep, "DataLoadingBenchmarkSweep")
+    assert message.startswith(field) and "in a sweep, under spec.template" in message, message
+    allowed = {"template": {**DATA_BASE, **ALLOWED}, "axes": {"numWorkers": [1, 2]}}
+    assert admission_refusals(policy, allowed, "DataLoadingBenchmarkSweep") == []
+    assert "dataloadingbenchmarksweeps" in rules[0]["resources"]
 
 
 def test_the_admission_policy_template_matches_every_benchmark_kind() -> None:
@@ -459,5 +466,6 @@ def test_the_admission_policy_template_matches_every_benchmark_kind() -> None:
 
     text = (CHART / "templates" / "admission-policy.yaml").read_text()
     (line,) = [line for line in text.splitlines() if line.strip().startswith("resources:")]
-    for plural in (PLURAL, f"{PLURAL.removesuffix('s')}sweeps", DATA_PLURAL):
+    sweeps = [f"{p.removesuffix('s')}sweeps" for p in (PLURAL, DATA_PLURAL)]
+    for plural in (PLURAL, DATA_PLURAL, *sweeps):
         assert f'"{plural}"' in line, line

@@ -62,9 +62,17 @@ NAMESPACED_RULES = {
     *{("ckptbench.dev", "checkpointbenchmarksweeps/status", v) for v in ("get", "patch", "update")},
     *{
         ("ckptbench.dev", "dataloadingbenchmarks", v)
-        for v in ("get", "list", "watch", "patch", "update")
+        for v in ("get", "list", "watch", "patch", "update", "create", "delete")
     },
     *{("ckptbench.dev", "dataloadingbenchmarks/status", v) for v in ("get", "patch", "update")},
+    *{
+        ("ckptbench.dev", "dataloadingbenchmarksweeps", v)
+        for v in ("get", "list", "watch", "patch", "update")
+    },
+    *{
+        ("ckptbench.dev", "dataloadingbenchmarksweeps/status", v)
+        for v in ("get", "patch", "update")
+    },
     *{("jobset.x-k8s.io", "jobsets", v) for v in ("get", "list", "watch", "create")},
     *{("", "pods", v) for v in ("get", "list", "watch")},
     *{("", "events", v) for v in ("create", "patch")},
@@ -782,7 +790,12 @@ def test_editor_and_viewer_roles_aggregate_to_edit_and_view(render: Any) -> None
     assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     assert viewer["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     granted = rule_triples(editor["rules"])
-    for kind in ("checkpointbenchmarks", "dataloadingbenchmarks"):
+    for kind in (
+        "checkpointbenchmarks",
+        "dataloadingbenchmarks",
+        "checkpointbenchmarksweeps",
+        "dataloadingbenchmarksweeps",
+    ):
         assert ("ckptbench.dev", kind, "create") in granted
         assert ("ckptbench.dev", f"{kind}/status", "get") in granted
         assert ("ckptbench.dev", f"{kind}/status", "patch") not in granted
@@ -822,7 +835,7 @@ def uninstall_part(text: str, heading: str) -> str:
 def test_uninstall_steps_delete_every_crd_the_chart_installs(helm: str) -> None:
     """Helm never deletes a chart's CRDs: each place that tells how to uninstall names them all."""
     crds = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in (CHART / "crds").glob("*")}
-    assert len(crds) == 5  # our three and kopf's two peering CRDs
+    assert len(crds) == 6  # our four and kopf's two peering CRDs
     places = {
         "NOTES.txt": uninstall_part(install_notes(helm, []), "Uninstall"),
         "README.md": uninstall_part((ROOT / "README.md").read_text(), "Uninstall with"),

@@ -27,7 +27,11 @@ from tests.crd_validation import cel_failures, schema_errors
 from tests.test_reconcile import DEFAULTS, NAME, NOW, NS, SPEC, UID, FakeApi
 
 ROOT = Path(__file__).resolve().parents[1]
-CRD_FILES = [ROOT / benchmark_crd.CRD_FILE, ROOT / sweep_crd.CRD_FILE]
+CRD_FILES = [
+    ROOT / benchmark_crd.CRD_FILE,
+    ROOT / sweep_crd.CRD_FILE,
+    ROOT / sweep_crd.DATA_CRD_FILE,
+]
 IMMUTABLE = "spec: spec is immutable once the run started"
 
 

@@ -95,5 +95,8 @@ def test_the_help_offers_the_file_option_for_a_data_loading_benchmark() -> None:
     from ckptbench.workload.local.data.options import build_parser
 
     text = " ".join(build_parser().format_help().split())
-    assert "--filename FILE -f FILE: run the DataLoadingBenchmark in this YAML file" in text
-    assert "Sweep" not in text
+    assert (
+        "--filename FILE -f FILE: run the DataLoadingBenchmark or DataLoadingBenchmarkSweep (axes) "
+        "in this YAML file" in text
+    )
+    assert "Checkpoint" not in text

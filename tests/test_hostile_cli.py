@@ -142,8 +142,8 @@ def test_render_of_a_file_with_no_benchmark_fails(tmp_path: Path) -> None:
     )
     assert done.returncode == 2 and done.stdout == "", done.stdout
     assert (
-        f"{path}: holds no CheckpointBenchmark, DataLoadingBenchmark or CheckpointBenchmarkSweep"
-        in done.stderr
+        f"{path}: holds no CheckpointBenchmark, DataLoadingBenchmark, CheckpointBenchmarkSweep "
+        "or DataLoadingBenchmarkSweep" in done.stderr
     )
 
 

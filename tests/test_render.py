@@ -566,7 +566,7 @@ def test_a_sweep_renders_the_jobset_of_each_child_the_operator_would_create(
     for jobset, cell in zip(jobsets, cells, strict=True):
         pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
-        assert env["CKPTBENCH_BACKEND"] == cell.spec.backend.value
+        assert env["CKPTBENCH_BACKEND"] == cell.values["backend"]
     assert f"{len(cells)} cell(s), rendered as its child benchmarks" in captured.err
 
 

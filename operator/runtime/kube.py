@@ -27,8 +27,8 @@ from ckptbench.operator.render.labels import (
     jobset_name,
 )
 from ckptbench.operator.spec import names
-from ckptbench.operator.sweep import crd as sweep_crd
 from ckptbench.operator.sweep.cells import LABEL_SWEEP
+from ckptbench.operator.sweep.kinds import CHECKPOINT_SWEEP, SweepKind
 
 JOBSET_GROUP, JOBSET_VERSION = JOBSET_API_VERSION.split("/")
 JOBSET_PLURAL = "jobsets"
@@ -64,7 +64,6 @@ def load_config() -> kubernetes.client.ApiClient:
 Resource = tuple[str, str, str]
 BENCHMARKS: Resource = (names.GROUP, names.VERSION, names.PLURAL)
 DATA_BENCHMARKS: Resource = (names.GROUP, names.VERSION, data_names.PLURAL)
-SWEEPS: Resource = (names.GROUP, names.VERSION, sweep_crd.PLURAL)
 JOBSETS: Resource = (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)
 # kopf's peering objects (kopf.dev/v1), read to know whether this replica leads (runtime/peering).
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
@@ -86,15 +85,20 @@ DATA = Served(data_names.KIND, DATA_BENCHMARKS, data_names.KIND)
 
 
 class Kube:
-    """The API as one kind of benchmark's reconciles see it (``served``); the sweeps' calls are
-    about CheckpointBenchmarks whichever it is."""
+    """The API as one kind of benchmark's reconciles see it (``served``), and one sweep kind's
+    (``sweeps``: its sweeps, and its children in the child kind's plural)."""
 
     def __init__(
-        self, api_client: kubernetes.client.ApiClient, served: Served = CHECKPOINTS
+        self,
+        api_client: kubernetes.client.ApiClient,
+        served: Served = CHECKPOINTS,
+        sweeps: SweepKind = CHECKPOINT_SWEEP,
     ) -> None:
         self._custom = kubernetes.client.CustomObjectsApi(api_client)
         self._core = kubernetes.client.CoreV1Api(api_client)
         self._served = served
+        self._sweeps: Resource = (names.GROUP, names.VERSION, sweeps.plural)
+        self._children: Resource = (names.GROUP, names.VERSION, sweeps.child.plural)
 
     # -- custom objects, whichever the resource ------------------------------------------------
 
@@ -190,15 +194,17 @@ class Kube:
     # -- sweeps ------------------------------------------------------------------------------------
 
     def get_sweep(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(SWEEPS, namespace, name)
+        return self._get(self._sweeps, namespace, name)
 
     def list_sweep_children(self, namespace: str, sweep: str) -> list[dict[str, Any]]:
-        """The benchmarks labelled with ``sweep``; the label is checked again here, as for pods."""
+        """The child benchmarks labelled with ``sweep``; the label is checked again here, as for
+        pods."""
+        group, version, plural = self._children
         response = self._custom.list_namespaced_custom_object(
-            names.GROUP,
-            names.VERSION,
+            group,
+            version,
             namespace,
-            names.PLURAL,
+            plural,
             label_selector=f"{LABEL_SWEEP}={sweep}",
             _preload_content=False,
         )
@@ -206,19 +212,20 @@ class Kube:
 
     def create_benchmark(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
         """Create a sweep's child; None when it already exists (a reconcile before made it)."""
-        return self._create(BENCHMARKS, namespace, body)
+        return self._create(self._children, namespace, body)
 
     def delete_benchmark(self, namespace: str, name: str) -> None:
+        group, version, plural = self._children
         try:
             self._custom.delete_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, names.PLURAL, name, _preload_content=False
+                group, version, namespace, plural, name, _preload_content=False
             )
         except ApiException as exc:
             if exc.status != 404:  # already gone (the garbage collector was first)
                 raise
 
     def patch_sweep_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        self._patch_status(SWEEPS, namespace, name, patch)
+        self._patch_status(self._sweeps, namespace, name, patch)
 
     def post_event(
         self, benchmark: Mapping[str, Any], type_: str, reason: str, message: str, now: str

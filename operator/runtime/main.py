@@ -270,6 +270,7 @@ def main(argv: Sequence[str]) -> int:
     from ckptbench.operator.runtime.data.kind import DATA
     from ckptbench.operator.runtime.reconcile import Reconciler
     from ckptbench.operator.runtime.sweeps import SweepReconciler
+    from ckptbench.operator.sweep.kinds import DATA_SWEEP
 
     log = logging.getLogger("ckptbench.operator")
     settings = kopf.OperatorSettings()
@@ -329,6 +330,9 @@ def main(argv: Sequence[str]) -> int:
         kind=DATA,
     )
     sweeps = SweepReconciler(api=api, policy=defaults.policy)
+    data_sweeps = SweepReconciler(
+        api=kube.Kube(client, sweeps=DATA_SWEEP), policy=defaults.policy, kind=DATA_SWEEP
+    )
     server, thread = metrics.serve(options.metrics_port, options.bind_address)
     log.info(
         "serving metrics on %s:%d, liveness on %s, watching %s (handlers: %s)",
@@ -349,7 +353,12 @@ def main(argv: Sequence[str]) -> int:
             namespaces=list(options.namespaces),
             liveness_endpoint=options.health_url,
             settings=settings,
-            memo=kopf.Memo(reconciler=reconciler, sweeps=sweeps, data_reconciler=data_reconciler),
+            memo=kopf.Memo(
+                reconciler=reconciler,
+                sweeps=sweeps,
+                data_reconciler=data_reconciler,
+                data_sweeps=data_sweeps,
+            ),
         )
     finally:
         server.shutdown()

@@ -1,8 +1,11 @@
-"""kopf registrations for CheckpointBenchmarkSweeps: thin wrappers around :class:`SweepReconciler`.
+"""kopf registrations for both sweep kinds: thin wrappers around :class:`SweepReconciler`.
+
+For a CheckpointBenchmarkSweep and a DataLoadingBenchmarkSweep alike (each its own reconciler in
+kopf's memo, its own plural and its child kind's plural):
 
 - a sweep created, resumed or its spec edited: reconcile it now;
-- a child CheckpointBenchmark (labelled with its sweep) changes: reconcile its sweep soon
-  (coalesced), which starts the next cells and refreshes the comparison table;
+- a child benchmark (labelled with its sweep) changes: reconcile its sweep soon (coalesced),
+  which starts the next cells and refreshes the comparison table;
 - a sweep deleted: its series go and its children are deleted (the garbage collector does the
   same through their owner references).
 """
@@ -16,29 +19,38 @@ import kopf
 from ckptbench.operator.runtime.registration import Watched, deleted, on_spec_change
 from ckptbench.operator.runtime.sweeps import SweepReconciler
 from ckptbench.operator.spec import names
-from ckptbench.operator.sweep import crd as sweep_crd
 from ckptbench.operator.sweep.cells import LABEL_SWEEP
+from ckptbench.operator.sweep.kinds import CHECKPOINT_SWEEP, DATA_SWEEP, SweepKind
 
 SWEEPS = Watched("sweeps", SweepReconciler, "CheckpointBenchmarkSweep is namespaced")
-SWEEPS.close_on_cleanup()
+DATA_SWEEPS = Watched("data_sweeps", SweepReconciler, "DataLoadingBenchmarkSweep is namespaced")
 
 
-@on_spec_change(sweep_crd.PLURAL)
-async def sweep_changed(namespace: str | None, name: str, memo: Any, reason: str, **_: Any) -> None:
-    await SWEEPS.of(memo).reconcile(SWEEPS.namespace(namespace), name, str(reason))
+def _register(kind: SweepKind, watched: Watched[SweepReconciler]) -> None:
+    watched.close_on_cleanup()
+
+    @on_spec_change(kind.plural)
+    async def sweep_changed(
+        namespace: str | None, name: str, memo: Any, reason: str, **_: Any
+    ) -> None:
+        await watched.of(memo).reconcile(watched.namespace(namespace), name, str(reason))
+
+    @kopf.on.event(names.GROUP, names.VERSION, kind.plural)
+    async def sweep_event(
+        event: kopf.RawEvent, namespace: str | None, name: str, memo: Any, **_: Any
+    ) -> None:
+        uid = deleted(event)
+        if uid is not None:
+            await watched.of(memo).deleted(watched.namespace(namespace), name, uid)
+
+    @kopf.on.event(
+        names.GROUP, names.VERSION, kind.child.plural, labels={LABEL_SWEEP: kopf.PRESENT}
+    )
+    async def sweep_child_event(
+        namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any
+    ) -> None:
+        watched.of(memo).request(watched.namespace(namespace), labels[LABEL_SWEEP], "child")
 
 
-@kopf.on.event(names.GROUP, names.VERSION, sweep_crd.PLURAL)
-async def sweep_event(
-    event: kopf.RawEvent, namespace: str | None, name: str, memo: Any, **_: Any
-) -> None:
-    uid = deleted(event)
-    if uid is not None:
-        await SWEEPS.of(memo).deleted(SWEEPS.namespace(namespace), name, uid)
-
-
-@kopf.on.event(names.GROUP, names.VERSION, names.PLURAL, labels={LABEL_SWEEP: kopf.PRESENT})
-async def sweep_child_event(
-    namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any
-) -> None:
-    SWEEPS.of(memo).request(SWEEPS.namespace(namespace), labels[LABEL_SWEEP], "child")
+_register(CHECKPOINT_SWEEP, SWEEPS)
+_register(DATA_SWEEP, DATA_SWEEPS)

@@ -1,7 +1,9 @@
-"""One reconcile of a CheckpointBenchmarkSweep: validate, start the next cells, aggregate.
+"""One reconcile of a sweep of either kind: validate, start the next cells, aggregate.
 
-The sweep's children are CheckpointBenchmarks named ``<sweep>-c<cell>``, labelled with the sweep
-and owned by it (so the garbage collector deletes them with it). A reconcile lists them, creates
+The sweep's children (CheckpointBenchmarks for a CheckpointBenchmarkSweep, DataLoadingBenchmarks
+for a DataLoadingBenchmarkSweep: its :class:`~ckptbench.operator.sweep.kinds.SweepKind`) are named
+``<sweep>-c<cell>``, labelled with the sweep and owned by it (so the garbage collector deletes
+them with it). A reconcile lists them, creates
 the children :func:`~ckptbench.operator.sweep.status.cells_to_start` names (an existing one, 409,
 counts as created), and patches the status when it changed. A child of the same name owned by
 something else is left alone and its cell reported as blocked.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -23,12 +25,15 @@ from ckptbench.operator.spec.policy import Policy
 from ckptbench.operator.sweep import status as sst
 from ckptbench.operator.sweep.cells import LABEL_CELL, Cell, CellError, expand, render_child
 from ckptbench.operator.sweep.crd import validate_sweep_name
-from ckptbench.operator.sweep.model import CheckpointBenchmarkSweepSpec, parse_sweep
+from ckptbench.operator.sweep.kinds import CHECKPOINT_SWEEP, SweepKind
+from ckptbench.operator.sweep.model import SweepSpecBase, parse_sweep_of
 
 log = logging.getLogger(__name__)
 
 
 class SweepApi(Protocol):
+    """The API of one sweep kind: its sweeps, and its children in the child kind's plural."""
+
     def get_sweep(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def list_sweep_children(self, namespace: str, sweep: str) -> list[dict[str, Any]]: ...
     def create_benchmark(
@@ -40,7 +45,7 @@ class SweepApi(Protocol):
 
 @dataclass(frozen=True)
 class SweepOutcome:
-    status: sst.SweepStatus
+    status: sst.SweepStatusBase
     created: list[str]
 
 
@@ -65,23 +70,30 @@ def _children(
     return found
 
 
+def _remove_series(kind: SweepKind) -> Callable[[str, str], None]:
+    # The sweep series are the CheckpointBenchmarkSweep's (save and load throughput by cell); a
+    # same-named DataLoadingBenchmarkSweep must not touch them.
+    return metrics.remove_sweep if kind is CHECKPOINT_SWEEP else lambda namespace, name: None
+
+
 def reconcile_sweep_once(
     api: SweepApi,
     namespace: str,
     name: str,
     policy: Policy | None = None,
     now: datetime | None = None,
+    kind: SweepKind = CHECKPOINT_SWEEP,
 ) -> SweepOutcome | None:
-    live = read_live(api.get_sweep, metrics.remove_sweep, namespace, name)
+    live = read_live(api.get_sweep, _remove_series(kind), namespace, name)
     if live is None:
         return None
     sweep, uid, previous = live.obj, live.uid, live.status
     problem = validate_sweep_name(name)
-    spec: CheckpointBenchmarkSweepSpec | None = None
+    spec: SweepSpecBase | None = None
     cells: list[Cell] = []
     if problem is None:
         try:
-            spec = parse_sweep(sweep.get("spec") or {})
+            spec = parse_sweep_of(kind.spec_model, sweep.get("spec") or {})
             cells = expand(spec)
         except (ValueError, CellError) as exc:
             problem = str(exc)
@@ -92,8 +104,9 @@ def reconcile_sweep_once(
         if refused:
             problem = "; ".join(p.replace("spec.", "spec.template.", 1) for p in refused)
     created: list[str] = []
+    status: sst.SweepStatusBase
     if spec is None or problem is not None:
-        status = sst.invalid_status(problem or "invalid spec")
+        status = sst.invalid_status(problem or "invalid spec", kind.table)
     else:
         children = _children(api, namespace, name, uid, cells)
         for cell in sst.cells_to_start(cells, children, spec.parallelism, spec.stop_on_failure):
@@ -102,7 +115,7 @@ def reconcile_sweep_once(
             created.append(body["metadata"]["name"])
             if made is not None:
                 children[cell.number] = made
-        status = sst.sweep_status(name, cells, children, spec.stop_on_failure)
+        status = sst.sweep_status(name, cells, children, spec.stop_on_failure, kind.table)
     generation = (sweep.get("metadata") or {}).get("generation")
     status = sst.with_conditions(
         status,
@@ -111,7 +124,8 @@ def reconcile_sweep_once(
         generation if isinstance(generation, int) else None,
     )
     body, _ = patch_if_changed(api.patch_sweep_status, namespace, name, previous, status)
-    metrics.update_sweep(namespace, name, body)
+    if kind is CHECKPOINT_SWEEP:
+        metrics.update_sweep(namespace, name, body)
     return SweepOutcome(status, created)
 
 
@@ -130,22 +144,24 @@ def delete_children(api: SweepApi, namespace: str, name: str, uid: str) -> list[
 
 @dataclass
 class SweepReconciler(Coalescing):
-    """Reconciles sweeps one at a time per sweep; a burst of child events costs one reconcile."""
+    """Reconciles the sweeps of one kind one at a time per sweep; a burst of child events costs
+    one reconcile."""
 
     LOG_KIND = "sweep "
 
     api: SweepApi
     policy: Policy | None = None
+    kind: SweepKind = CHECKPOINT_SWEEP
 
     async def reconcile(self, namespace: str, name: str, handler: str) -> SweepOutcome | None:
         async with self.lock((namespace, name)):
             with metrics.observe_reconcile(f"sweep-{handler}"):
                 return await asyncio.to_thread(
-                    reconcile_sweep_once, self.api, namespace, name, self.policy
+                    reconcile_sweep_once, self.api, namespace, name, self.policy, None, self.kind
                 )
 
     async def deleted(self, namespace: str, name: str, uid: str) -> None:
-        metrics.remove_sweep(namespace, name)
+        _remove_series(self.kind)(namespace, name)
         self._locks.pop((namespace, name), None)
         gone = await asyncio.to_thread(delete_children, self.api, namespace, name, uid)
         if gone:

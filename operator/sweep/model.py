@@ -1,19 +1,23 @@
-"""The CheckpointBenchmarkSweep spec: a base benchmark spec (``template``) and the settings to vary.
+"""The sweep specs: a base benchmark spec (``template``) and the settings to vary.
 
 The cells are the cross product of ``axes`` (each a list of values of one ``template`` field) or
 an explicit list ``cells`` (each a few ``template`` fields set). Each cell runs as one child
-CheckpointBenchmark. As for the benchmark, the CRD is generated from this model, and the rules the
-schema cannot express exist twice: as CEL on the CRD and as the Python twin in the validators here.
+benchmark: a CheckpointBenchmarkSweep's a CheckpointBenchmark, a DataLoadingBenchmarkSweep's a
+DataLoadingBenchmark. Both specs are one model, :class:`SweepSpecBase`, with the template, axes
+and cells typed from the child's spec (:class:`~ckptbench.operator.sweep.cells.ChildKind`). As for
+the benchmark, the CRD is generated from this model, and the rules the schema cannot express exist
+twice: as CEL on the CRD and as the Python twin in the validators here.
 
-The axis fields are the settings declared as axes (``workload/contract/settings.py``): a setting
-becomes an axis by its declaration saying so, with its own type and bounds, because the axis and
-cell models are built from the benchmark spec's own fields.
+The axis fields are the settings declared as axes (``workload/contract/settings.py`` and
+``contract/data/settings.py``): a setting becomes an axis by its declaration saying so, with its
+own type and bounds, because the axis and cell models are built from the child spec's own fields.
+An axis of the other kind is no field of the axes model, so the schema refuses it as unknown.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Self, cast
+from typing import Annotated, Any, ClassVar, Self, TypeVar, cast
 
 from pydantic import (
     BaseModel,
@@ -26,8 +30,10 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from ckptbench.operator.data.model import DataLoadingBenchmarkSpec
 from ckptbench.operator.spec.model import CheckpointBenchmarkSpec
-from ckptbench.operator.sweep.cells import axis_fields, expand, is_choice, scalar
+from ckptbench.operator.spec.pods import PodSpec
+from ckptbench.operator.sweep.cells import CHECKPOINT, DATA, ChildKind, expand, scalar
 from ckptbench.workload.contract.cells import MAX_CELLS
 
 MAX_PARALLELISM = 16
@@ -47,23 +53,23 @@ _CONFIG = ConfigDict(
 )
 
 
-def _axis_type(field: str) -> Any:
-    info = CheckpointBenchmarkSpec.model_fields[field]
+def _axis_type(child: ChildKind, field: str) -> Any:
+    info = child.model.model_fields[field]
     item = scalar(info.annotation)
     # The values keep the benchmark field's own bounds and enum (``metadata`` carries ge/le).
     return Annotated[item, *info.metadata] if info.metadata else item
 
 
-def _build_axes() -> type[BaseModel]:
-    fields = axis_fields()
+def _build_axes(child: ChildKind, prefix: str) -> type[BaseModel]:
+    fields = child.axis_fields()
     definitions: dict[str, Any] = {
         f: (
-            list[_axis_type(f)] | None,  # type: ignore[misc]
+            list[_axis_type(child, f)] | None,  # type: ignore[misc]
             Field(
                 None,
                 min_length=1,
                 max_length=MAX_CELLS,
-                strict=False if is_choice(f) else None,
+                strict=False if child.is_choice(f) else None,
                 description=f"Values of template.{to_camel(f)}, one cell each (crossed with "
                 "the other axes); no value twice.",
                 json_schema_extra={"x-kubernetes-list-type": "set"},
@@ -76,7 +82,7 @@ def _build_axes() -> type[BaseModel]:
         "message": f"axes: the cross product of the axes must be at most {MAX_CELLS} cells",
     }
     model = create_model(
-        "SweepAxes",
+        f"{prefix}SweepAxes",
         __config__=ConfigDict(
             **_CONFIG, json_schema_extra={"x-kubernetes-validations": [cast("JsonValue", rule)]}
         ),
@@ -86,28 +92,30 @@ def _build_axes() -> type[BaseModel]:
     return model
 
 
-def _build_cell() -> type[BaseModel]:
+def _build_cell(child: ChildKind, prefix: str) -> type[BaseModel]:
     definitions: dict[str, Any] = {
         f: (
-            _axis_type(f) | None,
+            _axis_type(child, f) | None,
             Field(
                 None,
-                strict=False if is_choice(f) else None,
+                strict=False if child.is_choice(f) else None,
                 description=f"template.{to_camel(f)} in this cell.",
             ),
         )
-        for f in axis_fields()
+        for f in child.axis_fields()
     }
     return create_model(
-        "SweepCell",
+        f"{prefix}SweepCell",
         __config__=_CONFIG,
         __doc__="One cell: the template fields it sets (the others are the template's).",
         **definitions,
     )
 
 
-SweepAxes = _build_axes()
-SweepCell = _build_cell()
+SweepAxes = _build_axes(CHECKPOINT, "")
+SweepCell = _build_cell(CHECKPOINT, "")
+DataSweepAxes = _build_axes(DATA, "Data")
+DataSweepCell = _build_cell(DATA, "Data")
 
 _SPEC_RULES: list[JsonValue] = [
     {
@@ -117,26 +125,19 @@ _SPEC_RULES: list[JsonValue] = [
 ]
 
 
-class CheckpointBenchmarkSweepSpec(BaseModel):
-    """A grid of CheckpointBenchmarks: the template's settings with some varied, one child
-    CheckpointBenchmark per cell, run one at a time (or up to parallelism), compared in .status."""
+class SweepSpecBase(BaseModel):
+    """What every sweep's spec has; each kind's model types the template, axes and cells from
+    the spec of the kind its cells run as (:attr:`CHILD`)."""
+
+    CHILD: ClassVar[ChildKind]
 
     model_config = ConfigDict(
         **_CONFIG, json_schema_extra={"x-kubernetes-validations": _SPEC_RULES}
     )
 
-    template: CheckpointBenchmarkSpec = Field(
-        description="The benchmark spec every cell starts from (a CheckpointBenchmark spec)."
-    )
-    axes: SweepAxes | None = Field(  # type: ignore[valid-type]
-        None, description="Settings to vary: the cells are the cross product of these lists."
-    )
-    cells: list[SweepCell] | None = Field(  # type: ignore[valid-type]
-        None,
-        min_length=1,
-        max_length=MAX_CELLS,
-        description="An explicit list of cells instead of axes: each sets some template fields.",
-    )
+    template: PodSpec
+    axes: BaseModel | None
+    cells: list[BaseModel] | None
     parallelism: int = Field(
         1,
         ge=1,
@@ -159,12 +160,57 @@ class CheckpointBenchmarkSweepSpec(BaseModel):
         return self
 
 
+_AXES = "Settings to vary: the cells are the cross product of these lists."
+_CELLS = "An explicit list of cells instead of axes: each sets some template fields."
+
+
+class CheckpointBenchmarkSweepSpec(SweepSpecBase):
+    """A grid of CheckpointBenchmarks: the template's settings with some varied, one child
+    CheckpointBenchmark per cell, run one at a time (or up to parallelism), compared in .status."""
+
+    CHILD: ClassVar[ChildKind] = CHECKPOINT
+
+    template: CheckpointBenchmarkSpec = Field(
+        description="The benchmark spec every cell starts from (a CheckpointBenchmark spec)."
+    )
+    axes: SweepAxes | None = Field(None, description=_AXES)  # type: ignore[valid-type]
+    cells: list[SweepCell] | None = Field(  # type: ignore[valid-type]
+        None, min_length=1, max_length=MAX_CELLS, description=_CELLS
+    )
+
+
+class DataLoadingBenchmarkSweepSpec(SweepSpecBase):
+    """A grid of DataLoadingBenchmarks: the template's settings with some varied, one child
+    DataLoadingBenchmark per cell, run one at a time (or up to parallelism), compared in
+    .status."""
+
+    CHILD: ClassVar[ChildKind] = DATA
+
+    template: DataLoadingBenchmarkSpec = Field(
+        description="The benchmark spec every cell starts from (a DataLoadingBenchmark spec)."
+    )
+    axes: DataSweepAxes | None = Field(None, description=_AXES)  # type: ignore[valid-type]
+    cells: list[DataSweepCell] | None = Field(  # type: ignore[valid-type]
+        None, min_length=1, max_length=MAX_CELLS, description=_CELLS
+    )
+
+
+_S = TypeVar("_S", bound=SweepSpecBase)
+
+
 def parse_sweep(raw: object) -> CheckpointBenchmarkSweepSpec:
-    """Validate a sweep's spec; a :class:`CellError` or ValueError names each bad field."""
+    """Validate a CheckpointBenchmarkSweep's spec; a :class:`CellError` or ValueError names each
+    bad field."""
+    return parse_sweep_of(CheckpointBenchmarkSweepSpec, raw)
+
+
+def parse_sweep_of(model: type[_S], raw: object) -> _S:
+    """Validate a sweep's spec as ``model``; a :class:`CellError` or ValueError names each bad
+    field."""
     if isinstance(raw, Mapping) and not isinstance(raw, dict):
         raw = dict(raw)
     try:
-        return CheckpointBenchmarkSweepSpec.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
         problems = []
         for e in exc.errors():

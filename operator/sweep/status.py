@@ -7,16 +7,19 @@ read from the child's status as it computed them), the best cell for save and fo
 throughput among the cells that succeeded, named only where its interval lies above every other
 succeeded cell's: ``intervals.best_of``; otherwise the one-line form says ``indistinguishable``
 and names the cells), and progress as ``done/total``: a :class:`SweepStatus`, the typed model the
-sweep CRD's status schema is generated from (``kubectl explain ckbs.status``).
+sweep CRD's status schema is generated from (``kubectl explain ckbs.status``). That is a
+CheckpointBenchmarkSweep's :class:`Table`; a DataLoadingBenchmarkSweep's is in ``data_status.py``.
+Phase, progress and conditions are every kind's, from its children's phases.
 :func:`cells_to_start` decides which cells get their child next: in order, while fewer than
 ``parallelism`` children are unfinished, and none after a failure when ``stopOnFailure`` is set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar, overload
 
 from pydantic import Field
 
@@ -38,7 +41,7 @@ TERMINAL = (SUCCEEDED, FAILED)
 # A cell's settings are scalars; a long model name or path must not grow the status unbounded.
 MAX_TEXT = 120
 
-Children = Mapping[int, Mapping[str, Any]]  # cell number -> its child CheckpointBenchmark
+Children = Mapping[int, Mapping[str, Any]]  # cell number -> its child benchmark
 Op = Literal["save", "load"]
 
 
@@ -107,9 +110,9 @@ class BestCell(StatusModel):
     gibps: float = Field(alias="GiBps", description="Its throughput, GiB/s.")
 
 
-class SweepStatus(StatusModel):
-    """Observed state, written by the operator: phase, progress, a row per cell (at most 64), the
-    best cell for save and for load."""
+class SweepStatusBase(StatusModel):
+    """What every sweep's status has: phase, progress, the counts, the conditions; each kind's
+    model adds its rows (``cells``) and its best cell."""
 
     phase: str = Field(description="Pending, Running, Succeeded or Failed.")
     reason: str | None = Field(None, description="InvalidSpec when nothing could be created.")
@@ -119,11 +122,28 @@ class SweepStatus(StatusModel):
     cells_succeeded: int | None = Field(None, description="Cells that succeeded.")
     cells_failed: int | None = Field(None, description="Cells that failed.")
     progress: str | None = Field(None, description="done/total.")
-    cells: list[CellRow] | None = Field(
+    conditions: list[Condition] | None = Field(
         None,
-        description="One row per cell, in cell order.",
-        # One row per cell number: a map keyed by cell, as the benchmark's conditions by type.
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["cell"]},
+        description="metav1-style conditions, of the benchmark's types that a sweep has: "
+        "Complete (every cell succeeded) and Failed (a cell failed, or the spec is invalid).",
+        max_length=MAX_CONDITIONS,
+        json_schema_extra=CONDITIONS_LIST_MAP,
+    )
+
+
+# One row per cell number: a map keyed by cell, as the benchmark's conditions by type.
+ROWS_LIST_MAP: dict[str, Any] = {
+    "x-kubernetes-list-type": "map",
+    "x-kubernetes-list-map-keys": ["cell"],
+}
+
+
+class SweepStatus(SweepStatusBase):
+    """Observed state, written by the operator: phase, progress, a row per cell (at most 64), the
+    best cell for save and for load."""
+
+    cells: list[CellRow] | None = Field(
+        None, description="One row per cell, in cell order.", json_schema_extra=ROWS_LIST_MAP
     )
     best_save: BestCell | None = Field(
         None,
@@ -144,13 +164,6 @@ class SweepStatus(StatusModel):
         None,
         description="The same, as one line: name (settings); or 'indistinguishable (names)' "
         "when intervals overlap.",
-    )
-    conditions: list[Condition] | None = Field(
-        None,
-        description="metav1-style conditions, of the benchmark's types that a sweep has: "
-        "Complete (every cell succeeded) and Failed (a cell failed, or the spec is invalid).",
-        max_length=MAX_CONDITIONS,
-        json_schema_extra=CONDITIONS_LIST_MAP,
     )
 
 
@@ -250,16 +263,64 @@ def _label(cell: Cell) -> str:
     return cell.label[:MAX_TEXT]
 
 
+_S = TypeVar("_S", bound=SweepStatusBase)
+# A kind's comparison: the rows and the best cells of its status, from the cells and children.
+Compare = Callable[[str, Sequence[Cell], Children], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Table(Generic[_S]):
+    """What a sweep kind compares its cells by: its status model and the function that fills in
+    its rows and best cells (the one place each kind's cell figures and best rule live)."""
+
+    status_model: type[_S]
+    compare: Compare
+
+
+def checkpoint_table(sweep: str, cells: Sequence[Cell], children: Children) -> dict[str, Any]:
+    """A CheckpointBenchmarkSweep's rows and its best save and load cells."""
+    rows = [_row(sweep, c, children.get(c.number)) for c in cells]
+    by_number = {c.number: c for c in cells}
+    by_row = {r.cell: r for r in rows}
+    found = {op: best(rows, op) for op in ("save", "load")}
+    tops = {op: _best_cell(found[op], by_row, by_number, op) for op in ("save", "load")}
+    lines = {op: _one_line(tops[op], found[op], by_row) for op in ("save", "load")}
+    return {
+        "cells": rows,
+        "best_save": tops["save"],
+        "best_save_cell": lines["save"],
+        "best_load": tops["load"],
+        "best_load_cell": lines["load"],
+    }
+
+
+CHECKPOINT_TABLE = Table(SweepStatus, checkpoint_table)
+
+
+@overload
 def sweep_status(
     sweep: str, cells: Sequence[Cell], children: Children, stop_on_failure: bool
-) -> SweepStatus:
-    rows = [_row(sweep, c, children.get(c.number)) for c in cells]
+) -> SweepStatus: ...
+@overload
+def sweep_status(
+    sweep: str, cells: Sequence[Cell], children: Children, stop_on_failure: bool, table: Table[_S]
+) -> _S: ...
+def sweep_status(
+    sweep: str,
+    cells: Sequence[Cell],
+    children: Children,
+    stop_on_failure: bool,
+    table: Table[Any] = CHECKPOINT_TABLE,
+) -> Any:
+    """The sweep's status: its phase and progress from its children's phases, its rows and best
+    cells from ``table`` (its kind's)."""
+    phases = [child_phase(children.get(c.number)) for c in cells]
     total = len(cells)
-    succeeded = sum(1 for r in rows if r.phase == SUCCEEDED)
-    failed = sum(1 for r in rows if r.phase == FAILED)
+    succeeded = phases.count(SUCCEEDED)
+    failed = phases.count(FAILED)
     done = succeeded + failed
     running = sum(
-        1 for c in cells if c.number in children and rows[c.number - 1].phase not in TERMINAL
+        1 for c, p in zip(cells, phases, strict=True) if c.number in children and p not in TERMINAL
     )
     stopped = stop_on_failure and failed > 0 and running == 0
     if done == total or stopped:
@@ -273,12 +334,7 @@ def sweep_status(
         message = f"stopped after {failed} failed cell(s) (stopOnFailure); {done}/{total} done"
     elif failed:
         message = f"{failed} of {total} cells failed"
-    by_number = {c.number: c for c in cells}
-    by_row = {r.cell: r for r in rows}
-    found = {op: best(rows, op) for op in ("save", "load")}
-    tops = {op: _best_cell(found[op], by_row, by_number, op) for op in ("save", "load")}
-    lines = {op: _one_line(tops[op], found[op], by_row) for op in ("save", "load")}
-    return SweepStatus(
+    return table.status_model(
         phase=phase,
         message=message,
         cells_total=total,
@@ -286,11 +342,7 @@ def sweep_status(
         cells_succeeded=succeeded,
         cells_failed=failed,
         progress=f"{done}/{total}",
-        cells=rows,
-        best_save=tops["save"],
-        best_save_cell=lines["save"],
-        best_load=tops["load"],
-        best_load_cell=lines["load"],
+        **table.compare(sweep, cells, children),
     )
 
 
@@ -316,17 +368,21 @@ def _one_line(
     return None
 
 
-def invalid_status(problem: str) -> SweepStatus:
+@overload
+def invalid_status(problem: str) -> SweepStatus: ...
+@overload
+def invalid_status(problem: str, table: Table[_S]) -> _S: ...
+def invalid_status(problem: str, table: Table[Any] = CHECKPOINT_TABLE) -> Any:
     """A sweep whose spec (or a cell's) is invalid: nothing is created; the message says why."""
-    return SweepStatus(phase=FAILED, reason="InvalidSpec", message=problem[:2000])
+    return table.status_model(phase=FAILED, reason="InvalidSpec", message=problem[:2000])
 
 
 def with_conditions(
-    status: SweepStatus,
+    status: _S,
     previous: Mapping[str, Any] | None,
     now: datetime,
     generation: int | None,
-) -> SweepStatus:
+) -> _S:
     """The status with its conditions, derived from its phase as a benchmark's are: each keeps
     its previous lastTransitionTime while its status does not change (``previous``: the status as
     read from the API)."""

@@ -22,7 +22,8 @@ OPTIONS: tuple[Option, ...] = (
         dataclasses.replace(
             o,
             help=o.help.replace(
-                "CheckpointBenchmark or CheckpointBenchmarkSweep (axes)", "DataLoadingBenchmark"
+                "CheckpointBenchmark or CheckpointBenchmarkSweep (axes)",
+                "DataLoadingBenchmark or DataLoadingBenchmarkSweep (axes)",
             ).replace("CheckpointBenchmark", "DataLoadingBenchmark"),
             answers_for=("data_path",) if o.flag == "--storage" else o.answers_for,
         )
