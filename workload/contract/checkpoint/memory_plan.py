@@ -56,6 +56,7 @@ from ckptbench.workload.contract.quantity import quantity
 from ckptbench.workload.contract.settings import TRAIN_TARGET_MATRIX_MAX, BenchmarkSettings
 
 MIB = 1024**2
+DATAFLUX_BASELINE_MIB = 330
 
 # Peak RSS (MiB) of a rank with a negligible state: ``ckptbench run --layer-size 1
 # --padding-size 2 --samples 1`` on 2 ranks, torch 2.13.0+cpu, Python 3.11, this VM, 2026-11-25
@@ -68,6 +69,9 @@ BASELINE_BYTES: dict[Backend, int] = {
     # s3 and s3fs: measured likewise with the embedded S3 server (moto), 2026-11-25.
     Backend.S3: 338 * MIB,
     Backend.S3FS: 356 * MIB,
+    # dataflux: measured likewise on the embedded emulator behind the XML multipart shim,
+    # gcs-torch-dataflux 1.4.0, 2026-11-28.
+    Backend.DATAFLUX: DATAFLUX_BASELINE_MIB * MIB,
 }
 # What a model preset's rank holds beyond that: DTensor, its device mesh (gloo groups) and DCP's
 # per-item planning objects. Measured: ``--model llama3-debug --layers 1 --vocab 256`` (197 items,
@@ -331,6 +335,10 @@ def save_buffer_bytes(load: RankLoad) -> int:
         return min(load.copied_bytes, (load.threads + 1) * load.part_size_bytes)
     if load.backend in (Backend.GCSFS, Backend.S3FS):
         return GCSFS_WRITE_COPIES * load.largest_item_bytes
+    if load.backend is Backend.DATAFLUX:
+        # The connector buffers each file (each torch-save object) whole until its stream
+        # closes: the rank's files together hold its whole shard.
+        return load.shard_bytes
     return 0
 
 
@@ -341,6 +349,10 @@ def load_buffer_bytes(load: RankLoad) -> int:
         return int(S3_READ_SHARDS * load.shard_bytes)
     if load.backend is Backend.S3FS:
         return int(S3FS_READ_SHARDS * load.shard_bytes)
+    if load.backend is Backend.DATAFLUX:
+        # Each file is downloaded whole before DCP reads an item of it (a torch-save object, the
+        # whole state): up to a shard, counted whole, besides DCP's copies of an item.
+        return load.shard_bytes + READ_COPIES * load.largest_item_bytes
     return READ_COPIES * load.largest_item_bytes
 
 
