@@ -56,7 +56,6 @@ from ckptbench.workload.contract.quantity import quantity
 from ckptbench.workload.contract.settings import TRAIN_TARGET_MATRIX_MAX, BenchmarkSettings
 
 MIB = 1024**2
-DATAFLUX_BASELINE_MIB = 330
 
 # Peak RSS (MiB) of a rank with a negligible state: ``ckptbench run --layer-size 1
 # --padding-size 2 --samples 1`` on 2 ranks, torch 2.13.0+cpu, Python 3.11, this VM, 2026-11-25
@@ -70,8 +69,9 @@ BASELINE_BYTES: dict[Backend, int] = {
     Backend.S3: 338 * MIB,
     Backend.S3FS: 356 * MIB,
     # dataflux: measured likewise on the embedded emulator behind the XML multipart shim,
-    # gcs-torch-dataflux 1.4.0, 2026-11-28.
-    Backend.DATAFLUX: DATAFLUX_BASELINE_MIB * MIB,
+    # gcs-torch-dataflux 1.4.0, 2026-11-28, twice (445 both times; gcs beside it in the same run
+    # peaked at 341): the connector's imports (dataflux_core, its listing and multipart modules).
+    Backend.DATAFLUX: 445 * MIB,
 }
 # What a model preset's rank holds beyond that: DTensor, its device mesh (gloo groups) and DCP's
 # per-item planning objects. Measured: ``--model llama3-debug --layers 1 --vocab 256`` (197 items,
