@@ -313,7 +313,8 @@ def _scheme_rule(scheme: str) -> Rule[StorageSettings]:
     return Rule(
         "checkpoint_path",
         f"!(self.backend in [{listed}]) || self.checkpointPath.startsWith('{scheme}')",
-        f"must be {scheme}bucket/prefix for {{backend}} " + " or ".join(b.value for b in backends),
+        f"must be {scheme}bucket/prefix for {{backend}} "
+        + " or ".join([", ".join(b.value for b in backends[:-1]), backends[-1].value]),
         lambda s: s.backend not in backends or s.checkpoint_path.startswith(scheme),
     )
 
