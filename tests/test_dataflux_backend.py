@@ -19,7 +19,7 @@ from google.resumable_media.common import InvalidResponse
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
-from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.checkpoint import memory_plan, sizes
 from ckptbench.workload.contract.names import EMULATOR_ENV
 from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.local.loopback.xml_multipart import XmlMultipartShim
@@ -146,3 +146,12 @@ def test_what_the_connector_cannot_do_is_refused_by_name(argv: list[str], said: 
     )  # fmt: skip
     assert proc.returncode != 0
     assert said in proc.stderr, proc.stderr
+
+
+def test_the_memory_plan_counts_the_files_the_connector_buffers_whole() -> None:
+    config = small_config("gs://bucket/ckpt", backend="dataflux", padding_size=8)
+    load = memory_plan.rank_load(config)
+    # Every file (a torch-save object too) sits whole in a BytesIO until its upload, and is
+    # downloaded whole before DCP reads from it.
+    assert memory_plan.save_buffer_bytes(load) == load.shard_bytes > 0
+    assert memory_plan.load_buffer_bytes(load) >= load.shard_bytes
