@@ -2,8 +2,9 @@
 
 The peer (``gcs-torch-dataflux==1.4.0``, imported through ``peer_seam.py``; install the ``peer``
 extra) uploads through the XML API's multipart upload, which fake-gcs-server lacks, so both
-systems go through the same chain: emulator <- ``harness/xml_multipart.py`` shim <- [``netmodel``]
-<- ranks. Regimes (``--quick`` shrinks every shard 16 x, to check the bench itself):
+systems go through the same chain: emulator <- ``workload/local/loopback/xml_multipart.py``
+shim <- [``netmodel``] <- ranks. Regimes (``--quick`` shrinks every shard 16 x, to check the bench
+itself):
 
 - ``bare-1``: the bare chain, 1 rank x 512 MiB (8 tensors of (16777, 1000) float32);
 - ``bare-2``: the bare chain, 2 ranks x 153 MiB (4 tensors of (20054, 1000));
@@ -54,8 +55,8 @@ from peer_seam import peer_classes
 
 from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.local.emulator import free_port
+from ckptbench.workload.local.loopback.xml_multipart import XmlMultipartShim
 from ckptbench.workload.storage.gcs.backend import part_size_for
-from harness.xml_multipart import XmlMultipartShim
 
 GB = 1e9
 MIB = 1 << 20

@@ -7,11 +7,11 @@ Prints, in one run, with the systems interleaved (A B A B ...) over ``--rounds``
    bytes/s each way, default 5 MB/s; ``--rtt`` s added per request, default 20 ms); medians,
    spread (min-max) and gcs/gcsfs ratios;
 2. under the model, at a larger shard (``--limit-layer-size``): gcs with each upload scheme
-   (``compose`` on the emulator; ``multipart`` through ``harness/xml_multipart.py``, the model in
-   front of it) against the model's limit (ranks x threads streams x rate) and against a single
-   stream (one request carrying a shard's bytes up, one down, through the model); beside it, the
-   rate at which the emulator composes (it copies every byte, which GCS does not) and what the
-   compose save would reach without that time;
+   (``compose`` on the emulator; ``multipart`` through
+   ``workload/local/loopback/xml_multipart.py``, the model in front of it) against the model's limit
+   (ranks x threads streams x rate) and against a single stream (one request carrying a shard's
+   bytes up, one down, through the model); beside it, the rate at which the emulator composes (it
+   copies every byte, which GCS does not) and what the compose save would reach without that time;
 3. the CPU the emulator and the model's proxy (threads of this process) spent per second of the
    ranks' timed I/O, from ``/proc`` and ``os.times``;
 4. crc32c's cost: an in-process save and load of one shard on the bare emulator with checksums on
@@ -55,7 +55,7 @@ from procstat import reset_peak, vm
 
 from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.local.emulator import GcsEmulator
-from harness.xml_multipart import XmlMultipartShim
+from ckptbench.workload.local.loopback.xml_multipart import XmlMultipartShim
 
 MB = 1e6
 BUCKET = "bench"

@@ -6,11 +6,11 @@ seconds before each answer (one round trip per request). That is the first-order
 storage over a network: a single stream is slow, many in parallel are not, and every request pays
 a round trip. It models neither GCS's per-object or per-bucket limits nor its latency tails.
 
-It is the shaping plug-in of the loopback proxy in ``harness/proxy.py``, which receives each
-request body whole (here at the capped rate, from the client) before forwarding it at loopback
-speed, because fake-gcs-server reads each upload's body under one global lock and a slow body
-arriving at it would serialise every upload; likewise the answer is fetched whole before it is sent
-back at the capped rate.
+It is the shaping plug-in of the loopback proxy in ``workload/local/loopback/proxy.py``, which
+receives each request body whole (here at the capped rate, from the client) before forwarding it at
+loopback speed, because fake-gcs-server reads each upload's body under one global lock and a slow
+body arriving at it would serialise every upload; likewise the answer is fetched whole before it is
+sent back at the capped rate.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.proxy import Answer, Connection, Exchange, LoopbackProxy
+from ckptbench.workload.local.loopback.proxy import Answer, Connection, Exchange, LoopbackProxy
 
 _SLICE = 64 * 1024
 

@@ -2,13 +2,13 @@
 
 One process saves ``--tensors`` tensors of (``--rows``, 1000) float32 with our DCP writer through
 :mod:`netmodel` (``--rate`` bytes/s per connection each way, ``--rtt`` s per request) in front of
-the embedded emulator (``--scheme compose``) or of ``harness/xml_multipart.py`` in front of it
-(``--scheme multipart``), ``--reps`` times; ``--bare`` leaves the model out, to see what the
-emulator's own assembly costs. For each save it prints the seconds and MB/s, and each request
-(start and end in seconds from the save's start, what it was, its part's bytes): the part
-uploads, the initiation and completion (multipart) or the compose and deletes (compose), the
-crc32c check and ``.metadata`` (written as ``.metadata.tmp``, then renamed: a copy and a delete).
-The model's limit for one rank is ``threads x rate``.
+the embedded emulator (``--scheme compose``) or of ``workload/local/loopback/xml_multipart.py``
+in front of it (``--scheme multipart``), ``--reps`` times; ``--bare`` leaves the model out, to see
+what the emulator's own assembly costs. For each save it prints the seconds and MB/s, and each
+request (start and end in seconds from the save's start, what it was, its part's bytes): the part
+uploads, the initiation and completion (multipart) or the compose and deletes (compose), the crc32c
+check and ``.metadata`` (written as ``.metadata.tmp``, then renamed: a copy and a delete). The
+model's limit for one rank is ``threads x rate``.
 
 Run: ``.venv/bin/python bench/trace_save.py --scheme multipart`` (under a minute).
 """
@@ -33,7 +33,7 @@ from emulator_in_memory import emulator_in_memory
 from netmodel import NetModel
 
 from ckptbench.workload.contract.choices import UploadScheme
-from harness.xml_multipart import XmlMultipartShim
+from ckptbench.workload.local.loopback.xml_multipart import XmlMultipartShim
 
 MB = 1e6
 BUCKET = "trace"

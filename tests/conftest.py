@@ -12,9 +12,9 @@ import pytest
 if TYPE_CHECKING:
     from google.cloud import storage
 
+    from ckptbench.workload.local.loopback.xml_multipart import XmlMultipartShim
     from harness.kmock_cluster import Client, EmulatorThread
     from harness.operator_process import Operator
-    from harness.xml_multipart import XmlMultipartShim
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -86,7 +86,7 @@ def shim(gcs_emulator: object) -> Iterator[XmlMultipartShim]:
     """The XML multipart upload shim in front of the session's emulator; it must leave no part
     file behind when it stops."""
     from ckptbench.workload.local.emulator import GcsEmulator
-    from harness.xml_multipart import XmlMultipartShim
+    from ckptbench.workload.local.loopback.xml_multipart import XmlMultipartShim
 
     assert isinstance(gcs_emulator, GcsEmulator)
     with XmlMultipartShim(gcs_emulator.url, timeout=60).running() as running:

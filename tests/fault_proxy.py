@@ -1,4 +1,5 @@
-"""The storage tests' fault injector: a plug-in of the loopback proxy in ``harness/proxy.py``.
+"""The storage tests' fault injector: a plug-in of the loopback proxy
+(``workload/local/loopback/proxy.py``).
 
 The proxy reads each request whole, and then either forwards it to the emulator or answers with a
 fault. A :class:`Rule` picks the requests it applies to (method and a substring of the URL), how
@@ -22,7 +23,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harness.proxy import Answer, Connection, Exchange, LoopbackProxy
+from ckptbench.workload.local.loopback.proxy import Answer, Connection, Exchange, LoopbackProxy
 
 
 @dataclass

@@ -10,10 +10,10 @@ from google.cloud import storage
 from ckptbench.cli import COMMANDS
 from ckptbench.cli import main as ckptbench
 from ckptbench.workload.local.emulator import GcsEmulator
+from ckptbench.workload.local.loopback.xml_multipart import XmlMultipartShim
 from ckptbench.workload.storage.gcs.client import make_client
 from ckptbench.workload.storage.gcs.multipart import XmlMultipartUpload, unfinished_uploads
 from ckptbench.workload.storage.gcs.objects import GcsObjects
-from harness.xml_multipart import XmlMultipartShim
 from tests.fault_proxy import FaultProxy, Rule
 
 pytestmark = pytest.mark.timeout(60)

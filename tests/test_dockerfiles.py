@@ -133,8 +133,11 @@ def test_workload_image_installs_cpu_torch_with_the_constraints_pin(
     installs = [c for c in pip_installs(workload_image) if ".[" in c]
     assert len(installs) == 1, installs
     (install,) = installs
-    # The workload extra alone: the emulators (local) stay out of a benchmark pod.
-    assert ".[workload]" in install and "operator]" not in install and "local" not in install
+    # The workload extra and Google's connector (a CR's backend or reader dataflux): the emulators
+    # (local) stay out of a benchmark pod.
+    assert (
+        ".[workload,dataflux]" in install and "operator]" not in install and "local" not in install
+    )
     assert constrained(workload_image, install), install
     # The published build (ARG defaults) takes torch from the CPU index; scripts/build-images.sh
     # overrides TORCH_FROM with a folder of wheels.

@@ -1,6 +1,7 @@
 """The gcs backend's XML multipart upload scheme, against a real fake-gcs-server behind the shim
-(harness/xml_multipart.py), which refuses what GCS refuses: a part but the last under 5 MiB, a part
-whose crc32c is not its bytes', parts listed out of order or with wrong ETags."""
+(workload/local/loopback/xml_multipart.py), which refuses what GCS refuses: a part but the last
+under 5 MiB, a part whose crc32c is not its bytes', parts listed out of order or with wrong
+ETags."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 from ckptbench.workload.contract.choices import UploadScheme
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.local.emulator import GcsEmulator
+from ckptbench.workload.local.loopback.xml_multipart import XmlMultipartShim
 from ckptbench.workload.storage.gcs.backend import (
     GcsStorageReader,
     GcsStorageWriter,
@@ -30,7 +32,6 @@ from ckptbench.workload.storage.gcs.multipart import (
 )
 from ckptbench.workload.storage.gcs.objects import GcsObjects
 from ckptbench.workload.storage.retry import GcsError, IntegrityError, RetryPolicy
-from harness.xml_multipart import XmlMultipartShim
 from tests import workers
 from tests.fault_proxy import FaultProxy, Rule
 

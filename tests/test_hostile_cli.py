@@ -82,7 +82,10 @@ def test_an_option_that_acts_in_none_of_the_runs_backends_is_refused(tmp_path: P
     code, err = _run("--s3-endpoint", "http://127.0.0.1:9", "--storage", "gs://bkt/x")
     assert code == 2 and "--s3-endpoint: acts only with backend s3 or s3fs" in err, err
     code, err = _run("--threads", "4", "--storage", str(tmp_path))
-    assert code == 2 and "--threads: acts only with backend gcs; this run's backend is file" in err
+    assert (
+        code == 2
+        and "--threads: acts only with backend gcs or dataflux; this run's backend is file" in err
+    )
     assert list(tmp_path.iterdir()) == []
 
 

@@ -23,6 +23,7 @@ SEAMS = {
     "torch": "workload/storage/torch_seam.py",
     "google-cloud-storage": "workload/storage/gcs/google_seam.py",
     "s3torchconnector": "workload/storage/s3/s3torch_seam.py",
+    "gcs-torch-dataflux": "workload/storage/dataflux/dataflux_seam.py",
 }
 # torch's private modules (torch.distributed._shard, checkpoint._fsspec_filesystem...) and the
 # private members the project uses; google-cloud-storage's private client attributes. Public
@@ -33,6 +34,11 @@ PRIVATE = {
     ),
     "google-cloud-storage": re.compile(r"\._http\b|\._connection\b|_connection\.\w+"),
     "s3torchconnector": re.compile(r"s3torchconnector(\.\w+)*\._\w+"),
+    # The connector's private names, and google-cloud-storage 2.x's helper it imports.
+    "gcs-torch-dataflux": re.compile(
+        r"dataflux_pytorch(\.\w+)*\._\w+|\b_get_missing_permissions\b|"
+        r"_api_core_retry_to_resumable_media_retry"
+    ),
 }
 
 

@@ -21,7 +21,7 @@ import google_crc32c
 import pytest
 
 from ckptbench.workload.local.emulator import GcsEmulator
-from harness.proxy import Connection, Exchange, LoopbackProxy
+from ckptbench.workload.local.loopback.proxy import Connection, Exchange, LoopbackProxy
 from tests import workers
 
 pytestmark = pytest.mark.timeout(180)

@@ -139,7 +139,8 @@ def test_a_backend_and_its_scheme_must_agree() -> None:
     ):
         config("unused", checkpoint_path="gs://bucket/x", backend="s3fs")
     with pytest.raises(
-        ValidationError, match=r"must be gs://bucket/prefix for backend gcs or gcsfs .*backend=gcs"
+        ValidationError,
+        match=r"must be gs://bucket/prefix for backend gcs, gcsfs or dataflux .*backend=gcs",
     ):
         config("bucket", backend="gcs")
     with pytest.raises(ValidationError, match=r"backend file takes .* not a s3:// URL"):

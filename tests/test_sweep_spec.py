@@ -84,7 +84,8 @@ PARTS_8 = [n * 1024 * 1024 for n in range(1, 9)]
         ),
         (
             sweep(axes={"backend": ["gcs", "azure"]}),
-            "spec.axes.backend[1]: Input should be 'file', 'gcs', 'gcsfs', 's3' or 's3fs'",
+            "spec.axes.backend[1]: Input should be 'file', 'gcs', 'gcsfs', 's3', 's3fs' or "
+            "'dataflux'",
             "spec.axes.backend.1: 'azure' is not one of",
         ),
         (

@@ -1,5 +1,5 @@
-"""The XML multipart upload shim (harness/xml_multipart.py) over a real fake-gcs-server process,
-driven by google-cloud-storage's own clients."""
+"""The XML multipart upload shim (workload/local/loopback/xml_multipart.py) over a real
+fake-gcs-server process, driven by google-cloud-storage's own clients."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from google.cloud import storage
 from google.cloud.storage import transfer_manager
 
 from ckptbench.workload.local.emulator import GcsEmulator
+from ckptbench.workload.local.loopback.xml_multipart import XmlMultipartShim
 from ckptbench.workload.storage.gcs import crc
 from ckptbench.workload.storage.gcs.client import make_client
-from harness.xml_multipart import XmlMultipartShim
 
 MiB = 1 << 20
 

@@ -19,6 +19,8 @@ class Backend(enum.StrEnum):
     GCSFS = "gcsfs"
     S3 = "s3"  # s3torchconnector's DCP writer and reader (AWS's CRT client)
     S3FS = "s3fs"  # DCP's fsspec writer and reader over s3fs: the baseline beside s3
+    # Google's connector (gcs-torch-dataflux): its DCP writer and reader, its one-object checkpoint
+    DATAFLUX = "dataflux"
 
     @property
     def scheme(self) -> str:
@@ -32,6 +34,7 @@ _SCHEMES = {
     Backend.GCSFS: "gs://",
     Backend.S3: "s3://",
     Backend.S3FS: "s3://",
+    Backend.DATAFLUX: "gs://",
 }
 
 

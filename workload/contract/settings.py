@@ -34,6 +34,7 @@ from pydantic.alias_generators import to_camel
 from ckptbench.workload.contract.choices import (
     DEFAULT_SAMPLES,
     MLPERF_CHECKPOINTS,
+    Backend,
     GarbageCollection,
     Procedure,
     SaveMode,
@@ -339,6 +340,14 @@ _RUN_RULES: tuple[Rule[BenchmarkSettings], ...] = (
         "must be sync with {strategy} full or {format} torch-save: torch.save into a stream has "
         "no asynchronous form",
         lambda s: not (s.single_object and s.save_mode not in (None, SaveMode.SYNC)),
+    ),
+    Rule(
+        "save_mode",
+        "!has(self.saveMode) || self.saveMode != 'process' || self.backend != 'dataflux'",
+        "process cannot run {backend} dataflux: DCP hands its checkpointer process the writer "
+        "pickled, and the connector's writer holds a google-cloud-storage client, which refuses "
+        "to be pickled",
+        lambda s: s.save_mode is not SaveMode.PROCESS or s.backend is not Backend.DATAFLUX,
     ),
     Rule(
         "train_every",

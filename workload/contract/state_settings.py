@@ -278,6 +278,14 @@ STATE_RULES: tuple[Rule[StateSettings], ...] = (
         ),
     ),
     Rule(
+        "strategy",
+        "!has(self.strategy) || self.strategy != 'replicated' || self.backend != 'dataflux'",
+        "replicated cannot run {backend} dataflux: DCP writes each tensor once, so a rank may "
+        "be left a file with nothing in it, and the connector uploads every file as an XML "
+        "multipart upload, which cannot be completed without a part",
+        lambda s: s.strategy is not Strategy.REPLICATED or s.backend is not Backend.DATAFLUX,
+    ),
+    Rule(
         "format",
         "!has(self.format) || self.format != 'torch-save' || "
         "(has(self.strategy) && self.strategy == 'full') || "

@@ -144,14 +144,17 @@ class StorageSettings(ServiceSettings):
         "partSizeBytes parts uploaded by `threads` workers (see uploadScheme); loads are "
         "parallel ranged reads straight into the tensors), gcsfs (DCP's fsspec writer/reader "
         "over gcsfs, the reference's USE_FSSPEC), s3 (s3torchconnector's DCP writer and reader, "
-        "AWS's CRT client), s3fs (DCP's fsspec writer/reader over s3fs, the baseline beside s3) or "
-        "file (a local or mounted filesystem).",
+        "AWS's CRT client), s3fs (DCP's fsspec writer/reader over s3fs, the baseline beside s3), "
+        "dataflux (Google's connector, gcs-torch-dataflux: its DCP writer and reader, XML "
+        "multipart uploads of each file buffered whole, and its one-object checkpoint for format "
+        "torch-save) or file (a local or mounted filesystem).",
     )
     checkpoint_path: Annotated[str, Setting(flag="--storage", runner=True, metavar="URL")] = Field(
         ...,
         min_length=1,
         max_length=1024,
-        description="Where checkpoints and results go: gs://bucket/prefix for gcs and gcsfs, "
+        description="Where checkpoints and results go: gs://bucket/prefix for gcs, gcsfs and "
+        "dataflux, "
         "s3://bucket/prefix for s3 and s3fs, an absolute path for file (in a cluster, under a "
         "shared volumeMount when worldSize > 1). "
         "Each run writes under <checkpointPath>/<run>/ (the reference's CKPT_DIR_PATH).",
@@ -174,8 +177,15 @@ class StorageSettings(ServiceSettings):
         "each load, so loads read the storage (a network file system may still cache on its "
         "server; docs/measurement.md). False keeps the cache.",
     )
-    threads: Annotated[int, Setting(backends=("gcs",), unit="threads", axis=True)] = Field(
-        8, ge=1, le=256, description="Transfer threads per rank (backend gcs)."
+    threads: Annotated[int, Setting(backends=("gcs", "dataflux"), unit="threads", axis=True)] = (
+        Field(
+            8,
+            ge=1,
+            le=256,
+            description="Transfer threads per rank (backend gcs); backend dataflux: DCP's "
+            "thread_count, the files a rank writes at once (at most one per tensor it holds), "
+            "each uploaded in 8 parallel parts by the connector.",
+        )
     )
     part_size_bytes: Annotated[
         int,
@@ -303,7 +313,8 @@ def _scheme_rule(scheme: str) -> Rule[StorageSettings]:
     return Rule(
         "checkpoint_path",
         f"!(self.backend in [{listed}]) || self.checkpointPath.startsWith('{scheme}')",
-        f"must be {scheme}bucket/prefix for {{backend}} " + " or ".join(b.value for b in backends),
+        f"must be {scheme}bucket/prefix for {{backend}} "
+        + " or ".join([", ".join(b.value for b in backends[:-1]), backends[-1].value]),
         lambda s: s.backend not in backends or s.checkpoint_path.startswith(scheme),
     )
 

@@ -20,6 +20,7 @@ from types import FrameType
 from typing import Any
 
 from ckptbench.workload.contract.checkpoint import sizes
+from ckptbench.workload.contract.choices import Backend
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.contract.names import EMULATOR_ENV, GCSFS_HNS_FLAG, VERBOSE_LOGS_ENV
 from ckptbench.workload.contract.results import figures
@@ -27,6 +28,7 @@ from ckptbench.workload.contract.results.rank import RankResult
 from ckptbench.workload.contract.results.summaries import RunSummary
 from ckptbench.workload.local import preflight, report
 from ckptbench.workload.local.emulator import EmulatorError, GcsEmulator
+from ckptbench.workload.local.loopback.xml_multipart import XmlMultipartShim
 from ckptbench.workload.local.options import UsageError, build_parser, parse_size
 from ckptbench.workload.local.outcome import RanksOutcome
 from ckptbench.workload.local.outputs import csvfile, document, target
@@ -117,14 +119,24 @@ def stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _maybe_emulator(bucket: str | None, storage: str) -> Iterator[GcsEmulator | S3Server | None]:
+def _maybe_emulator(
+    bucket: str | None, storage: str, xml_multipart: bool = False
+) -> Iterator[GcsEmulator | S3Server | XmlMultipartShim | None]:
+    """The embedded emulator of a run with no store of its own. With ``xml_multipart`` (a cell
+    runs Google's connector, whose writer uploads only through GCS's XML multipart upload) a GCS
+    emulator is served through the shim that adds that upload; every cell of the run then goes
+    through it, so the cells compared share one path to the emulator."""
     if bucket is None:
         yield None
         return
     emu = S3Server() if storage.startswith("s3://") else GcsEmulator()
     with emu:
         emu.create_bucket(bucket)
-        yield emu
+        if not xml_multipart or isinstance(emu, S3Server):
+            yield emu
+            return
+        with XmlMultipartShim(emu.url).running() as shim:
+            yield shim
 
 
 def execute(p: Plan, stop: threading.Event, err: Any) -> tuple[list[tuple[str, RunSummary]], bool]:
@@ -141,7 +153,8 @@ def _execute(
 ) -> tuple[list[tuple[str, RunSummary]], bool]:
     runs: list[tuple[str, RunSummary]] = []
     ok = True
-    with _maybe_emulator(p.emulator_bucket, p.storage) as emu:
+    multipart = any(cell.config.backend is Backend.DATAFLUX for cell in p.cells)
+    with _maybe_emulator(p.emulator_bucket, p.storage, multipart) as emu:
         extra_env: dict[str, str] = {}
         emulator_url: str | None = os.environ.get(EMULATOR_ENV) or None
         if isinstance(emu, S3Server):

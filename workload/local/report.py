@@ -34,7 +34,7 @@ from ckptbench.workload.local.report_rows import (
 
 INDISTINGUISHABLE = "indistinguishable"
 # A backend and its baseline: the first pair whose two columns are both there gets a ratio column.
-RATIO_PAIRS = (("gcs", "gcsfs"), ("s3", "s3fs"))
+RATIO_PAIRS = (("gcs", "gcsfs"), ("s3", "s3fs"), ("dataflux", "gcsfs"))
 
 
 def _cell(row: Row, s: RunSummary) -> str:

@@ -3,7 +3,8 @@
 ``file``, ``gcsfs`` and ``s3fs`` are DCP's own (``FileSystemWriter``/``Reader`` and the fsspec ones
 over gcsfs or s3fs: the baselines); ``gcs`` is ours, in
 :mod:`ckptbench.workload.storage.gcs.backend`; ``s3`` is s3torchconnector's, in
-:mod:`ckptbench.workload.storage.s3.backend`. Each is imported only when asked for.
+:mod:`ckptbench.workload.storage.s3.backend`; ``dataflux`` is Google's connector's, in
+:mod:`ckptbench.workload.storage.dataflux.backend`. Each is imported only when asked for.
 
 A rank opens one :class:`StorageSession` before its first timed operation and makes every writer
 and reader from it, so the storage client (its credentials, token and connection pool) is made and
@@ -74,7 +75,8 @@ class StorageSession:
     ``setup_seconds`` is how long making the client and authenticating took (the gcs backend
     fetches the bucket's metadata, gcsfs lists the bucket: either needs a token and opens a
     connection). ``read_paths`` counts, for the gcs backend, which path each loaded item took.
-    The S3 backends' clients retry by themselves; :meth:`report_retries` says how often and why.
+    The S3 backends' clients and Google's connector retry by themselves; :meth:`report_retries`
+    says how often and why.
     """
 
     def __init__(self, config: WorkloadConfig) -> None:
@@ -83,6 +85,7 @@ class StorageSession:
         self._gcsfs_options: dict[str, Any] = {}
         self._gcsfs: Any = None
         self._s3: Any = None
+        self._dataflux: Any = None
         self.retries = RetryCauses()
         self._retry_client = ""
         self._crt_log: Any = None
@@ -105,6 +108,11 @@ class StorageSession:
             self._crt_log = crt_log.start()
             self._retry_client = crt_log.CLIENT
             self._s3 = _s3_backend(config)
+        elif config.backend is Backend.DATAFLUX:
+            from ckptbench.workload.storage.dataflux.backend import CLIENT, DatafluxBackend
+
+            self._retry_client = CLIENT
+            self._dataflux = DatafluxBackend(config, self.retries)
         elif config.backend is Backend.S3FS:
             from ckptbench.workload.storage.s3 import s3fs_log
 
@@ -130,6 +138,9 @@ class StorageSession:
                 **extensions,
             )
             return count_traffic(made)
+        if self._dataflux is not None:
+            dataflux_writer: StorageWriter = self._dataflux.writer(checkpoint_id, extensions)
+            return dataflux_writer
         if self._s3 is not None:
             s3_writer: StorageWriter = count_traffic(self._s3.writer(checkpoint_id, extensions))
             return s3_writer
@@ -151,6 +162,9 @@ class StorageSession:
             if config.format is Format.SAFETENSORS:
                 return count_traffic(HuggingFaceStorageReader(path))
             return count_traffic(FileSystemReader(path))
+        if self._dataflux is not None:
+            dataflux_reader: StorageReader = self._dataflux.reader(checkpoint_id)
+            return dataflux_reader
         if self._s3 is not None:
             s3_reader: StorageReader = count_traffic(self._s3.reader(checkpoint_id))
             return s3_reader
@@ -180,6 +194,10 @@ class StorageSession:
                 if mode == "wb":  # durable, as DCP's file writer makes its files
                     stream.flush()
                     os.fsync(stream.fileno())
+            return
+        if self._dataflux is not None:
+            with self._dataflux.object_stream(url, mode) as stream:  # counts its own bytes
+                yield stream
             return
         if self._s3 is not None or config.backend in (Backend.GCSFS, Backend.S3FS):
             inner = (
@@ -223,7 +241,7 @@ class StorageSession:
         ``seconds``: what could not be removed is named in the outcome, never raised."""
         from ckptbench.workload.storage import objects
 
-        client = self._gcs.client if self._gcs is not None else None
+        client = self._client()
         quick = discard_policy(seconds, self.config.stall_seconds)
         return objects.delete_all(
             url,
@@ -264,10 +282,16 @@ class StorageSession:
         with this session's client when it has one."""
         from ckptbench.workload.storage import objects
 
-        client = self._gcs.client if self._gcs is not None else None
+        client = self._client()
         return objects.delete_prefix(
             url, name_prefix=name_prefix, project=self.config.project, client=client
         )
+
+    def _client(self) -> Any:
+        """This session's google-cloud-storage client, if it has one (gcs, dataflux)."""
+        if self._gcs is not None:
+            return self._gcs.client
+        return self._dataflux.client if self._dataflux is not None else None
 
     def report_retries(self, what: str) -> str | None:
         """Log, as one warning, the request attempts that failed and that the S3 client retried
@@ -279,7 +303,9 @@ class StorageSession:
     def close(self) -> None:
         if self._gcs is not None:
             self._gcs.client.close()
-        self._gcs = None
+        if self._dataflux is not None:
+            self._dataflux.client.close()
+        self._gcs = self._dataflux = None
         with contextlib.suppress(Exception):  # what came after the last timed operation
             self.report_retries(f"[rank {self.config.rank}] outside the timed operations")
         if self._crt_log is not None:

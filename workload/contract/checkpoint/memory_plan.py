@@ -69,6 +69,10 @@ BASELINE_BYTES: dict[Backend, int] = {
     # s3 and s3fs: measured likewise with the embedded S3 server (moto), 2026-11-25.
     Backend.S3: 338 * MIB,
     Backend.S3FS: 356 * MIB,
+    # dataflux: measured likewise on the embedded emulator behind the XML multipart shim,
+    # gcs-torch-dataflux 1.4.0, 2026-11-28, twice (445 both times; gcs beside it in the same run
+    # peaked at 341): the connector's imports (dataflux_core, its listing and multipart modules).
+    Backend.DATAFLUX: 445 * MIB,
 }
 # What a model preset's rank holds beyond that: DTensor, its device mesh (gloo groups) and DCP's
 # per-item planning objects. Measured: ``--model llama3-debug --layers 1 --vocab 256`` (197 items,
@@ -336,6 +340,10 @@ def save_buffer_bytes(load: RankLoad) -> int:
         return min(load.copied_bytes, (load.threads + 1) * load.part_size_bytes)
     if load.backend in (Backend.GCSFS, Backend.S3FS):
         return GCSFS_WRITE_COPIES * load.largest_item_bytes
+    if load.backend is Backend.DATAFLUX:
+        # The connector buffers each file (each torch-save object) whole until its stream
+        # closes: the rank's files together hold its whole shard.
+        return load.shard_bytes
     return 0
 
 
@@ -346,6 +354,10 @@ def load_buffer_bytes(load: RankLoad) -> int:
         return int(S3_READ_SHARDS * load.shard_bytes)
     if load.backend is Backend.S3FS:
         return int(S3FS_READ_SHARDS * load.shard_bytes)
+    if load.backend is Backend.DATAFLUX:
+        # Each file is downloaded whole before DCP reads an item of it (a torch-save object, the
+        # whole state): up to a shard, counted whole, besides DCP's copies of an item.
+        return load.shard_bytes + READ_COPIES * load.largest_item_bytes
     return READ_COPIES * load.largest_item_bytes
 
 

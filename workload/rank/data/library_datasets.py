@@ -1,5 +1,5 @@
 """The datasets the readers' libraries ship, wrapped so that each hands on the same items as
-ckptbench's own: gcs-torch-dataflux's (through :mod:`.dataflux_seam`) and s3torchconnector's
+ckptbench's own: gcs-torch-dataflux's (through :mod:`.dataflux_datasets`) and s3torchconnector's
 ``S3MapDataset`` / ``S3IterableDataset`` (their public constructors, given the endpoint).
 
 Each lists the dataset's prefix itself when it is built: the listing is timed apart (``listing
@@ -16,7 +16,7 @@ import torch.utils.data as tud
 from ckptbench.workload.contract.choices import S3Reader
 from ckptbench.workload.contract.data.config import DataConfig
 from ckptbench.workload.contract.data.layout import Dataset
-from ckptbench.workload.rank.data import content, dataflux_seam
+from ckptbench.workload.rank.data import content, dataflux_datasets
 from ckptbench.workload.rank.data.batches import Item
 from ckptbench.workload.rank.data.datasets import files_of
 from ckptbench.workload.storage import session
@@ -39,10 +39,10 @@ class DatafluxSamples(tud.Dataset[Item]):
     def __init__(self, ds: Dataset, config: DataConfig) -> None:
         bucket, prefix = _split_gs(ds.data_prefix)
         self.ds = ds
-        self.inner = dataflux_seam.map_dataset(
+        self.inner = dataflux_datasets.map_dataset(
             config.project, bucket, prefix, config.dataflux_compose
         )
-        self.names = [n for n, _ in dataflux_seam.listed(self.inner)]
+        self.names = [n for n, _ in dataflux_datasets.listed(self.inner)]
 
     def __len__(self) -> int:
         return len(self.names)
@@ -52,7 +52,7 @@ class DatafluxSamples(tud.Dataset[Item]):
 
     def __getitems__(self, indices: Sequence[int]) -> list[Item]:
         out: list[Item] = []
-        for i, data in zip(indices, dataflux_seam.fetch(self.inner, indices), strict=True):
+        for i, data in zip(indices, dataflux_datasets.fetch(self.inner, indices), strict=True):
             out.extend(_items(self.ds, self.names[i], data))
         return out
 
@@ -63,10 +63,10 @@ class DatafluxStream(tud.IterableDataset[Item]):
     def __init__(self, ds: Dataset, config: DataConfig, accelerator: int) -> None:
         bucket, prefix = _split_gs(ds.data_prefix)
         self.ds, self.config, self.accelerator = ds, config, accelerator
-        self.inner = dataflux_seam.iterable_dataset(
+        self.inner = dataflux_datasets.iterable_dataset(
             config.project, bucket, prefix, config.dataflux_compose
         )
-        self.all = dataflux_seam.listed(self.inner)
+        self.all = dataflux_datasets.listed(self.inner)
         self.set_epoch(0)
 
     def set_epoch(self, epoch: int) -> None:
@@ -78,7 +78,7 @@ class DatafluxStream(tud.IterableDataset[Item]):
             self.config.shuffle,
             self.ds.seed,
         )
-        dataflux_seam.narrow(self.inner, [self.all[f] for f in mine])
+        dataflux_datasets.narrow(self.inner, [self.all[f] for f in mine])
 
     def __iter__(self) -> Iterator[Item]:
         # The library yields bytes alone: which file each came from is not said, so the items

@@ -23,6 +23,8 @@ _PACKAGES = (
     "s3fs",
     "boto3",
     "moto",
+    # Backend dataflux: Google's connector.
+    "gcs-torch-dataflux",
     # A Hugging Face model's parameter names and shapes are this version's (hf_shapes.py).
     "transformers",
 )

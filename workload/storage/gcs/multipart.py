@@ -6,7 +6,7 @@ use. Against the parallel composite upload (:mod:`.upload`) it saves the compose
 delete per part, and has none of a composite object's caveats (early-deletion charges for parts
 on colder storage classes). Its rules: part numbers 1 to 10,000, every part but the last at least
 5 MiB, completion lists each part's number and ETag in ascending order. No emulator implements
-it; ``harness/xml_multipart.py`` gives fake-gcs-server one for the tests.
+it; ``workload/local/loopback/xml_multipart.py`` gives fake-gcs-server one for the tests.
 
 Integrity: each part carries its crc32c (``x-goog-hash``; GCS refuses a part that does not match,
 400 ``BadDigest``, and the part is sent again), and the completed object's crc32c is compared

@@ -3,10 +3,10 @@
 Google's Dataflux DCP writer (the peer bench/bench_peer.py compares our gcs backend with) and
 google-cloud-storage's ``transfer_manager.upload_chunks_concurrently`` upload through the XML
 multipart upload (https://cloud.google.com/storage/docs/multipart-uploads). No emulator implements
-it, so this shim, a plug-in of :class:`harness.proxy.LoopbackProxy`, answers those requests itself
-and forwards every other request to the emulator unchanged. What the clients send, when
-``STORAGE_EMULATOR_HOST`` names the shim (google-cloud-storage's ``XMLMPUContainer`` and
-``XMLMPUPart``; the object's URL is ``{host}/{bucket}/{quoted object}``):
+it, so this shim, a plug-in of :class:`~ckptbench.workload.local.loopback.proxy.LoopbackProxy`,
+answers those requests itself and forwards every other request to the emulator unchanged. What the
+clients send, when ``STORAGE_EMULATOR_HOST`` names the shim (google-cloud-storage's
+``XMLMPUContainer`` and ``XMLMPUPart``; the object's URL is ``{host}/{bucket}/{quoted object}``):
 
 - ``POST /{bucket}/{object}?uploads`` (``Content-Type`` of the object): answered 200 with an
   ``InitiateMultipartUploadResult`` (``Bucket``, ``Key``, ``UploadId``, in the S3 namespace the
@@ -55,8 +55,8 @@ from typing import Self
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape
 
+from ckptbench.workload.local.loopback.proxy import Answer, Connection, Exchange, LoopbackProxy
 from ckptbench.workload.storage.gcs import crc
-from harness.proxy import Answer, Connection, Exchange, LoopbackProxy
 
 _NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 _SLICE = 1 << 20

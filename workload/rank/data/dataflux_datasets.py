@@ -1,10 +1,10 @@
-"""The one place the data procedure touches gcs-torch-dataflux: its DataFlux datasets, built
-through their published constructors, and the two things they cannot be told.
+"""The data procedure's use of gcs-torch-dataflux: its DataFlux datasets, built through their
+published constructors (the connector's private names stay in its seam,
+:mod:`ckptbench.workload.storage.dataflux.dataflux_seam`), and the two things they cannot be told.
 
 - ``DataFluxIterableDataset`` checks, whenever compose is on, that its client may create and
-  delete objects, with ``testIamPermissions``, which no GCS emulator implements (fake-gcs-server
-  answers 404). Against an emulator (``STORAGE_EMULATOR_HOST`` set) the check is skipped; against
-  GCS it runs as published.
+  delete objects, with ``testIamPermissions``, which no GCS emulator implements: the seam skips
+  that check against an emulator.
 - The iterable dataset deals its listing among its loader's workers but not among ranks: each
   accelerator's dataset is narrowed to its own files by setting its ``objects`` (the listing it
   made, a public attribute) before iterating.
@@ -12,34 +12,14 @@ through their published constructors, and the two things they cannot be told.
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Sequence
 from typing import Any
 
-from ckptbench.workload.contract.names import EMULATOR_ENV
-
-WRITTEN_FOR = "1.4.0"
-
-
-class DatafluxMissing(ImportError):
-    pass
+from ckptbench.workload.storage.dataflux import dataflux_seam
 
 
 def _module(name: str) -> Any:
-    try:
-        return importlib.import_module(f"dataflux_pytorch.{name}")
-    except ImportError as exc:
-        raise DatafluxMissing(
-            "reader dataflux needs gcs-torch-dataflux (the 'dataflux' extra: pip install "
-            f"-c constraints.txt -e '.[workload,dataflux]'): {exc}"
-        ) from exc
-
-
-def _no_permission_check_on_an_emulator(module: Any) -> None:
-    if os.environ.get(EMULATOR_ENV) and not getattr(module, "_ckptbench_emulated", False):
-        module._get_missing_permissions = lambda *args, **kwargs: []
-        module._ckptbench_emulated = True
+    return dataflux_seam.module(name, needed_by="reader dataflux")
 
 
 def _config(module: Any, prefix: str, compose: bool) -> Any:
@@ -61,7 +41,7 @@ def map_dataset(project: str | None, bucket: str, prefix: str, compose: bool) ->
 def iterable_dataset(project: str | None, bucket: str, prefix: str, compose: bool) -> Any:
     """A ``DataFluxIterableDataset`` of the objects under ``prefix`` (it lists them now)."""
     module = _module("dataflux_iterable_dataset")
-    _no_permission_check_on_an_emulator(module)
+    dataflux_seam.no_permission_check_on_an_emulator(module)
     return module.DataFluxIterableDataset(
         project_name=project, bucket_name=bucket, config=_config(module, prefix, compose)
     )
