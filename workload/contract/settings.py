@@ -180,13 +180,13 @@ class BenchmarkSettings(StateSettings):
     )
     data_loading: Annotated[LoaderSettings | None, Setting(options_prefix="--data-")] = Field(
         None,
-        description="Both demands of training at once: each training step (trainEvery) takes "
-        "its batch from a data loader reading a dataset under checkpointPath (made once, reused "
-        "as ckptbench data makes it) and spends the loader's compute time per batch, while "
+        description="Both demands of training at once: each training step (trainEvery) takes its "
+        "batch from a data loader reading a dataset under checkpointPath (made once, reused as "
+        "ckptbench data makes it) and spends the loader's compute time per batch, while "
         "checkpoints save. Its settings are ckptbench data's (the reader in backend, preset, "
         "batchSize, numWorkers, ...). Windows of trainEvery steps alternate: a save with the "
-        "loader off, a save with the loader reading, the loader reading with no save; each "
-        "side's slowdown against running alone is reported. Default: no loader.",
+        "loader off, a save with the loader reading, the loader reading with no save; each side's "
+        "slowdown against running alone is reported. Default: no loader.",
     )
     verify: Annotated[
         bool,
@@ -369,8 +369,7 @@ _CKPT_BACKEND = "(has(self.backend) ? self.backend : 'gcs')"
 
 
 def _loader_rule(rule: Rule[LoaderSettings]) -> Rule[BenchmarkSettings]:
-    """A rule of the loader's settings (``DATA_RULES``) on the checkpoint's ``data_loading``
-    group: its CEL read inside the group, its check on the group."""
+    """A loader rule (``DATA_RULES``) on the checkpoint's ``data_loading`` group, CEL and check."""
     inner = rule.cel.replace("self.", "self.dataLoading.")
     return Rule(
         "data_loading",
