@@ -65,7 +65,7 @@ def test_the_status_from_messages_equals_summary_json_at_100_samples() -> None:
     assert all(len(m.encode()) <= TERMINATION_MESSAGE_LIMIT for m in messages)
     parsed = [RankResult.from_termination_message(m) for m in messages]
     assert all(p.save is not None and p.save.seconds is None for p in parsed)  # lists dropped
-    assert parsed[0].run == run
+    assert parsed[0].run == run.without_figures()  # the vectors fit: the figures are left out
 
     status = StatusMemo().summary([record_of(p) for p in parsed], RANKS, RANKS * SHARD, None)
     for name in ("save", "load", "delete"):

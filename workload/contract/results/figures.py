@@ -33,7 +33,14 @@ from ckptbench.workload.contract.results import both, mlperf_rules, parts, run_s
 from ckptbench.workload.contract.results.intervals import mean_interval, rate_interval
 from ckptbench.workload.contract.results.mlperf_figures import mlperf_metrics
 from ckptbench.workload.contract.results.parts import OpPart, Part, ResourcePart, rank_throughput
-from ckptbench.workload.contract.results.rank import ROUND, Leftovers, OpStats, RankResult
+from ckptbench.workload.contract.results.rank import (
+    ROUND,
+    Leftovers,
+    OpStats,
+    RankResult,
+    RunFigures,
+    RunSamples,
+)
 from ckptbench.workload.contract.results.records import (
     Operation,
     RankOp,
@@ -43,10 +50,11 @@ from ckptbench.workload.contract.results.records import (
     rank_ops,
     record_of,
 )
-from ckptbench.workload.contract.results.run_samples import RunSamples, Vectors
+from ckptbench.workload.contract.results.run_samples import Vectors
 from ckptbench.workload.contract.results.summaries import (
     RANKS_LISTED,
     OpSummary,
+    PerSampleSource,
     RankError,
     RankSpread,
     ResourceSummary,
@@ -85,22 +93,20 @@ def span_seconds(op: OpPart) -> list[float] | None:
 
 
 def op_summary(
-    op: OpPart | None, total_bytes: int, idle: int = 0, run: Vectors | None = None
+    op: OpPart | None, total_bytes: int, idle: int = 0, run: RunFigures | Vectors | None = None
 ) -> OpSummary | None:
     """One operation's figures from the reduction of the ranks that timed it (:mod:`.parts`);
-    ``idle`` ranks took no part (they are counted among the ranks left out). ``run``: the same
-    per-sample vectors, reduced by rank 0 from every rank's full lists (:func:`run_samples_of`),
-    which stand in for the ranks' own when their messages could not carry them."""
+    ``idle`` ranks took no part (they are counted among the ranks left out). ``run``: rank 0's
+    reduction of every rank's full lists (:func:`run_samples_of`) of this operation, which
+    stands in for the ranks' own lists when their messages could not carry them."""
     if op is None:
         return None
-    per_sample = run.seconds if run is not None else collective_seconds(op)
-    # Some rank's message was too long for its samples, and rank 0 sent none for the run: the
-    # worst rank's statistics stand in.
-    collective = OpStats.of(per_sample) if per_sample is not None else op.worst.stats()
-    spans = run.spans if run is not None else span_seconds(op)
-    span_mean = round(stats.mean(spans), ROUND) if spans else None
+    figures = per_sample_figures(op, run)
+    collective, span_stats = figures.seconds, figures.spans
+    per_sample, spans = figures.listed
+    span_mean = span_stats.mean if span_stats is not None else None
     mean_ci = mean_interval(collective)
-    span_ci = mean_interval(OpStats.of(spans)) if spans else None
+    span_ci = mean_interval(span_stats)
     slowest_seconds, slowest_rank = op.slowest
     return OpSummary(
         samples=collective.n,
@@ -138,7 +144,36 @@ def op_summary(
         finish_mean_seconds=op.finish,
         seconds=per_sample,
         span_seconds=spans,
+        per_sample=figures.source,
     )
+
+
+class PerSample(NamedTuple):
+    """An operation's per-sample statistics, the lists they were computed from when at hand, and
+    where they come from (:data:`~.summaries.PerSampleSource`)."""
+
+    seconds: OpStats
+    spans: OpStats | None
+    listed: tuple[list[float] | None, list[float] | None]
+    source: PerSampleSource
+
+
+def per_sample_figures(op: OpPart, run: RunFigures | Vectors | None) -> PerSample:
+    """The per-sample statistics of one operation, the collective seconds' and the spans', each
+    by :meth:`OpStats.of` over the run's per-sample lists: rank 0's vectors of the run when it
+    sent them, else the ranks' own lists when every rank's message carried them, else the figures
+    rank 0 computed of its vectors. Only when none of these came do the slowest rank's own
+    statistics stand in, and ``source`` says so."""
+    vectors = run if isinstance(run, Vectors) else None
+    seconds = vectors.seconds if vectors is not None else collective_seconds(op)
+    if seconds is not None:
+        spans = vectors.spans if vectors is not None else span_seconds(op)
+        return PerSample(
+            OpStats.of(seconds), OpStats.of(spans) if spans else None, (seconds, spans), "run"
+        )
+    if isinstance(run, RunFigures):
+        return PerSample(run.seconds, run.spans, (None, None), "run")
+    return PerSample(op.worst.stats(), None, (None, None), "slowest rank")
 
 
 def read_amplification(op: OpPart) -> dict[str, float | None]:
@@ -317,12 +352,12 @@ def summarize_records(
     procedure = ordered[0].procedure if ordered else Procedure.CKPTBENCH
     whole = parts.reduce(ordered, part)
     run = _run(by_rank.get(0), len(ordered), ranks)
-    save = op_summary(whole.save, total_bytes, idle_ranks(ordered, "save"), _vectors(run, "save"))
+    save = op_summary(whole.save, total_bytes, idle_ranks(ordered, "save"), _of_run(run, "save"))
     load = with_parity_figures(
-        op_summary(whole.load, total_bytes, run=_vectors(run, "load")), whole.load
+        op_summary(whole.load, total_bytes, run=_of_run(run, "load")), whole.load
     )
     delete = op_summary(
-        whole.delete, total_bytes, idle_ranks(ordered, "delete"), _vectors(run, "delete")
+        whole.delete, total_bytes, idle_ranks(ordered, "delete"), _of_run(run, "delete")
     )
     slowest = -whole.slowest[1] if whole.slowest is not None else None
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
@@ -358,17 +393,17 @@ def run_samples_of(records: Sequence[RankRecord]) -> RunSamples:
     :func:`collective_seconds` and :func:`span_seconds` every summary computes)."""
     whole = parts.reduce(sorted(records, key=lambda r: r.rank))
 
-    def packed(op: OpPart | None) -> str | None:
+    def vectors(op: OpPart | None) -> Vectors | None:
         seconds = collective_seconds(op) if op is not None else None
         if op is None or seconds is None:
             return None
-        return run_samples.pack(run_samples.Vectors(seconds, span_seconds(op)))
+        return Vectors(seconds, span_seconds(op))
 
+    found = {name: vectors(getattr(whole, name)) for name in ("save", "load", "delete")}
     return RunSamples(
         ranks=len(records),
-        save=packed(whole.save),
-        load=packed(whole.load),
-        delete=packed(whole.delete),
+        **{name: run_samples.pack(v) for name, v in found.items() if v is not None},
+        **{f"{name}_figures": RunFigures.of(v) for name, v in found.items() if v is not None},
     )
 
 
@@ -380,8 +415,11 @@ def _run(rank0: RankRecord | None, reported: int, ranks: int) -> RunSamples | No
     return rank0.run if rank0.run.ranks == ranks == reported else None
 
 
-def _vectors(run: RunSamples | None, op: Operation) -> Vectors | None:
-    return run.vectors(op) if run is not None else None
+def _of_run(run: RunSamples | None, op: Operation) -> RunFigures | Vectors | None:
+    """Rank 0's vectors of ``op`` when its message kept them, else their figures."""
+    if run is None:
+        return None
+    return run.vectors(op) or run.figures(op)
 
 
 def leftovers(records: Sequence[RankRecord]) -> Leftovers | None:
