@@ -437,15 +437,10 @@ def _delete_rows(runs: Sequence[RunSummary], rate: Unit) -> list[Row]:
 
 
 def _add_per_sample(rows: list[Row], name: str, runs: Sequence[RunSummary]) -> None:
-    """After the samples row, where the per-sample figures come from, when some run's are the
-    slowest rank's own statistics instead of the run's (OpSummary.per_sample): said, not hidden."""
+    """After samples: where the per-sample figures come from, when not the run's (said)."""
     if any((op := getattr(s, name)) is not None and op.per_sample != "run" for s in runs):
-        at = next(i for i, r in enumerate(rows) if r.label.endswith(" samples"))
-        rows.insert(at + 1, Row(f"{name} per-sample figures of", _op(name, _per_sample), str))
-
-
-def _per_sample(op: OpSummary) -> str:
-    return op.per_sample
+        at = next(i for i, r in enumerate(rows) if r.label.endswith(" samples")) + 1
+        rows[at:at] = [Row(f"{name} per-sample from", _op(name, lambda o: o.per_sample), str)]
 
 
 def _add_p99(rows: list[Row], name: str, runs: Sequence[RunSummary], rate: Unit) -> None:

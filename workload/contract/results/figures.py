@@ -29,17 +29,21 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import both, mlperf_rules, parts, run_samples, stats
+from ckptbench.workload.contract.results import both, mlperf_rules, parts, per_sample, stats
 from ckptbench.workload.contract.results.intervals import mean_interval, rate_interval
 from ckptbench.workload.contract.results.mlperf_figures import mlperf_metrics
 from ckptbench.workload.contract.results.parts import OpPart, Part, ResourcePart, rank_throughput
+from ckptbench.workload.contract.results.per_sample import (
+    collective_seconds,
+    run_samples_of,
+    span_seconds,
+)
 from ckptbench.workload.contract.results.rank import (
     ROUND,
     Leftovers,
     OpStats,
     RankResult,
     RunFigures,
-    RunSamples,
 )
 from ckptbench.workload.contract.results.records import (
     Operation,
@@ -54,7 +58,6 @@ from ckptbench.workload.contract.results.run_samples import Vectors
 from ckptbench.workload.contract.results.summaries import (
     RANKS_LISTED,
     OpSummary,
-    PerSampleSource,
     RankError,
     RankSpread,
     ResourceSummary,
@@ -66,27 +69,24 @@ from ckptbench.workload.contract.results.summaries import (
 _MISSING_LISTED = 20
 _ERRORS_LISTED = 10
 
-# Per rank, defined with the records and their parts.
-__all__ = ["Operation", "RankOp", "moved_bytes", "rank_ops", "rank_throughput"]
+# Per rank, defined with the records and their parts; per sample, with where they come from.
+__all__ = [
+    "Operation",
+    "RankOp",
+    "collective_seconds",
+    "moved_bytes",
+    "rank_ops",
+    "rank_throughput",
+    "run_samples_of",
+    "span_seconds",
+]
 
 
 # -- per sample ----------------------------------------------------------------------------------
 
 
-def collective_seconds(op: OpPart) -> list[float] | None:
-    """Each sample's collective duration: the max over ranks (a collective lasts as long as its
-    slowest rank). None when some rank's message was too long to carry its samples."""
-    return op.seconds
-
-
-def span_seconds(op: OpPart) -> list[float] | None:
-    """Each sample's span: the latest rank end minus the earliest rank start (wall clock)."""
-    if op.starts is None or op.ends is None:
-        return None
-    n = min(len(op.ends), len(op.starts))
-    if n == 0:
-        return None
-    return [round(op.ends[i] - op.starts[i], ROUND) for i in range(n)]
+# collective_seconds and span_seconds, with where an operation's per-sample figures come from:
+# in :mod:`.per_sample`.
 
 
 # -- per operation -------------------------------------------------------------------------------
@@ -101,9 +101,9 @@ def op_summary(
     stands in for the ranks' own lists when their messages could not carry them."""
     if op is None:
         return None
-    figures = per_sample_figures(op, run)
-    collective, span_stats = figures.seconds, figures.spans
-    per_sample, spans = figures.listed
+    found = per_sample.figures(op, run)
+    collective, span_stats = found.seconds, found.spans
+    samples, spans = found.listed
     span_mean = span_stats.mean if span_stats is not None else None
     mean_ci = mean_interval(collective)
     span_ci = mean_interval(span_stats)
@@ -142,38 +142,10 @@ def op_summary(
         span_throughput_bytes_per_second_ci=rate_interval(total_bytes, span_ci),
         gc_mean_seconds=op.gc,
         finish_mean_seconds=op.finish,
-        seconds=per_sample,
+        seconds=samples,
         span_seconds=spans,
-        per_sample=figures.source,
+        per_sample=found.source,
     )
-
-
-class PerSample(NamedTuple):
-    """An operation's per-sample statistics, the lists they were computed from when at hand, and
-    where they come from (:data:`~.summaries.PerSampleSource`)."""
-
-    seconds: OpStats
-    spans: OpStats | None
-    listed: tuple[list[float] | None, list[float] | None]
-    source: PerSampleSource
-
-
-def per_sample_figures(op: OpPart, run: RunFigures | Vectors | None) -> PerSample:
-    """The per-sample statistics of one operation, the collective seconds' and the spans', each
-    by :meth:`OpStats.of` over the run's per-sample lists: rank 0's vectors of the run when it
-    sent them, else the ranks' own lists when every rank's message carried them, else the figures
-    rank 0 computed of its vectors. Only when none of these came do the slowest rank's own
-    statistics stand in, and ``source`` says so."""
-    vectors = run if isinstance(run, Vectors) else None
-    seconds = vectors.seconds if vectors is not None else collective_seconds(op)
-    if seconds is not None:
-        spans = vectors.spans if vectors is not None else span_seconds(op)
-        return PerSample(
-            OpStats.of(seconds), OpStats.of(spans) if spans else None, (seconds, spans), "run"
-        )
-    if isinstance(run, RunFigures):
-        return PerSample(run.seconds, run.spans, (None, None), "run")
-    return PerSample(op.worst.stats(), None, (None, None), "slowest rank")
 
 
 def read_amplification(op: OpPart) -> dict[str, float | None]:
@@ -351,13 +323,15 @@ def summarize_records(
         verified = None
     procedure = ordered[0].procedure if ordered else Procedure.CKPTBENCH
     whole = parts.reduce(ordered, part)
-    run = _run(by_rank.get(0), len(ordered), ranks)
-    save = op_summary(whole.save, total_bytes, idle_ranks(ordered, "save"), _of_run(run, "save"))
+    run = per_sample.run_of(by_rank.get(0), len(ordered), ranks)
+    save = op_summary(
+        whole.save, total_bytes, idle_ranks(ordered, "save"), per_sample.of_run(run, "save")
+    )
     load = with_parity_figures(
-        op_summary(whole.load, total_bytes, run=_of_run(run, "load")), whole.load
+        op_summary(whole.load, total_bytes, run=per_sample.of_run(run, "load")), whole.load
     )
     delete = op_summary(
-        whole.delete, total_bytes, idle_ranks(ordered, "delete"), _of_run(run, "delete")
+        whole.delete, total_bytes, idle_ranks(ordered, "delete"), per_sample.of_run(run, "delete")
     )
     slowest = -whole.slowest[1] if whole.slowest is not None else None
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
@@ -382,44 +356,14 @@ def summarize_records(
         error_count=len(errors),
         procedure=procedure,
         cache=ordered[0].cache if ordered else None,
-        mlperf=mlperf_metrics(save, load, total_bytes) if procedure is Procedure.MLPERF else None,
+        mlperf=(
+            mlperf_metrics(save, load, total_bytes, per_sample.run_rates(run))
+            if procedure is Procedure.MLPERF
+            else None
+        ),
         left=leftovers(ordered),
         **ram_rule_figures(ordered),
     )
-
-
-def run_samples_of(records: Sequence[RankRecord]) -> RunSamples:
-    """Rank 0's reduction of every rank's full per-sample lists to the run's vectors (the same
-    :func:`collective_seconds` and :func:`span_seconds` every summary computes)."""
-    whole = parts.reduce(sorted(records, key=lambda r: r.rank))
-
-    def vectors(op: OpPart | None) -> Vectors | None:
-        seconds = collective_seconds(op) if op is not None else None
-        if op is None or seconds is None:
-            return None
-        return Vectors(seconds, span_seconds(op))
-
-    found = {name: vectors(getattr(whole, name)) for name in ("save", "load", "delete")}
-    return RunSamples(
-        ranks=len(records),
-        **{name: run_samples.pack(v) for name, v in found.items() if v is not None},
-        **{f"{name}_figures": RunFigures.of(v) for name, v in found.items() if v is not None},
-    )
-
-
-def _run(rank0: RankRecord | None, reported: int, ranks: int) -> RunSamples | None:
-    """Rank 0's run vectors, when they cover every rank of the run and every rank reported (a
-    rank that reported after rank 0 gathered would otherwise be left out of them)."""
-    if rank0 is None or rank0.run is None:
-        return None
-    return rank0.run if rank0.run.ranks == ranks == reported else None
-
-
-def _of_run(run: RunSamples | None, op: Operation) -> RunFigures | Vectors | None:
-    """Rank 0's vectors of ``op`` when its message kept them, else their figures."""
-    if run is None:
-        return None
-    return run.vectors(op) or run.figures(op)
 
 
 def leftovers(records: Sequence[RankRecord]) -> Leftovers | None:

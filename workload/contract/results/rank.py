@@ -69,24 +69,26 @@ class OpStats(BaseModel):
 
 
 Packed = Annotated[str, Field(max_length=run_samples.MAX_PACKED)]
+Rate = Annotated[float, Field(ge=0, le=MAX_BYTES, allow_inf_nan=False)]
 
 
 class RunFigures(BaseModel):
-    """One operation's per-sample figures over every rank: the statistics of the run's vectors
-    (the collective seconds and the spans), computed by rank 0 with :meth:`OpStats.of`, the very
-    function every summary computes them with. Rank 0's message carries these, a fixed size,
-    where the vectors themselves no longer fit (run_samples.py)."""
+    """One operation's per-sample figures over every rank, of the run's vectors by the functions
+    every summary uses; rank 0's message carries these, a fixed size, where the vectors do not."""
 
     model_config = ConfigDict(frozen=True)
 
     seconds: OpStats
     spans: OpStats | None = None
+    # MLPerf's per-sample GiB/s of the spans (else the seconds): mlperf_figures.sample_rates.
+    rates: tuple[Rate, Rate] | None = None
 
     @classmethod
-    def of(cls, vectors: Vectors) -> RunFigures:
+    def of(cls, vectors: Vectors, rates: tuple[float, float] | None) -> RunFigures:
         return cls(
             seconds=OpStats.of(vectors.seconds),
             spans=OpStats.of(vectors.spans) if vectors.spans else None,
+            rates=rates,
         )
 
 

@@ -7,7 +7,9 @@ they are dropped, so an operator reading messages alone would have to fall back 
 statistics. Rank 0 gathers every rank's full result anyway (for ``results/summary.json``), so it
 reduces them to the run's two vectors per operation with the figures' own functions
 (:func:`~ckptbench.workload.contract.results.figures.run_samples_of`), and puts them, packed, in
-its own message; every output then reads the same vectors (figures.summarize_records).
+its own message; every output then reads the same vectors (figures.summarize_records). Where the
+vectors do not fit (past about 100 samples), the message keeps their figures instead
+(:class:`~ckptbench.workload.contract.results.rank.RunFigures`, beside ``RunSamples`` there).
 
 Packing: each value in whole microseconds (the results are rounded to them already, so nothing is
 lost), a span as its skew over the sample's seconds, as zigzag varints, zlib-compressed, base64.
