@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from ckptbench.operator.status.aggregate import operation
 from ckptbench.operator.status.memo import StatusMemo
 from ckptbench.workload.contract.choices import Procedure
@@ -27,6 +29,7 @@ from ckptbench.workload.contract.results.rank import (
 from ckptbench.workload.contract.results.records import record_of
 from ckptbench.workload.contract.results.run_samples import Vectors, pack, unpack
 from ckptbench.workload.contract.results.summaries import RunSummary
+from ckptbench.workload.contract.settings import MAX_CHECKPOINTS_SAMPLES
 from ckptbench.workload.local.report import format_table
 from tests import workers
 
@@ -97,7 +100,6 @@ def test_forged_run_samples_make_the_message_unreadable() -> None:
     import base64
     import zlib
 
-    import pytest
     from pydantic import ValidationError
 
     bomb = base64.b64encode(zlib.compress(b"\x00" * 2_000_000)).decode()
@@ -176,8 +178,9 @@ def _status_of(messages: list[str]) -> RunSummary:
     return StatusMemo().summary([record_of(p) for p in parsed], RANKS, RANKS * SHARD, None)
 
 
-def test_the_status_equals_summary_json_at_400_samples() -> None:
-    full = _many()
+@pytest.mark.parametrize("samples", [200, MANY, MAX_CHECKPOINTS_SAMPLES])
+def test_the_status_equals_summary_json_past_100_samples(samples: int) -> None:
+    full = _many(samples)
     summary_json = figures.summarize(full, RANKS, RANKS * SHARD)
     messages = [r.to_termination_message() for r in full]
     assert all(len(m.encode()) <= TERMINATION_MESSAGE_LIMIT for m in messages)
@@ -185,12 +188,13 @@ def test_the_status_equals_summary_json_at_400_samples() -> None:
     assert all(p.save is not None and p.save.seconds is None for p in parsed)  # lists dropped
     run = parsed[0].run
     assert run is not None and run.save is None and run.load is None  # the vectors do not fit
-    assert run.save_figures is not None and run.load_figures is not None  # their figures do
+    for name in ("save", "load", "delete"):  # each operation's vectors, else their figures
+        assert run.vectors(name) is not None or run.figures(name) is not None, name
 
     status = _status_of(messages)
     for name in ("save", "load", "delete"):
         expected, got = getattr(summary_json, name), getattr(status, name)
-        assert expected.samples == MANY and expected.seconds is not None
+        assert expected.samples == samples and expected.seconds is not None
         assert got.per_sample == expected.per_sample == "run", name
         assert got.model_dump(exclude=set(_LISTS)) == expected.model_dump(exclude=set(_LISTS))
         shown = operation(got, {})  # in status form too
@@ -198,12 +202,15 @@ def test_the_status_equals_summary_json_at_400_samples() -> None:
         assert shown.span_mean_seconds == expected.span_mean_seconds
     assert status.mlperf == summary_json.mlperf
     assert status.mlperf is not None and "load_checkpoint_io_stdev_GB_per_second" in status.mlperf
-    # The run's figures, not the slowest rank's: the per-sample max over ranks, and a p99 no
-    # single rank has.
+    # The run's figures, not the slowest rank's: the per-sample max over ranks.
     load_max = max(max(r.load.seconds or []) for r in full if r.load is not None)
     assert status.load is not None and status.load.max_seconds == load_max
-    rank_p99s = {r.load.stats.p99 for r in full if r.load is not None}
-    assert status.load.p99_seconds not in rank_p99s
+    # The data tells the two apart: without rank 0's figures the load's differ.
+    alone = [full[0].model_copy(update={"run": None}), *full[1:]]
+    fallback = _status_of([r.to_termination_message() for r in alone]).load
+    assert fallback is not None and fallback.per_sample == "slowest rank"
+    assert fallback.mean_seconds != status.load.mean_seconds
+    assert fallback.stdev_seconds != status.load.stdev_seconds
 
 
 def test_rank0s_message_keeps_the_figures_under_the_limit_at_10000_samples() -> None:
@@ -247,3 +254,21 @@ def test_without_rank0s_figures_the_status_says_it_fell_back() -> None:
     # And with rank 0's figures, the table says nothing of it.
     good = _status_of([r.to_termination_message() for r in full])
     assert "per-sample from" not in format_table([("run", good)])
+
+
+def test_an_operations_vectors_stay_beside_the_others_figures() -> None:
+    # Delete's and load's vectors too long for the reduction (run_samples_of leaves them out),
+    # save's fitting: the message keeps save's vectors and the others' figures, not one alone.
+    full = _many(300)
+    assert full[0].run is not None
+    run = full[0].run.model_copy(update={"load": None, "delete": None})
+    full[0] = full[0].model_copy(update={"run": run})
+    messages = [r.to_termination_message() for r in full]
+    kept = RankResult.from_termination_message(messages[0]).run
+    assert kept is not None and kept.save is not None and kept.save_figures is None
+    assert kept.load_figures is not None and kept.delete_figures is not None
+    status, summary_json = _status_of(messages), figures.summarize(full, RANKS, RANKS * SHARD)
+    assert status.save is not None and status.save == summary_json.save  # lists and all
+    for name in ("load", "delete"):
+        expected, got = getattr(summary_json, name), getattr(status, name)
+        assert got.model_dump(exclude=set(_LISTS)) == expected.model_dump(exclude=set(_LISTS))

@@ -122,10 +122,9 @@ class RunSamples(BaseModel):
         return found
 
     def without_figures(self) -> RunSamples:
-        """The vectors alone: every figure is computed from them again, the same."""
-        return self.model_copy(
-            update={"save_figures": None, "load_figures": None, "delete_figures": None}
-        )
+        """The figures of the operations whose vectors are here: computed from them again."""
+        kept = (op for op in ("save", "load", "delete") if getattr(self, op) is not None)
+        return self.model_copy(update={f"{op}_figures": None for op in kept})
 
     def without_vectors(self) -> RunSamples:
         """The figures alone: what rank 0's message keeps when the vectors do not fit."""
