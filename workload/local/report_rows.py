@@ -369,6 +369,7 @@ def rows_for(runs: Sequence[RunSummary]) -> list[Row]:
             at = next(i for i, r in enumerate(op_rows) if r.label.endswith(" slowest rank"))
             op_rows[at + 1 : at + 1] = _rows(name, rate, [_LEFT_OUT_ROW])
         _add_p99(op_rows, name, runs, rate)
+        _add_per_sample(op_rows, name, runs)
         if name == "save":
             op_rows[2:2] = _async_rows(runs)
         if Procedure.REFERENCE in procedures:
@@ -431,7 +432,15 @@ def _delete_rows(runs: Sequence[RunSummary], rate: Unit) -> list[Row]:
     """Deleting the checkpoint, timed as its own operation (absent when checkpoints are kept)."""
     rows = _rows("delete", rate, _DELETE_ROWS)
     _add_p99(rows, "delete", runs, rate)
+    _add_per_sample(rows, "delete", runs)
     return rows
+
+
+def _add_per_sample(rows: list[Row], name: str, runs: Sequence[RunSummary]) -> None:
+    """After samples: where the per-sample figures come from, when not the run's (said)."""
+    if any((op := getattr(s, name)) is not None and op.per_sample != "run" for s in runs):
+        at = next(i for i, r in enumerate(rows) if r.label.endswith(" samples")) + 1
+        rows[at:at] = [Row(f"{name} per-sample from", _op(name, lambda o: o.per_sample), str)]
 
 
 def _add_p99(rows: list[Row], name: str, runs: Sequence[RunSummary], rate: Unit) -> None:

@@ -147,7 +147,9 @@ def _run(config: WorkloadConfig, after_save: AfterSave | None) -> int:
         # The run's per-sample vectors, from every rank's full lists, in rank 0's own message:
         # the operator's status reads them where the ranks' messages dropped their lists.
         result = result.model_copy(
-            update={"run": figures.run_samples_of([record_of(r) for r in results])}
+            update={
+                "run": figures.run_samples_of([record_of(r) for r in results], config.total_bytes)
+            }
         )
         results = [result if r.rank == 0 else r for r in results]
         write_termination_log(config, result, say)

@@ -29,11 +29,22 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from ckptbench.workload.contract.choices import Procedure
-from ckptbench.workload.contract.results import both, mlperf_rules, parts, run_samples, stats
+from ckptbench.workload.contract.results import both, mlperf_rules, parts, per_sample, stats
 from ckptbench.workload.contract.results.intervals import mean_interval, rate_interval
 from ckptbench.workload.contract.results.mlperf_figures import mlperf_metrics
 from ckptbench.workload.contract.results.parts import OpPart, Part, ResourcePart, rank_throughput
-from ckptbench.workload.contract.results.rank import ROUND, Leftovers, OpStats, RankResult
+from ckptbench.workload.contract.results.per_sample import (
+    collective_seconds,
+    run_samples_of,
+    span_seconds,
+)
+from ckptbench.workload.contract.results.rank import (
+    ROUND,
+    Leftovers,
+    OpStats,
+    RankResult,
+    RunFigures,
+)
 from ckptbench.workload.contract.results.records import (
     Operation,
     RankOp,
@@ -43,7 +54,7 @@ from ckptbench.workload.contract.results.records import (
     rank_ops,
     record_of,
 )
-from ckptbench.workload.contract.results.run_samples import RunSamples, Vectors
+from ckptbench.workload.contract.results.run_samples import Vectors
 from ckptbench.workload.contract.results.summaries import (
     RANKS_LISTED,
     OpSummary,
@@ -58,49 +69,44 @@ from ckptbench.workload.contract.results.summaries import (
 _MISSING_LISTED = 20
 _ERRORS_LISTED = 10
 
-# Per rank, defined with the records and their parts.
-__all__ = ["Operation", "RankOp", "moved_bytes", "rank_ops", "rank_throughput"]
+# Per rank, defined with the records and their parts; per sample, with where they come from.
+__all__ = [
+    "Operation",
+    "RankOp",
+    "collective_seconds",
+    "moved_bytes",
+    "rank_ops",
+    "rank_throughput",
+    "run_samples_of",
+    "span_seconds",
+]
 
 
 # -- per sample ----------------------------------------------------------------------------------
 
 
-def collective_seconds(op: OpPart) -> list[float] | None:
-    """Each sample's collective duration: the max over ranks (a collective lasts as long as its
-    slowest rank). None when some rank's message was too long to carry its samples."""
-    return op.seconds
-
-
-def span_seconds(op: OpPart) -> list[float] | None:
-    """Each sample's span: the latest rank end minus the earliest rank start (wall clock)."""
-    if op.starts is None or op.ends is None:
-        return None
-    n = min(len(op.ends), len(op.starts))
-    if n == 0:
-        return None
-    return [round(op.ends[i] - op.starts[i], ROUND) for i in range(n)]
+# collective_seconds and span_seconds, with where an operation's per-sample figures come from:
+# in :mod:`.per_sample`.
 
 
 # -- per operation -------------------------------------------------------------------------------
 
 
 def op_summary(
-    op: OpPart | None, total_bytes: int, idle: int = 0, run: Vectors | None = None
+    op: OpPart | None, total_bytes: int, idle: int = 0, run: RunFigures | Vectors | None = None
 ) -> OpSummary | None:
     """One operation's figures from the reduction of the ranks that timed it (:mod:`.parts`);
-    ``idle`` ranks took no part (they are counted among the ranks left out). ``run``: the same
-    per-sample vectors, reduced by rank 0 from every rank's full lists (:func:`run_samples_of`),
-    which stand in for the ranks' own when their messages could not carry them."""
+    ``idle`` ranks took no part (they are counted among the ranks left out). ``run``: rank 0's
+    reduction of every rank's full lists (:func:`run_samples_of`) of this operation, which
+    stands in for the ranks' own lists when their messages could not carry them."""
     if op is None:
         return None
-    per_sample = run.seconds if run is not None else collective_seconds(op)
-    # Some rank's message was too long for its samples, and rank 0 sent none for the run: the
-    # worst rank's statistics stand in.
-    collective = OpStats.of(per_sample) if per_sample is not None else op.worst.stats()
-    spans = run.spans if run is not None else span_seconds(op)
-    span_mean = round(stats.mean(spans), ROUND) if spans else None
+    found = per_sample.figures(op, run)
+    collective, span_stats = found.seconds, found.spans
+    samples, spans = found.listed
+    span_mean = span_stats.mean if span_stats is not None else None
     mean_ci = mean_interval(collective)
-    span_ci = mean_interval(OpStats.of(spans)) if spans else None
+    span_ci = mean_interval(span_stats)
     slowest_seconds, slowest_rank = op.slowest
     return OpSummary(
         samples=collective.n,
@@ -136,8 +142,9 @@ def op_summary(
         span_throughput_bytes_per_second_ci=rate_interval(total_bytes, span_ci),
         gc_mean_seconds=op.gc,
         finish_mean_seconds=op.finish,
-        seconds=per_sample,
+        seconds=samples,
         span_seconds=spans,
+        per_sample=found.source,
     )
 
 
@@ -316,13 +323,15 @@ def summarize_records(
         verified = None
     procedure = ordered[0].procedure if ordered else Procedure.CKPTBENCH
     whole = parts.reduce(ordered, part)
-    run = _run(by_rank.get(0), len(ordered), ranks)
-    save = op_summary(whole.save, total_bytes, idle_ranks(ordered, "save"), _vectors(run, "save"))
+    run = per_sample.run_of(by_rank.get(0), len(ordered), ranks)
+    save = op_summary(
+        whole.save, total_bytes, idle_ranks(ordered, "save"), per_sample.of_run(run, "save")
+    )
     load = with_parity_figures(
-        op_summary(whole.load, total_bytes, run=_vectors(run, "load")), whole.load
+        op_summary(whole.load, total_bytes, run=per_sample.of_run(run, "load")), whole.load
     )
     delete = op_summary(
-        whole.delete, total_bytes, idle_ranks(ordered, "delete"), _vectors(run, "delete")
+        whole.delete, total_bytes, idle_ranks(ordered, "delete"), per_sample.of_run(run, "delete")
     )
     slowest = -whole.slowest[1] if whole.slowest is not None else None
     loaded = [r.load_bytes for r in ordered if r.load_bytes is not None]
@@ -347,41 +356,14 @@ def summarize_records(
         error_count=len(errors),
         procedure=procedure,
         cache=ordered[0].cache if ordered else None,
-        mlperf=mlperf_metrics(save, load, total_bytes) if procedure is Procedure.MLPERF else None,
+        mlperf=(
+            mlperf_metrics(save, load, total_bytes, per_sample.run_rates(run))
+            if procedure is Procedure.MLPERF
+            else None
+        ),
         left=leftovers(ordered),
         **ram_rule_figures(ordered),
     )
-
-
-def run_samples_of(records: Sequence[RankRecord]) -> RunSamples:
-    """Rank 0's reduction of every rank's full per-sample lists to the run's vectors (the same
-    :func:`collective_seconds` and :func:`span_seconds` every summary computes)."""
-    whole = parts.reduce(sorted(records, key=lambda r: r.rank))
-
-    def packed(op: OpPart | None) -> str | None:
-        seconds = collective_seconds(op) if op is not None else None
-        if op is None or seconds is None:
-            return None
-        return run_samples.pack(run_samples.Vectors(seconds, span_seconds(op)))
-
-    return RunSamples(
-        ranks=len(records),
-        save=packed(whole.save),
-        load=packed(whole.load),
-        delete=packed(whole.delete),
-    )
-
-
-def _run(rank0: RankRecord | None, reported: int, ranks: int) -> RunSamples | None:
-    """Rank 0's run vectors, when they cover every rank of the run and every rank reported (a
-    rank that reported after rank 0 gathered would otherwise be left out of them)."""
-    if rank0 is None or rank0.run is None:
-        return None
-    return rank0.run if rank0.run.ranks == ranks == reported else None
-
-
-def _vectors(run: RunSamples | None, op: Operation) -> Vectors | None:
-    return run.vectors(op) if run is not None else None
 
 
 def leftovers(records: Sequence[RankRecord]) -> Leftovers | None:

@@ -6,7 +6,7 @@ Every rate and size is in GiB (2^30 bytes), which MLPerf labels "GB".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from ckptbench.workload.contract.checkpoint.sizes import GIB
@@ -38,8 +38,18 @@ def mlperf_keys() -> list[str]:
     return keys
 
 
+def sample_rates(samples: Sequence[float], total_bytes: int) -> tuple[float, float]:
+    """MLPerf's per-sample rates, total bytes / 2^30 / each sample's seconds, summarised as DLIO
+    does: their mean and population stdev (numpy's ``std``)."""
+    per_sample = [stats.throughput(total_bytes, x) / GIB for x in samples]
+    return round(stats.mean(per_sample), ROUND), round(stats.pstdev(per_sample), ROUND)
+
+
 def mlperf_metrics(
-    save: OpSummary | None, load: OpSummary | None, total_bytes: int
+    save: OpSummary | None,
+    load: OpSummary | None,
+    total_bytes: int,
+    run_rates: Mapping[str, tuple[float, float] | None] | None = None,
 ) -> dict[str, float]:
     """MLPerf Storage's figures under its names (DLIO's summary keys and the report's columns).
 
@@ -47,7 +57,8 @@ def mlperf_metrics(
     that sample's span, summarised as DLIO does (mean and population stdev, numpy's ``std``).
     MLPerf labels GiB as "GB": every rate and size here is in GiB (2^30 bytes). When some rank's
     message was too long to carry its sample times, the collective duration stands in for the
-    span.
+    span. ``run_rates``: per operation, :func:`sample_rates` as rank 0 computed them of the run's
+    samples, for when the summary's lists are absent (rank 0's message kept only its figures).
     """
     out: dict[str, float] = {"checkpoint_size_GB": round(total_bytes / GIB, ROUND)}
     ops: dict[MlperfOperation, OpSummary | None] = {"save": save, "load": load}
@@ -61,13 +72,11 @@ def mlperf_metrics(
         else:
             duration, rate = op.mean_seconds, op.throughput_bytes_per_second
             samples = op.seconds or []
-        per_sample = [stats.throughput(total_bytes, x) / GIB for x in samples]
+        rates = sample_rates(samples, total_bytes) if samples else (run_rates or {}).get(name)
         out[f"{name}_checkpoint_duration_mean_seconds"] = round(duration, ROUND)
-        if per_sample:
-            out[f"{name}_checkpoint_io_mean_GB_per_second"] = round(stats.mean(per_sample), ROUND)
-            out[f"{name}_checkpoint_io_stdev_GB_per_second"] = round(
-                stats.pstdev(per_sample), ROUND
-            )
+        if rates is not None:
+            out[f"{name}_checkpoint_io_mean_GB_per_second"] = rates[0]
+            out[f"{name}_checkpoint_io_stdev_GB_per_second"] = rates[1]
         out[f"checkpoint_{column}_bw_gibps"] = round(rate / GIB, ROUND)
         out[f"checkpoint_{column}_duration_secs"] = round(duration, ROUND)
         out[f"checkpoint_{column}_min_rank_gibps"] = round(

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ckptbench.workload.contract.choices import CacheMode, Procedure
-from ckptbench.workload.contract.results import stats
-from ckptbench.workload.contract.results.run_samples import RunSamples
+from ckptbench.workload.contract.results import run_samples, stats
+from ckptbench.workload.contract.results.run_samples import Vectors
 
 SCHEMA_VERSION = 2
 TERMINATION_MESSAGE_LIMIT = 4096
@@ -66,6 +66,69 @@ class OpStats(BaseModel):
             min=round(min(samples), ROUND),
             p99=_rounded_or_none(stats.tail_percentile(samples)),
         )
+
+
+Packed = Annotated[str, Field(max_length=run_samples.MAX_PACKED)]
+Rate = Annotated[float, Field(ge=0, le=MAX_BYTES, allow_inf_nan=False)]
+
+
+class RunFigures(BaseModel):
+    """One operation's per-sample figures over every rank, of the run's vectors by the functions
+    every summary uses; rank 0's message carries these, a fixed size, where the vectors do not."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seconds: OpStats
+    spans: OpStats | None = None
+    # MLPerf's per-sample GiB/s of the spans (else the seconds): mlperf_figures.sample_rates.
+    rates: tuple[Rate, Rate] | None = None
+
+    @classmethod
+    def of(cls, vectors: Vectors, rates: tuple[float, float] | None) -> RunFigures:
+        return cls(
+            seconds=OpStats.of(vectors.seconds),
+            spans=OpStats.of(vectors.spans) if vectors.spans else None,
+            rates=rates,
+        )
+
+
+class RunSamples(BaseModel):
+    """Rank 0's reduction of every rank's per-sample lists, per operation: the run's vectors,
+    packed, while they fit in its message, and always their figures (:class:`RunFigures`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ranks: int = Field(ge=0, le=10**9, description="Ranks whose full results were reduced.")
+    save: Packed | None = None
+    load: Packed | None = None
+    delete: Packed | None = None
+    save_figures: RunFigures | None = None
+    load_figures: RunFigures | None = None
+    delete_figures: RunFigures | None = None
+
+    @model_validator(mode="after")
+    def _unpackable(self) -> RunSamples:
+        # A forged message is refused when read (the rank's result unreadable), not mid-figure.
+        for op in ("save", "load", "delete"):
+            self.vectors(op)
+        return self
+
+    def vectors(self, op: str) -> Vectors | None:
+        packed: str | None = getattr(self, op)
+        return run_samples.unpack(packed) if packed is not None else None
+
+    def figures(self, op: str) -> RunFigures | None:
+        found: RunFigures | None = getattr(self, f"{op}_figures")
+        return found
+
+    def without_figures(self) -> RunSamples:
+        """The figures of the operations whose vectors are here: computed from them again."""
+        kept = (op for op in ("save", "load", "delete") if getattr(self, op) is not None)
+        return self.model_copy(update={f"{op}_figures": None for op in kept})
+
+    def without_vectors(self) -> RunSamples:
+        """The figures alone: what rank 0's message keeps when the vectors do not fit."""
+        return self.model_copy(update={"save": None, "load": None, "delete": None})
 
 
 class OpTiming(BaseModel):
@@ -353,7 +416,14 @@ class RankResult(BaseModel):
             slim = slim.model_copy(update={"error": slim.error[:keep] + "…"})
             text = slim._compact()
         if len(text.encode()) > limit and slim.run is not None:
-            # Past what the message can hold (docs/measurement.md): the status then falls back.
+            # The vectors alone, while they fit: the figures are computed from them again.
+            text = slim.model_copy(update={"run": slim.run.without_figures()})._compact()
+            if len(text.encode()) > limit:
+                # They do not (docs/measurement.md): their figures, a fixed size, do.
+                slim = slim.model_copy(update={"run": slim.run.without_vectors()})
+                text = slim._compact()
+        if len(text.encode()) > limit and slim.run is not None:
+            # Not even those (a long error kept): the status then says it fell back.
             text = slim.model_copy(update={"run": None})._compact()
         return text
 

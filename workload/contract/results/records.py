@@ -25,9 +25,9 @@ from ckptbench.workload.contract.results.rank import (
     OpTiming,
     RankResources,
     RankResult,
+    RunSamples,
     TrainTiming,
 )
-from ckptbench.workload.contract.results.run_samples import RunSamples
 
 Operation = Literal["save", "load", "delete"]
 

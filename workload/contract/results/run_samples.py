@@ -7,7 +7,9 @@ they are dropped, so an operator reading messages alone would have to fall back 
 statistics. Rank 0 gathers every rank's full result anyway (for ``results/summary.json``), so it
 reduces them to the run's two vectors per operation with the figures' own functions
 (:func:`~ckptbench.workload.contract.results.figures.run_samples_of`), and puts them, packed, in
-its own message; every output then reads the same vectors (figures.summarize_records).
+its own message; every output then reads the same vectors (figures.summarize_records). Where the
+vectors do not fit (past about 100 samples), the message keeps their figures instead
+(:class:`~ckptbench.workload.contract.results.rank.RunFigures`, beside ``RunSamples`` there).
 
 Packing: each value in whole microseconds (the results are rounded to them already, so nothing is
 lost), a span as its skew over the sample's seconds, as zigzag varints, zlib-compressed, base64.
@@ -20,9 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import zlib
-from typing import Annotated, NamedTuple
-
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from typing import NamedTuple
 
 MICRO = 1_000_000
 MAX_PACKED = 4096
@@ -36,31 +36,6 @@ class Vectors(NamedTuple):
 
     seconds: list[float]
     spans: list[float] | None
-
-
-Packed = Annotated[str, Field(max_length=MAX_PACKED)]
-
-
-class RunSamples(BaseModel):
-    """Rank 0's reduction of every rank's per-sample lists, per operation, packed."""
-
-    model_config = ConfigDict(frozen=True)
-
-    ranks: int = Field(ge=0, le=10**9, description="Ranks whose full results were reduced.")
-    save: Packed | None = None
-    load: Packed | None = None
-    delete: Packed | None = None
-
-    @model_validator(mode="after")
-    def _unpackable(self) -> RunSamples:
-        # A forged message is refused when read (the rank's result unreadable), not mid-figure.
-        for op in ("save", "load", "delete"):
-            self.vectors(op)
-        return self
-
-    def vectors(self, op: str) -> Vectors | None:
-        packed: str | None = getattr(self, op)
-        return unpack(packed) if packed is not None else None
 
 
 def pack(vectors: Vectors) -> str:

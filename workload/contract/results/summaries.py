@@ -8,7 +8,7 @@ the ranks that failed. The local runner prints it and the operator derives the s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,6 +44,10 @@ class RankSpread(BaseModel):
     rank_seconds: list[float] | None = Field(
         None, description=f"Each rank's mean, by rank (up to {RANKS_LISTED} ranks)."
     )
+
+
+# Where an operation's per-sample figures come from (OpSummary.per_sample).
+PerSampleSource = Literal["run", "slowest rank"]
 
 
 class OpSummary(BaseModel):
@@ -172,6 +176,13 @@ class OpSummary(BaseModel):
     )
     span_seconds: list[float] | None = Field(
         None, description="Per-sample spans, when every rank reported its start and end times."
+    )
+    per_sample: PerSampleSource = Field(
+        "run",
+        description="Where the per-sample figures (mean, stdev, percentiles, max, min, spans) "
+        "come from: 'run', every rank's samples; 'slowest rank', that rank's own statistics, "
+        "when neither the ranks' messages nor rank 0's carried the run's (rank 0 failed, or "
+        "did not gather every rank).",
     )
 
 
