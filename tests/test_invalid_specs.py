@@ -235,6 +235,18 @@ CASES = [
         "saveMode",
         "cel",
     ),
+    Case(
+        "dataflux-process-save",
+        _with(backend="dataflux", saveMode="process", asyncSave=True),
+        "saveMode",
+        "cel",
+    ),
+    Case(
+        "dataflux-replicated",
+        _with(backend="dataflux", strategy="replicated"),
+        "strategy",
+        "cel",
+    ),
     Case("model-unknown-preset", _with(model="bert"), "model", "schema"),
     # A config.json path is for local runs: the operator has no file to size the ranks from.
     Case("model-config-path", _with(model="/configs/mixtral.json"), "model", "cel"),

@@ -28,9 +28,9 @@ def _trace(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     real_reader = timing.timed_reader
     real_template = state.empty_template
 
-    def reader(inner: StorageReader) -> timing.TimedReader:
+    def reader(inner: StorageReader, where: str = "") -> timing.TimedReader:
         events.append("load " + Path(str(inner.path)).name)  # type: ignore[attr-defined]
-        return real_reader(inner)
+        return real_reader(inner, where)
 
     def template(config: WorkloadConfig) -> dict[str, torch.Tensor]:
         events.append("template")
