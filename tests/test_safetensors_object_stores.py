@@ -34,6 +34,7 @@ from ckptbench.workload.contract.storage_settings import ServiceSettings
 from ckptbench.workload.local.emulator import GcsEmulator
 from ckptbench.workload.rank import loop
 from ckptbench.workload.storage.hf import object_store
+from ckptbench.workload.storage.retry import IntegrityError
 from ckptbench.workload.storage.session import gcsfs_options, s3fs_options
 from ckptbench.workload.storage.torch_seam import FsspecWriter, use_filesystem
 from ckptbench.workload.storage.traffic import TRAFFIC
@@ -181,3 +182,43 @@ def test_a_byte_flipped_in_a_stored_shard_fails_verification_by_name(
     assert result.verified is False
     assert result.error is not None
     assert result.error.startswith("VerificationError: dummy_tensor_2 on rank 0: "), result.error
+
+
+def _damaged(on_emulator: str, damage: Any) -> tuple[Any, str]:
+    """A saved shard on the emulator, damaged by ``damage``: its file system and object name."""
+    path = f"{on_emulator}/ckpt"
+    options = gcsfs_options(ServiceSettings())
+    dcp_save(_state(), storage_writer=object_store.writer(path, options, False))
+    fs = fsspec.filesystem("gs", **options)
+    name = _only_object(fs, path)
+    fs.pipe_file(name, damage(fs.cat_file(name)))
+    return fs, name
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        (lambda blob: b"\xff" * 8 + blob[8:], "a header length of"),
+        (lambda blob: blob[:8] + b"[" + blob[9:], "its safetensors header does not parse"),
+    ],
+    ids=["header-length", "header-json"],
+)
+def test_a_damaged_header_is_named_by_the_ranged_reader(
+    on_emulator: str, damage: Any, named: str
+) -> None:
+    fs, name = _damaged(on_emulator, damage)
+    reader = object_store.RangedSafetensorsReader(f"{on_emulator}/ckpt", fs)
+    with pytest.raises(IntegrityError, match=named) as failed:
+        reader.read_metadata()
+    assert str(failed.value).startswith(name), failed.value
+
+
+def test_a_truncated_shard_is_named_by_the_ranged_reader(on_emulator: str) -> None:
+    fs, name = _damaged(on_emulator, lambda blob: blob[:-4])
+    loaded = {k: torch.zeros_like(v) for k, v in _state().items()}
+    reader = object_store.RangedSafetensorsReader(f"{on_emulator}/ckpt", fs)
+    with pytest.raises(CheckpointException) as failed:
+        dcp_load(loaded, storage_reader=reader)
+    ((cause, _),) = failed.value.failures.values()
+    assert isinstance(cause, IntegrityError), cause
+    assert str(cause).startswith(name) and "truncated" in str(cause), cause
