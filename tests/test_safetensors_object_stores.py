@@ -131,11 +131,11 @@ def test_a_shard_on_an_object_store_holds_the_bytes_written_on_file(
     assert remote[_data_start(remote) :] == here[_data_start(here) :]
 
 
-def _data_start(blob: bytes) -> int:
+def _data_start(blob: bytes | bytearray) -> int:
     return 8 + int(struct.unpack("<Q", blob[:8])[0])
 
 
-def _header(blob: bytes) -> Any:
+def _header(blob: bytes | bytearray) -> Any:
     return json.loads(blob[8 : _data_start(blob)])
 
 
