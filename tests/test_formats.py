@@ -1,9 +1,9 @@
-"""Formats and compression, run for real: ``format`` safetensors (DCP's Hugging Face writer and
-reader, the coordinator's consolidation timed apart as the save's finish) and torch-save (one
-object from rank 0), ``compression`` zstd (DCP's ZStandard extension), each on every backend the
-libraries allow (file; gcs and gcsfs on the real fake-gcs-server; s3 and s3fs on moto's server),
-and what the files on disk hold, so a format that fell back to dcp, or a compression never
-applied, fails here."""
+"""Formats and compression, run for real: ``format`` safetensors (DCP's Hugging Face writer; on
+file DCP's reader and the coordinator's consolidation timed apart as the save's finish, on gcsfs
+and s3fs each rank's file read back by ranged reads) and torch-save (one object from rank 0),
+``compression`` zstd (DCP's ZStandard extension), each on every backend the libraries allow (file;
+gcs and gcsfs on the real fake-gcs-server; s3 and s3fs on moto's server), and what the files on
+disk hold, so a format that fell back to dcp, or a compression never applied, fails here."""
 
 from __future__ import annotations
 
@@ -115,7 +115,26 @@ def test_a_format_the_backend_cannot_take_is_refused_by_name_before_any_rank(
         cwd=ROOT, capture_output=True, text=True, timeout=60, env=ENV,
     )  # fmt: skip
     assert proc.returncode != 0
-    assert "--format: safetensors needs --backend file" in proc.stderr, proc.stderr
+    assert "--format: safetensors needs --backend file, gcsfs or s3fs" in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "where", [["--emulator", "--backend", "gcsfs"], ["--backend", "s3fs"]], ids=["gcs", "s3"]
+)
+def test_safetensors_on_object_stores_is_each_ranks_file_read_by_ranges(
+    tmp_path: Path, where: list[str]
+) -> None:
+    (run,) = _run(tmp_path, *where, "--format", "safetensors")
+    assert run["extra"]["settings"]["format"] == "safetensors"
+    total = sizes.total_bytes(LAYER, PADDING)
+    facts = run["extra"]["checkpoint"]
+    # Each rank's safetensors file as DCP's writer made it, no .metadata, no consolidated file.
+    assert facts["objects"] == 2 and facts["metadata_bytes"] == 0, facts
+    headers = facts["stored_bytes"] - total
+    assert 0 < headers < 2048, facts
+    # A rank fetched its own tensors' bytes and, as the coordinator, both headers: no more.
+    assert run["resources"]["max_received_bytes"] == total // 2 + headers, run["resources"]
 
 
 @pytest.mark.timeout(300)

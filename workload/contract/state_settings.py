@@ -24,6 +24,8 @@ MAX_WORLD_SIZE = 10_000  # rank hostnames stay DNS labels (see operator/spec/nam
 REFERENCE_LAYER_SIZE = 100_000  # the reference's published table
 REFERENCE_PADDING_SIZE = 196
 # A model by name (a Llama 3 preset, a shipped Hugging Face config) or a config.json's path.
+# Where format safetensors can go: a local or fsspec file system (storage/hf/object_store.py).
+SAFETENSORS_BACKENDS = (Backend.FILE, Backend.GCSFS, Backend.S3FS)
 MODEL_PATTERN = "^(" + "|".join(models.model_names()) + r"|.+\.json)$"
 
 
@@ -131,9 +133,11 @@ class StateSettings(StorageSettings):
         strict=False,
         validate_default=True,
         description="What a checkpoint is written as: dcp (DCP's own, the default), safetensors "
-        "(DCP's Hugging Face writer and reader: each rank's safetensors file, then the "
-        "coordinator consolidates them into one file, timed apart as the save's finish; backend "
-        "file only) or torch-save (the whole state gathered to rank 0 and saved as one "
+        "(DCP's Hugging Face writer: each rank's safetensors file; on file the coordinator "
+        "consolidates them into one file, timed apart as the save's finish, read by DCP's "
+        "reader; on gcsfs and s3fs they stay as written, and ckptbench's reader fetches each "
+        "header and each tensor's bytes by ranged reads; backends file, gcsfs, s3fs) "
+        "or torch-save (the whole state gathered to rank 0 and saved as one "
         "torch.save object, as PyTorch Lightning's single-file checkpoint; the same save as "
         "strategy full, which always writes it). torch-save needs the reference layout. "
         "Default dcp (torch-save with strategy full).",
@@ -268,13 +272,14 @@ STATE_RULES: tuple[Rule[StateSettings], ...] = (
     Rule(
         "format",
         "!has(self.format) || self.format != 'safetensors' || "
-        "((!has(self.strategy) || self.strategy != 'full') && self.backend == 'file')",
-        "safetensors needs {backend} file and a {strategy} other than full: DCP's Hugging Face "
-        "reader (safetensors' safe_open) and its consolidation open local files, and full "
-        "writes torch-save",
+        "((!has(self.strategy) || self.strategy != 'full') && "
+        f"self.backend in [{', '.join(repr(b.value) for b in SAFETENSORS_BACKENDS)}])",
+        "safetensors needs {backend} file, gcsfs or s3fs and a {strategy} other than full: "
+        "DCP's Hugging Face writer, and ckptbench's ranged reader in place of DCP's local one, "
+        "move safetensors only through a local or fsspec file system, and full writes torch-save",
         lambda s: (
             s.format is not Format.SAFETENSORS
-            or (s.backend is Backend.FILE and s.strategy is not Strategy.FULL)
+            or (s.backend in SAFETENSORS_BACKENDS and s.strategy is not Strategy.FULL)
         ),
     ),
     Rule(

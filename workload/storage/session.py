@@ -145,12 +145,9 @@ class StorageSession:
             s3_writer: StorageWriter = count_traffic(self._s3.writer(checkpoint_id, extensions))
             return s3_writer
         if config.backend in (Backend.GCSFS, Backend.S3FS):
-            from ckptbench.workload.storage.torch_seam import FsspecWriter
+            from ckptbench.workload.storage import gcsfs_backend
 
-            fsspec_writer: StorageWriter = FsspecWriter(
-                checkpoint_id, sync_files=config.sync_files, **self._gcsfs_options, **extensions
-            )
-            return count_traffic(fsspec_writer)
+            return gcsfs_backend.writer(config, checkpoint_id, self._gcsfs_options, extensions)
         from ckptbench.workload.storage.gcs.backend import GcsStorageWriter
 
         return GcsStorageWriter(checkpoint_id, extensions, filesystem=self._gcs)
@@ -169,10 +166,9 @@ class StorageSession:
             s3_reader: StorageReader = count_traffic(self._s3.reader(checkpoint_id))
             return s3_reader
         if config.backend in (Backend.GCSFS, Backend.S3FS):
-            from ckptbench.workload.storage.gcsfs_backend import NamingFsspecReader
+            from ckptbench.workload.storage import gcsfs_backend
 
-            fsspec_reader: StorageReader = NamingFsspecReader(checkpoint_id, **self._gcsfs_options)
-            return count_traffic(fsspec_reader)
+            return gcsfs_backend.reader(config, checkpoint_id, self._gcsfs, self._gcsfs_options)
         from ckptbench.workload.storage.gcs.backend import GcsStorageReader
 
         return GcsStorageReader(checkpoint_id, filesystem=self._gcs)

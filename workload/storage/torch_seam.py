@@ -51,7 +51,28 @@ if _mismatch is not None:
 try:
     from torch.distributed._shard._utils import narrow_tensor_by_index
     from torch.distributed.checkpoint._extension import ZStandard
+    from torch.distributed.checkpoint._fsspec_filesystem import (
+        FileSystem as FsspecFileSystem,
+    )
     from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader, FsspecWriter
+
+    # DCP's Hugging Face reader records where each tensor lies in these, and the writer keeps
+    # each chunk's offsets in the file's header under these keys (storage/hf/object_store.py).
+    from torch.distributed.checkpoint._hf_utils import (
+        CUSTOM_METADATA_KEY as HF_SHARDING_KEY,
+    )
+    from torch.distributed.checkpoint._hf_utils import (
+        DTYPE_MAP as HF_DTYPES,
+    )
+    from torch.distributed.checkpoint._hf_utils import (
+        SAVED_OFFSETS_KEY as HF_OFFSETS_KEY,
+    )
+    from torch.distributed.checkpoint._hf_utils import (
+        SUFFIX as HF_SUFFIX,
+    )
+    from torch.distributed.checkpoint._hf_utils import (
+        _HFStorageInfo as HFStorageInfo,
+    )
     from torch.distributed.checkpoint.filesystem import (
         _item_size as item_size,
     )
@@ -68,8 +89,14 @@ except ImportError as _exc:  # pragma: no cover - only on a torch without these 
     ) from _exc
 
 __all__ = [
+    "HF_DTYPES",
+    "HF_OFFSETS_KEY",
+    "HF_SHARDING_KEY",
+    "HF_SUFFIX",
+    "FsspecFileSystem",
     "FsspecReader",
     "FsspecWriter",
+    "HFStorageInfo",
     "StorageInfo",
     "StorageReaderTransforms",
     "TensorRecord",

@@ -159,7 +159,7 @@ class OpSummary(BaseModel):
     finish_mean_seconds: float | None = Field(
         None,
         description="Save: largest per-rank mean seconds of the storage writer's finish, part "
-        "of the I/O: the coordinator's .metadata write, or with format safetensors its "
+        "of the I/O: the coordinator's .metadata write, or with format safetensors on file its "
         "consolidation of every rank's file into one (absent when it took no time).",
     )
     read_amplification: float | None = Field(
