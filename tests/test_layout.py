@@ -7,6 +7,7 @@ second flat folder, and keep other libraries' private names where a version chan
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,18 @@ def test_private_names_of_a_library_live_only_in_its_seam(library: str) -> None:
         if PRIVATE[library].search(line)
     ]
     assert not outside, "\n".join(outside)
+
+
+def test_every_package_folder_is_installed() -> None:
+    """pyproject lists the packages by name (the symlinked layout defeats discovery), so a new
+    folder left out of the list is missing from the wheel and the images: a rank there fails at
+    import (it happened with rank/both/, runtime/data/ and storage/hf/)."""
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(("ckptbench", top, *init.parent.relative_to(ROOT / top).parts))
+        for top in ("workload", "operator")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert sorted(found - listed) == []
