@@ -1,11 +1,10 @@
 """What one rank reports, shared by the workload and the operator: its results, bounded.
 
 A rank reports a :class:`RankResult`. Its compact JSON form is the container's termination
-message (Kubernetes keeps at most 4 KiB of it), so it always carries summary statistics and keeps
-the per-sample lists only while they fit.
-:func:`~ckptbench.workload.contract.results.figures.summarize` turns the ranks' results into one
-:class:`~ckptbench.workload.contract.results.summaries.RunSummary`, computing every figure once; the
-local runner prints it and the operator derives the status from it.
+message (Kubernetes keeps at most 4 KiB of it): summary statistics always, per-sample lists while
+they fit. :func:`~ckptbench.workload.contract.results.figures.summarize` computes every figure of
+the run once (:class:`~ckptbench.workload.contract.results.summaries.RunSummary`), for the local
+runner's outputs and the operator's status alike.
 """
 
 from __future__ import annotations
@@ -402,6 +401,10 @@ class RankResult(BaseModel):
         text = self._compact()
         if len(text.encode()) <= limit:
             return text
+        if self.run is not None:  # lossless first: figures are computed again from vectors
+            text = self.model_copy(update={"run": self.run.without_figures()})._compact()
+            if len(text.encode()) <= limit:
+                return text
         slim = self.model_copy(
             update={
                 "save": self.save.without_samples() if self.save else None,
@@ -415,8 +418,7 @@ class RankResult(BaseModel):
             keep = max(0, len(slim.error) - overflow - 16)
             slim = slim.model_copy(update={"error": slim.error[:keep] + "…"})
             text = slim._compact()
-        if len(text.encode()) > limit and slim.run is not None:
-            # The vectors alone, while they fit: the figures are computed from them again.
+        if len(text.encode()) > limit and slim.run is not None:  # the vectors alone, if they fit
             text = slim.model_copy(update={"run": slim.run.without_figures()})._compact()
             if len(text.encode()) > limit:
                 # They do not (docs/measurement.md): their figures, a fixed size, do.
