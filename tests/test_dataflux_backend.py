@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from google.resumable_media.common import InvalidResponse
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
@@ -27,6 +28,7 @@ from ckptbench.workload.storage.dataflux import dataflux_seam
 from ckptbench.workload.storage.dataflux.backend import files_per_rank
 from ckptbench.workload.storage.session import open_session
 from tests.fault_proxy import FaultProxy, Rule
+from tests.test_dcp_files import Broken, FaultyFiles, in_worker_thread
 from tests.test_formats import ENV, LAYER, PADDING, ROOT, SMALL, _run
 from tests.workers import small_config
 
@@ -81,6 +83,21 @@ def test_a_sharded_save_round_trips_through_the_shim(
     loaded = _round_trip(_one_rank(gcs_bucket, threads=2), f"gs://{gcs_bucket}/ckpt/a")
     assert all(torch.equal(loaded[k], v) for k, v in _state().items())
     assert shim.uploads_open == 0  # every upload was completed
+
+
+def test_a_file_failing_in_a_writer_thread_fails_the_save(
+    shim: XmlMultipartShim, gcs_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DCP alone loses it: the save returns and the load fails naming a tensor.
+    monkeypatch.setenv(EMULATOR_ENV, shim.url)
+    session = open_session(_one_rank(gcs_bucket, threads=2))
+    try:
+        writer = session.writer(f"gs://{gcs_bucket}/ckpt/lost")
+        writer.fs = FaultyFiles(writer.fs, in_worker_thread(Broken("denied")))  # type: ignore[attr-defined]
+        with pytest.raises(CheckpointException, match="denied"):
+            dcp_save(_state(), storage_writer=writer)
+    finally:
+        session.close()
 
 
 def test_the_files_a_rank_writes_are_never_more_than_its_tensors() -> None:

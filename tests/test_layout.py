@@ -31,7 +31,8 @@ SEAMS = {
 # names a seam re-exports (narrow_tensor_by_index) may be used anywhere.
 PRIVATE = {
     "torch": re.compile(
-        r"torch(\.\w+)*\._\w+|\b_StorageInfo\b|\b_StorageReaderTransforms\b|\b_item_size\b"
+        r"torch(\.\w+)*\._\w+|\b_StorageInfo\b|\b_StorageReaderTransforms\b|\b_item_size\b|"
+        r"\b_write_data\b"
     ),
     "google-cloud-storage": re.compile(r"\._http\b|\._connection\b|_connection\.\w+"),
     "s3torchconnector": re.compile(r"s3torchconnector(\.\w+)*\._\w+"),

@@ -89,22 +89,11 @@ except ImportError as _exc:  # pragma: no cover - only on a torch without these 
     ) from _exc
 
 __all__ = [
-    "HF_DTYPES",
-    "HF_OFFSETS_KEY",
-    "HF_SHARDING_KEY",
-    "HF_SUFFIX",
-    "FsspecFileSystem",
-    "FsspecReader",
-    "FsspecWriter",
-    "HFStorageInfo",
-    "StorageInfo",
-    "StorageReaderTransforms",
-    "TensorRecord",
-    "extension_options",
-    "item_size",
-    "narrow_tensor_by_index",
-    "parse_tensor_blob",
-]
+    "HF_DTYPES", "HF_OFFSETS_KEY", "HF_SHARDING_KEY", "HF_SUFFIX", "FsspecFileSystem",
+    "FsspecReader", "FsspecWriter", "HFStorageInfo", "StorageInfo", "StorageReaderTransforms",
+    "TensorRecord", "extension_options", "item_size", "narrow_tensor_by_index",
+    "parse_tensor_blob", "send_file_writes_to", "write_files",
+]  # fmt: skip
 
 
 def extension_options(compression: Compression) -> dict[str, Any]:
@@ -122,9 +111,8 @@ def extension_options(compression: Compression) -> dict[str, Any]:
 
 
 def use_filesystem(writer_or_reader: Any, fs: Any, path: str) -> None:
-    """Point a ``FileSystemWriter``/``FileSystemReader`` at another ``FileSystemBase``.
-
-    DCP annotates ``fs`` as its local file system but uses only the ``FileSystemBase`` interface
+    """Point a ``FileSystemWriter``/``FileSystemReader`` at another ``FileSystemBase``: DCP
+    annotates ``fs`` as its local file system but uses only the ``FileSystemBase`` interface
     (DCP's own fsspec writer swaps it the same way)."""
     writer_or_reader.fs = fs
     writer_or_reader.path = path
@@ -139,6 +127,20 @@ def reader_storage_data(reader: Any) -> dict[Any, Any]:
     """Where each item lies: ``FileSystemReader`` fills this from ``.metadata``."""
     data: dict[Any, Any] = reader.storage_data
     return data
+
+
+# -- DCP's writer threads -------------------------------------------------------------------------
+# write_data queues the rank's files for ``_write_data``, whose threads write one at a time each.
+
+
+def write_files(writer: Any, planner: Any, files: Any) -> Any:
+    """The writer's class's own ``_write_data``: write the ``(path, name, items)`` of ``files``."""
+    return type(writer)._write_data(writer, planner, files)
+
+
+def send_file_writes_to(writer: Any, write: Callable[[Any, Any], Any]) -> None:
+    """Have ``writer.write_data`` hand its planner and queue of files to ``write`` instead."""
+    writer._write_data = write
 
 
 # -- torch.save's format --------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from ckptbench.workload.contract.config import WorkloadConfig
 from ckptbench.workload.storage.dataflux import dataflux_seam as seam
+from ckptbench.workload.storage.dcp.files import keep_files
 from ckptbench.workload.storage.gcs import google_seam
 from ckptbench.workload.storage.gcs.client import make_client, split_gs_url
 from ckptbench.workload.storage.retry_causes import RetryCauses
@@ -115,7 +116,8 @@ class DatafluxBackend:
             **dict(writer_options or {}),
         )
         writer.fs = _CountedFiles(writer.fs)
-        made: StorageWriter = writer
+        # A file failing in one of DCP's other threads fails the save, not the next load.
+        made: StorageWriter = keep_files(writer)
         return made
 
     def reader(self, checkpoint_id: str) -> StorageReader:
