@@ -235,12 +235,14 @@ class StorageSettings(ServiceSettings):
         "retried.",
     )
     request_deadline_seconds: Annotated[
-        float, Setting(backends=("gcs",), unit="seconds", metavar="SECONDS")
+        float, Setting(backends=("gcs", "s3"), unit="seconds", metavar="SECONDS")
     ] = Field(
         900.0,
         ge=1,  # not gt=0: Kubernetes' schema and JSON Schema disagree on exclusiveMinimum
         le=86_400,
-        description="Backend gcs: the most one request may take, retries included.",
+        description="Backend gcs: the most one request may take, retries included. Backend "
+        "s3: the most ckptbench's retries of one file may take (429s the CRT client does not "
+        "retry).",
     )
     s3_threads: Annotated[int, Setting(backends=("s3",), unit="threads", axis=True)] = Field(
         1,

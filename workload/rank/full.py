@@ -63,8 +63,12 @@ def save(
     t1 = time.perf_counter()
     if config.rank == 0:
         nbytes = state.tensor_bytes(whole)
-        with session.object_stream(object_url(checkpoint_id), "wb", nbytes) as stream:
-            torch.save(whole, stream)
+
+        def write() -> None:
+            with session.object_stream(object_url(checkpoint_id), "wb", nbytes) as stream:
+                torch.save(whole, stream)
+
+        session.retried(write, f"save of {object_url(checkpoint_id)}")
     phases.io = time.perf_counter() - t1
     return phases
 
@@ -82,10 +86,14 @@ def load(
     t0 = time.perf_counter()
     if config.rank == 0:
         received = TRAFFIC.received
-        with session.object_stream(object_url(checkpoint_id), "rb") as stream:
-            stored = stream.seek(0, 2)  # the object's size: all of it is needed
-            stream.seek(0)
-            loaded = torch.load(stream, map_location="cpu", weights_only=True)
+
+        def read() -> tuple[int, dict[str, torch.Tensor]]:
+            with session.object_stream(object_url(checkpoint_id), "rb") as stream:
+                stored = stream.seek(0, 2)  # the object's size: all of it is needed
+                stream.seek(0)
+                return stored, torch.load(stream, map_location="cpu", weights_only=True)
+
+        stored, loaded = session.retried(read, f"load of {object_url(checkpoint_id)}")
         phases.read_bytes = TRAFFIC.received - received
         phases.needed_bytes = stored
         template.clear()

@@ -17,7 +17,7 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,6 +217,10 @@ class StorageSession:
             # Its own requests count their bytes (gcs/objects.py).
             yield stack.enter_context(gcs.create_stream(url, mode))
 
+    def retried(self, fn: Callable[[], Any], what: str) -> Any:
+        """``fn()``, again while it fails for a cause the client does not retry (s3: a 429)."""
+        return fn() if self._s3 is None else self._s3.attempt(fn, what)
+
     @property
     def read_paths(self) -> dict[str, int] | None:
         if self._gcs is None:
@@ -226,8 +230,7 @@ class StorageSession:
 
     @property
     def filesystem(self) -> Any:
-        """The gcs file system or the gcsfs/s3fs instance every writer and reader shares (None for
-        ``file`` and ``s3``)."""
+        """The gcs file system or the gcsfs/s3fs instance all writers and readers share, or None."""
         return self._gcs if self._gcs is not None else self._gcsfs
 
     def discard(

@@ -4,19 +4,26 @@ client per rank that carries the endpoint, region and addressing (see :mod:`.s3t
 The CRT client under it retries throttling (503 SlowDown), server errors and broken connections
 itself (``max_attempts``); what it cannot survive reaches DCP as an ``S3Exception``. It says why
 it retried only in its own log, which :mod:`.crt_log` reads to count the causes per operation.
+A 429 it does not retry (:mod:`.throttling`): the writer writes such a file again and the reader
+reads it again (:mod:`ckptbench.workload.storage.dcp.files`), within ``request_deadline_seconds``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter
 
 from ckptbench.workload.contract.choices import S3PrefixStrategy, S3Reader
 from ckptbench.workload.contract.config import WorkloadConfig
+from ckptbench.workload.storage.dcp.files import attempt, keep_files, retry_reads
+from ckptbench.workload.storage.retry import RetryPolicy
 from ckptbench.workload.storage.s3 import s3torch_seam as seam
+from ckptbench.workload.storage.s3.throttling import throttled
 from ckptbench.workload.storage.s3.where import S3Where, split_s3_url
+
+T = TypeVar("T")
 
 # The round-robin strategy's folders: 16, one hex digit each (the library takes any list).
 ROUND_ROBIN_PREFIXES = [f"{i:x}" for i in range(16)]
@@ -60,6 +67,9 @@ class S3Backend:
         self.where = where
         self._client_config = client_config(config, where)
         self.client = seam.make_client(where.region, where.endpoint, self._client_config)
+        # Our retries of what the client does not retry: one operation's, within the deadline.
+        self.policy = RetryPolicy(deadline_seconds=config.request_deadline_seconds)
+        self.label = f"[rank {config.rank}] "
 
     def writer(
         self, checkpoint_id: str, writer_options: Mapping[str, Any] | None = None
@@ -76,7 +86,7 @@ class S3Backend:
             **dict(writer_options or {}),
         )
         made: StorageWriter = seam.inject_client(writer, self.where.region, self.client)
-        return made
+        return keep_files(made, throttled, self.policy, self.label)
 
     def reader(self, checkpoint_id: str) -> StorageReader:
         constructor = reader_constructor(self.config.s3_reader)
@@ -89,7 +99,11 @@ class S3Backend:
         made: StorageReader = seam.inject_client(
             reader, self.where.region, self.client, constructor
         )
-        return made
+        return retry_reads(made, throttled, self.policy, self.label)
+
+    def attempt(self, fn: Callable[[], T], what: str) -> T:
+        """``fn()`` (a whole transfer), again while it fails with a 429 the client gave up on."""
+        return attempt(fn, f"{self.label}{what}", throttled, self.policy)
 
     def object_stream(self, url: str, mode: str) -> Any:
         """One object as a stream for ``torch.save``/``torch.load``: what the library's
