@@ -277,6 +277,31 @@ def test_s3_readers_survive_503_and_resets_mid_body(s3: S3Server, reader: str,
     assert run["summary"]["verified"] and run["summary"]["samples"] == 8
 
 
+# S3MapDataset with the sequential reader, S3IterableDataset with the ranged one.
+@pytest.mark.parametrize(("sharding", "reader"), [("sample", "sequential"), ("file", "ranged")])
+def test_the_s3_reader_reads_again_an_object_its_client_gave_up_on_after_a_429(
+    s3: S3Server, sharding: str, reader: str, tmp_path: Path
+) -> None:
+    # The CRT client retries a 429 only when its S3 code is SlowDown; a bare one would end the
+    # run with the DataLoader worker's traceback.
+    bucket = f"throttled-{sharding}"
+    s3.create_bucket(bucket)
+    base = ("--storage", f"s3://{bucket}/p", "--backend", "s3", "--sharding", sharding,
+            "--s3-reader", reader,
+            "--preset", "mlperf-cosmoflow", "--files", "8", "--sample-size", "256KiB",
+            "--json", str(tmp_path / "r.json"))  # fmt: skip
+    made = data(*base, env={**s3.env(), "AWS_ENDPOINT_URL": s3.url})
+    assert made.returncode == 0, made.stderr[-3000:]
+    rule = Rule("status", "GET", "part-", times=1, statuses=(429,))
+    with FaultProxy(s3.url, [rule], seed=3).running() as proxy:
+        proc = data(*base, env={**s3.env(), "AWS_ENDPOINT_URL": proxy.url})
+    assert rule.fired == 1 and proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "which the client does not retry" in line]
+    assert len(said) == 1 and "] read of s3://" in said[0] and "(HTTP 429" in said[0], said
+    (run,) = runs(tmp_path / "r.json")
+    assert run["summary"]["verified"] and run["summary"]["samples"] == 8
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [

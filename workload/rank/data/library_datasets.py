@@ -3,7 +3,8 @@ ckptbench's own: gcs-torch-dataflux's (through :mod:`.dataflux_datasets`) and s3
 ``S3MapDataset`` / ``S3IterableDataset`` (their public constructors, given the endpoint).
 
 Each lists the dataset's prefix itself when it is built: the listing is timed apart (``listing
-seconds``). Requests are the library's own and not counted.
+seconds``). Requests are the library's own and not counted; s3torchconnector's are retried once
+more where its client gives up on a 429 (:class:`ReadS3`).
 """
 
 from __future__ import annotations
@@ -105,8 +106,25 @@ def _s3_options(config: DataConfig) -> dict[str, Any]:
     }
 
 
-def _read_s3(reader: Any) -> tuple[str, bytes]:
-    return str(reader.key), bytes(reader.read())
+class ReadS3:
+    """The s3 datasets' transform: an object's key and bytes. The CRT client fails a read at once
+    on a 429 whose code is not SlowDown (storage/s3/throttling.py); the object is then read again,
+    under the retry policy, as the checkpoint backend does. A 429 comes before any byte, and the
+    library's readers send their GET again on the next read (measured for sequential and ranged:
+    tests/test_data_run.py). Pickled into the loader's workers: a plain label, nothing else."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def __call__(self, reader: Any) -> tuple[str, bytes]:
+        from ckptbench.workload.storage.dcp.files import attempt
+        from ckptbench.workload.storage.s3.throttling import throttled
+
+        def read() -> bytes:
+            return bytes(reader.read())
+
+        what = f"{self.label}read of s3://{reader.bucket}/{reader.key}"
+        return str(reader.key), attempt(read, what, throttled)
 
 
 class S3Samples(tud.Dataset[Item]):
@@ -116,8 +134,9 @@ class S3Samples(tud.Dataset[Item]):
         from s3torchconnector import S3MapDataset
 
         self.ds = ds
+        options = _s3_options(config)
         self.inner = S3MapDataset.from_prefix(
-            ds.data_prefix, transform=_read_s3, **_s3_options(config)
+            ds.data_prefix, transform=ReadS3(f"[rank {config.rank}] "), **options
         )
         self.count = len(self.inner)  # lists the prefix now, inside the timed listing
 
@@ -151,7 +170,7 @@ class S3Stream(tud.IterableDataset[Item]):
         )
         self.inner = S3IterableDataset.from_objects(
             [self.ds.file_path(f) for f in mine],
-            transform=_read_s3,
+            transform=ReadS3(f"[rank {self.config.rank}] "),
             enable_sharding=True,
             **self.options,
         )
