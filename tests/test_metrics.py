@@ -33,6 +33,8 @@ CONTRACT_NAMES = {
     *("ckptbench_data_au_passed", "ckptbench_data_time_to_first_batch_seconds"),
     *("ckptbench_data_batch_wait_seconds", "ckptbench_data_sustained_accelerators"),
     "ckptbench_data_epochs",
+    *("ckptbench_both_slowdown_ratio", "ckptbench_both_samples_per_second"),
+    *("ckptbench_both_accelerator_utilization_ratio", "ckptbench_both_seconds"),
 }
 
 OP = {
