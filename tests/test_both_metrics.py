@@ -123,3 +123,55 @@ def test_no_series_outlives_its_figure(then: str, left: int) -> None:
 def test_a_status_without_both_has_none() -> None:
     metrics.update_benchmark("ns", "b1", "gcs", {"phase": "Succeeded", "checkpointBytes": 1})
     assert both_lines() == []
+
+
+# Each series and the status.both figure it must copy, written out here rather than read from the
+# module's own table, so a series reading the wrong key is seen.
+SERIES = [
+    ("slowdown_ratio", {"side": "loader", "statistic": "value"}, ("loaderSlowdown", "ratio")),
+    (
+        "slowdown_ratio",
+        {"side": "loader", "statistic": "ci_low"},
+        ("loaderSlowdown", "interval", "low"),
+    ),
+    ("slowdown_ratio", {"side": "save", "statistic": "value"}, ("saveSlowdown", "ratio")),
+    ("slowdown_ratio", {"side": "stall", "statistic": "value"}, ("stallSlowdown", "ratio")),
+    (
+        "slowdown_ratio",
+        {"side": "stall", "statistic": "ci_low"},
+        ("stallSlowdown", "interval", "low"),
+    ),
+    ("samples_per_second", {"window": "alone"}, ("samplesPerSecondAlone",)),
+    ("samples_per_second", {"window": "together"}, ("samplesPerSecondTogether",)),
+    ("accelerator_utilization_ratio", {"window": "alone"}, ("auAlone",)),
+    ("accelerator_utilization_ratio", {"window": "together"}, ("auTogether",)),
+    ("seconds", {"figure": "save", "window": "alone"}, ("saveSecondsAlone",)),
+    ("seconds", {"figure": "stall", "window": "together"}, ("stallSecondsTogether",)),
+]
+
+
+@pytest.fixture(scope="module")
+def computed_status() -> dict[str, Any]:
+    """The status the operator computes from four ranks' termination messages
+    (tests/test_status_both.py's ranks: modelled windows, rank 3 the slowest saver). Its windows
+    do not vary, so each interval is its ratio: the bounds' labels are checked on
+    :func:`both_status`'s."""
+    from tests.test_both_windows import _Modelled
+    from tests.test_status import NOW, compute, jobset, spec
+    from tests.test_status_both import _done
+
+    pods = [_done(r, _Modelled(save_with_loader=1.0 + r)) for r in range(4)]
+    status: dict[str, Any] = compute(spec(), jobset(), pods, None, NOW)
+    return status
+
+
+@pytest.mark.parametrize(("metric", "labels", "path"), SERIES)
+def test_series_from_the_status_the_operator_computes(
+    computed_status: dict[str, Any], metric: str, labels: dict[str, str], path: tuple[str, ...]
+) -> None:
+    metrics.update_benchmark("ns", "b1", "gcs", computed_status)
+    expected: Any = computed_status["both"]
+    for key in path:
+        expected = expected[key]
+    got = metrics.REGISTRY.get_sample_value(f"ckptbench_both_{metric}", {**LABELS, **labels})
+    assert got == float(expected)
