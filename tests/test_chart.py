@@ -114,6 +114,11 @@ CONTRACT_METRICS = {
     "ckptbench_data_batch_wait_seconds": "gauge",
     "ckptbench_data_sustained_accelerators": "gauge",
     "ckptbench_data_epochs": "gauge",
+    # A CheckpointBenchmark's both demands at once (the "Both demands at once" row).
+    "ckptbench_both_slowdown_ratio": "gauge",
+    "ckptbench_both_samples_per_second": "gauge",
+    "ckptbench_both_accelerator_utilization_ratio": "gauge",
+    "ckptbench_both_seconds": "gauge",
 }
 
 

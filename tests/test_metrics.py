@@ -33,6 +33,8 @@ CONTRACT_NAMES = {
     *("ckptbench_data_au_passed", "ckptbench_data_time_to_first_batch_seconds"),
     *("ckptbench_data_batch_wait_seconds", "ckptbench_data_sustained_accelerators"),
     "ckptbench_data_epochs",
+    *("ckptbench_both_slowdown_ratio", "ckptbench_both_samples_per_second"),
+    *("ckptbench_both_accelerator_utilization_ratio", "ckptbench_both_seconds"),
 }
 
 OP = {
@@ -291,12 +293,15 @@ def test_async_and_training_series_follow_the_status_the_operator_writes(
 
 def _every_family_set() -> None:
     """Series in every benchmark family: a finished save/load, async saves beside a training step
-    with resources, and a load that read amplified."""
+    with resources, a load that read amplified, and both demands at once."""
+    from tests.test_both_metrics import both_status
+
     metrics.update_benchmark("ns", "b1", "gcs", SUCCEEDED)
     metrics.update_benchmark("ns", "b2", "gcs", _async_trained_status())
     metrics.update_benchmark(
         "ns", "b3", "gcs", {"load": {"readAmplification": 1.5, "maxRankReadAmplification": 2.0}}
     )
+    metrics.update_benchmark("ns", "b4", "gcs", both_status())
     data_metrics.update_benchmark("ns", "d1", "gcsfs", data_status())
 
 
@@ -336,6 +341,7 @@ def test_each_family_has_one_unit_and_says_it() -> None:
         "ckptbench_benchmark_rank_cpu_seconds",
         "ckptbench_benchmark_rank_network_bytes",
         "ckptbench_benchmark_read_amplification_ratio",
+        "ckptbench_both_slowdown_ratio",
     }
     for family in families:
         base_name = family.name.removesuffix("_total")

@@ -27,6 +27,7 @@ from ckptbench.operator.render import labels as render_labels
 from ckptbench.operator.spec import names as spec_names
 from ckptbench.workload.contract.checkpoint import sizes
 from ckptbench.workload.contract.results.rank import (
+    BothTiming,
     OpStats,
     OpTiming,
     RankResources,
@@ -63,7 +64,7 @@ VARIABLES = {
 }
 # Panels about one benchmark: each must show data for it. The others (the operator's own
 # reconciles, sweeps) must evaluate without error.
-PER_BENCHMARK = re.compile(r"ckptbench_(benchmark|data)_")
+PER_BENCHMARK = re.compile(r"ckptbench_(benchmark|data|both)_")
 
 
 def find_prometheus() -> str:
@@ -170,6 +171,25 @@ def dashboard_expressions() -> list[tuple[str, str]]:
     return found
 
 
+def both_timing() -> BothTiming:
+    """A rank's windows of both demands at once: two cycles, so each slowdown has its interval."""
+    return BothTiming(
+        every=10,
+        cycles=2,
+        compute_seconds=0.01,
+        step_alone=OpStats.of([0.02, 0.022]),
+        step_together=OpStats.of([0.025, 0.027]),
+        au_alone=OpStats.of([0.5, 0.45]),
+        au_together=OpStats.of([0.4, 0.37]),
+        samples_alone=80,
+        samples_together=80,
+        stall_alone=OpStats.of([0.1, 0.12]),
+        stall_together=OpStats.of([0.11, 0.14]),
+        save_alone=OpStats.of([1.0, 1.1]),
+        save_together=OpStats.of([1.2, 1.4]),
+    )
+
+
 def rank_pod(rank: int) -> dict[str, Any]:
     result = RankResult(
         rank=rank,
@@ -204,6 +224,7 @@ def rank_pod(rank: int) -> dict[str, Any]:
         ),
         checkpointer_peak_rss_bytes=400_000_000,
         verified=True,
+        both=both_timing(),  # the "Both demands at once" panels' series
     )
     terminated = {"exitCode": 0, "reason": "Completed", "message": result.to_termination_message()}
     return {

@@ -14,6 +14,8 @@ One unit per family, named by its suffix (``_seconds``, ``_bytes``, ``_bytes_per
 
 The registry and the series bookkeeping are :mod:`.series`'s, shared with the DataLoadingBenchmark's
 series (:mod:`.data.metrics`), which this module imports so that :func:`metric_names` names them.
+A benchmark's series of both demands at once (``status.both``) are :mod:`.data.both_metrics`'s
+families, set and removed here with the benchmark's others.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from ckptbench.operator.runtime.data import both_metrics
 from ckptbench.operator.runtime.data import metrics as data_metrics  # noqa: F401 (its families)
 from ckptbench.operator.runtime.series import (
     REGISTRY,
@@ -237,6 +240,7 @@ for _handler in HANDLERS:
 _BENCHMARK_GAUGES: tuple[Gauge, ...] = (
     *(CHECKPOINT_BYTES, RANKS, PHASE, DURATION, THROUGHPUT, PART_SECONDS, READ_AMPLIFICATION),
     *(RANK_CPU, RANK_NETWORK, ASYNC_SECONDS, TRAIN_SECONDS, CHECKPOINT_OVERHEAD, PEAK_RSS),
+    *both_metrics.GAUGES,  # both demands at once (dataLoading set)
 )
 # Which label values each benchmark has series under, so removal takes away exactly those.
 _series: dict[Key, Series] = {}
@@ -284,6 +288,7 @@ def update_benchmark(namespace: str, name: str, backend: str, status: Mapping[st
     values += _read_amplification(base, status)
     values += _resources(base, status)
     values += _async_values(base, status) + _train_values(base, status)
+    values += both_metrics.values(base, status)
     for labels, path in PEAKS.items():
         if (value := at(status, path)) is not None:
             values.append((PEAK_RSS, (*base, *labels), value))
