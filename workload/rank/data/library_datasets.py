@@ -21,6 +21,8 @@ from ckptbench.workload.rank.data import content, dataflux_datasets
 from ckptbench.workload.rank.data.batches import Item
 from ckptbench.workload.rank.data.datasets import files_of
 from ckptbench.workload.storage import session
+from ckptbench.workload.storage.dcp.files import attempt
+from ckptbench.workload.storage.s3.throttling import throttled
 
 
 def _items(ds: Dataset, name: str, data: bytes) -> Iterator[Item]:
@@ -117,9 +119,6 @@ class ReadS3:
         self.label = label
 
     def __call__(self, reader: Any) -> tuple[str, bytes]:
-        from ckptbench.workload.storage.dcp.files import attempt
-        from ckptbench.workload.storage.s3.throttling import throttled
-
         def read() -> bytes:
             return bytes(reader.read())
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import re
 
-from ckptbench.workload.storage.s3.s3torch_seam import S3Exception
-
 _STATUS = re.compile(r"response_status: (\d{3})\b")
 _CODE = re.compile(r"<Code>([^<]{1,64})</Code>")
 
@@ -25,7 +23,7 @@ UNRETRIED_STATUSES = frozenset({429})
 def throttled(exc: BaseException) -> str | None:
     """``"HTTP 429 TooManyRequests"`` when ``exc`` is the CRT client giving up on a 429 (the
     store's error code when its body has one), else None."""
-    if not isinstance(exc, S3Exception):
+    if not _is_client_error(exc):
         return None
     text = str(exc)
     status = _STATUS.search(text)
@@ -35,7 +33,9 @@ def throttled(exc: BaseException) -> str | None:
     return f"HTTP {status[1]}" + (f" {code[1]}" if code else "")
 
 
-def is_throttled(exc: BaseException) -> bool:
-    """Whether ``exc`` is a 429 the client gave up on (a module-level function: the writer that
-    holds it is pickled for DCP's process checkpointer)."""
-    return throttled(exc) is not None
+def _is_client_error(exc: BaseException) -> bool:
+    """The client's ``S3Exception``, known by its name and package: importing the class would
+    import s3torchconnector, which must come after the CRT's log is set up (crt_log.py), and
+    the data ranks that use this may not use s3 at all."""
+    kind = type(exc)
+    return kind.__name__ == "S3Exception" and kind.__module__.startswith("s3torchconnectorclient")
