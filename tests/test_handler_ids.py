@@ -17,7 +17,6 @@ _LIST_REGISTRY = """
 import json
 import kopf
 from ckptbench.operator.runtime import handlers, sweep_handlers
-from ckptbench.operator.runtime.data import handlers as data_handlers
 
 registry = kopf.get_default_registry()
 rows = []
@@ -94,7 +93,6 @@ def test_handler_ids_index_names_resources_and_filters_are_the_released_ones() -
 
 def test_the_pod_indexes_keep_the_names_their_handlers_read() -> None:
     from ckptbench.operator.runtime import handlers
-    from ckptbench.operator.runtime.data import handlers as data_handlers
 
     indexes = {row[2] for row in _registered() if row[0] == "indexing"}
-    assert indexes == {handlers.POD_INDEX, data_handlers.POD_INDEX}
+    assert indexes == {handlers.CHECKPOINT.pod_index, handlers.DATA.pod_index}
