@@ -266,7 +266,6 @@ def main(argv: Sequence[str]) -> int:
 
     from ckptbench.operator.render.jobset import RenderDefaults
     from ckptbench.operator.runtime import handlers, kube, metrics, peering, sweep_handlers
-    from ckptbench.operator.runtime.data import handlers as data_handlers
     from ckptbench.operator.runtime.data.kind import DATA
     from ckptbench.operator.runtime.reconcile import Reconciler
     from ckptbench.operator.runtime.sweeps import SweepReconciler
@@ -340,7 +339,7 @@ def main(argv: Sequence[str]) -> int:
         options.metrics_port,
         options.health_url,
         ", ".join(options.namespaces) or "all namespaces",
-        f"{handlers.__name__}, {sweep_handlers.__name__}, {data_handlers.__name__}",
+        f"{handlers.__name__}, {sweep_handlers.__name__}",
     )
     try:
         kopf.run(

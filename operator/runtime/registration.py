@@ -53,15 +53,16 @@ class Watched(Generic[C]):
         kopf.on.cleanup(id=f"close-{self.memo_key}")(close)
 
 
-def on_spec_change(plural: str) -> Callable[[Handler], Handler]:
+def on_spec_change(plural: str, id: str | None = None) -> Callable[[Handler], Handler]:
     """Register a handler for one of our kinds created, resumed (an operator restart) or its spec
-    edited; kopf retries a handler that raised, with backoff."""
+    edited; kopf retries a handler that raised, with backoff. ``id``: kopf's handler id, the
+    function's qualified name when None (the update handler's gets ``/spec`` after it)."""
 
     def register(handler: Handler) -> Handler:
         # kopf's decorators register the function and hand it back unchanged.
-        kopf.on.update(names.GROUP, names.VERSION, plural, field="spec")(handler)
-        kopf.on.create(names.GROUP, names.VERSION, plural)(handler)
-        kopf.on.resume(names.GROUP, names.VERSION, plural)(handler)
+        kopf.on.update(names.GROUP, names.VERSION, plural, field="spec", id=id)(handler)
+        kopf.on.create(names.GROUP, names.VERSION, plural, id=id)(handler)
+        kopf.on.resume(names.GROUP, names.VERSION, plural, id=id)(handler)
         return handler
 
     return register
