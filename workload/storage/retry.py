@@ -187,26 +187,44 @@ def call_with_retry(
                 if isinstance(exc, GcsError) and not isinstance(exc, TransientError):
                     raise
                 raise GcsError(f"{what}: {exc}", status_of(exc)) from exc
-            wait = policy.delay(attempt, rng)
-            out_of_time = op.remaining() - wait <= 0
-            if attempt == policy.attempts or out_of_time:
-                spent = started - op.remaining()
-                why = "deadline reached" if out_of_time else "attempts exhausted"
-                raise GcsError(
-                    f"{what}: gave up after {attempt} attempts in {spent:.1f} s ({why}); "
-                    f"last cause: {_cause(exc)}",
-                    status_of(exc),
-                ) from exc
-            log.warning(
-                "%s: attempt %d of %d failed (%s); retrying in %.2f s",
-                what,
-                attempt,
-                policy.attempts,
-                _cause(exc),
-                wait,
-            )
-            sleep(wait)
+            given_up = pause_or_give_up(op, attempt, what, _cause(exc), started, sleep, rng)
+            if given_up is not None:
+                raise GcsError(given_up, status_of(exc)) from exc
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def pause_or_give_up(
+    op: Operation,
+    tries: int,
+    what: str,
+    cause: str,
+    started: float,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: Callable[[], float] = random.random,
+) -> str | None:
+    """After failed try number ``tries`` of ``what`` (for ``cause``): log the retry and sleep
+    before the next, returning None; or, when the attempts are spent or the next try would pass
+    the operation's deadline, return the message to fail with (the caller raises its own error,
+    chaining the cause). ``started`` is ``op.remaining()`` when the operation began."""
+    policy = op.policy
+    wait = policy.delay(tries, rng)
+    out_of_time = op.remaining() - wait <= 0
+    if tries >= policy.attempts or out_of_time:
+        spent = started - op.remaining()
+        why = "deadline reached" if out_of_time else "attempts exhausted"
+        return (
+            f"{what}: gave up after {tries} attempts in {spent:.1f} s ({why}); last cause: {cause}"
+        )
+    log.warning(
+        "%s: attempt %d of %d failed (%s); retrying in %.2f s",
+        what,
+        tries,
+        policy.attempts,
+        cause,
+        wait,
+    )
+    sleep(wait)
+    return None
 
 
 def _cause(exc: BaseException) -> str:

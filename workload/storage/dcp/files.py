@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import io
-import logging
 import queue
 import threading
 import time
@@ -34,9 +33,12 @@ from typing import Any, TypeVar
 from torch.futures import Future
 
 from ckptbench.workload.storage import torch_seam
-from ckptbench.workload.storage.retry import DEFAULT_POLICY, RetryPolicy
-
-log = logging.getLogger(__name__)
+from ckptbench.workload.storage.retry import (
+    DEFAULT_POLICY,
+    Operation,
+    RetryPolicy,
+    pause_or_give_up,
+)
 
 T = TypeVar("T")
 # The cause of a failure worth another try (e.g. "HTTP 429 TooManyRequests"), or None. It must be
@@ -59,6 +61,7 @@ def attempt(
     """``fn()``, called again after a wait while it fails for a ``transient`` cause, within
     ``policy``; any other failure is raised as it is. ``what`` names the transfer and object."""
     op = policy.start(clock)
+    started = op.remaining()
     for tries in range(1, policy.attempts + 1):
         try:
             return fn()
@@ -66,39 +69,25 @@ def attempt(
             cause = transient(exc)
             if cause is None:
                 raise
-            wait_or_stop(what, cause, tries, policy, op.remaining(), exc, sleep)
+            _pause_or_stop(op, tries, what, cause, started, exc, sleep)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def wait_or_stop(
+def _pause_or_stop(
+    op: Operation,
+    tries: int,
     what: str,
     cause: str,
-    tries: int,
-    policy: RetryPolicy,
-    remaining: float,
+    started: float,
     exc: BaseException,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """After failed try number ``tries``: log and sleep before the next, or raise
-    :class:`RetriesExhausted` (chaining ``exc``) when attempts or time have run out."""
-    wait = policy.delay(tries)
-    out_of_time = remaining - wait <= 0
-    if tries >= policy.attempts or out_of_time:
-        spent = policy.deadline_seconds - remaining
-        why = "deadline reached" if out_of_time else "attempts exhausted"
-        raise RetriesExhausted(
-            f"{what}: gave up after {tries} attempts in {spent:.1f} s ({why}); last cause: "
-            f"{cause}, which the client does not retry"
-        ) from exc
-    log.warning(
-        "%s: attempt %d of %d failed (%s, which the client does not retry); retrying in %.2f s",
-        what,
-        tries,
-        policy.attempts,
-        cause,
-        wait,
-    )
-    sleep(wait)
+    """The retry policy's wait before the next try, or :class:`RetriesExhausted` (chaining
+    ``exc``) when it has run out; the cause is one the client does not retry by itself."""
+    cause = f"{cause}, which the client does not retry"
+    given_up = pause_or_give_up(op, tries, what, cause, started, sleep)
+    if given_up is not None:
+        raise RetriesExhausted(given_up) from exc
 
 
 class _CatchingFileSystem:
@@ -181,6 +170,7 @@ class _FileWrites:
         pending = _drain(file_queue)
         written: list[Any] = []
         op = self.policy.start()
+        started = op.remaining()
         for tries in range(1, self.policy.attempts + 1):
             failed = self._write(planner, pending, written)
             if not failed:
@@ -193,7 +183,7 @@ class _FileWrites:
                 raise hard[0]
             more = f" and {len(failed) - 1} more file(s)" if len(failed) > 1 else ""
             what = f"{self.label}write of {path}{more}"
-            wait_or_stop(what, str(causes[path]), tries, self.policy, op.remaining(), exc)
+            _pause_or_stop(op, tries, what, str(causes[path]), started, exc)
             pending = [entry for entry in pending if str(entry[0]) in failed]
         done: Future[list[Any]] = Future()
         done.set_result(written)
